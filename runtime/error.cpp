@@ -1,0 +1,15 @@
+#include "runtime/error.h"
+
+namespace mt::detail {
+
+void throw_error(std::string msg) { throw Error(std::move(msg)); }
+
+void throw_internal(const char* cond, std::string msg, std::source_location loc) {
+  std::string text = fmt::format("internal assertion '{}' failed at {}:{}", cond,
+                                 loc.file_name(), loc.line());
+  if (!msg.empty()) text += ": " + msg;
+  text += " (this is a bug in minitensor; please report it)";
+  throw InternalError(text);
+}
+
+}  // namespace mt::detail
