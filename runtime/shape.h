@@ -1,0 +1,101 @@
+// Shape: a fixed-capacity list of sizes or strides (up to kMaxDims), so that making
+// a tensor allocates nothing for its metadata.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace mt {
+
+inline constexpr int kMaxDims = 8;
+
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); }
+  Shape(std::span<const int64_t> v) { assign(v.begin(), v.end()); }  // NOLINT
+  Shape(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }  // NOLINT
+  explicit Shape(size_t n, int64_t value = 0) {
+    check_size(n);
+    n_ = uint8_t(n);
+    std::fill(d_, d_ + n, value);
+  }
+
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int64_t* data() { return d_; }
+  const int64_t* data() const { return d_; }
+  int64_t* begin() { return d_; }
+  int64_t* end() { return d_ + n_; }
+  const int64_t* begin() const { return d_; }
+  const int64_t* end() const { return d_ + n_; }
+  int64_t& operator[](size_t i) { return d_[i]; }
+  int64_t operator[](size_t i) const { return d_[i]; }
+  int64_t& back() { return d_[n_ - 1]; }
+  int64_t back() const { return d_[n_ - 1]; }
+
+  void push_back(int64_t v) {
+    check_size(n_ + 1u);
+    d_[n_++] = v;
+  }
+  void insert(size_t pos, int64_t v) {
+    check_size(n_ + 1u);
+    std::copy_backward(d_ + pos, d_ + n_, d_ + n_ + 1);
+    d_[pos] = v;
+    ++n_;
+  }
+  void erase(size_t pos) {
+    std::copy(d_ + pos + 1, d_ + n_, d_ + pos);
+    --n_;
+  }
+  void resize(size_t n, int64_t value = 0) {
+    check_size(n);
+    for (size_t i = n_; i < n; ++i) d_[i] = value;
+    n_ = uint8_t(n);
+  }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+  operator std::span<const int64_t>() const { return {d_, n_}; }  // NOLINT
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  template <typename It>
+  void assign(It b, It e) {
+    size_t n = size_t(e - b);
+    check_size(n);
+    n_ = uint8_t(n);
+    std::copy(b, e, d_);
+  }
+  static void check_size(size_t n) {
+    MT_CHECK(n <= size_t(kMaxDims), "[shape] tensors have at most {} dimensions, got {}",
+             kMaxDims, n);
+  }
+  int64_t d_[kMaxDims] = {};
+  uint8_t n_ = 0;
+};
+
+// Product of sizes (1 for a 0-d shape).
+inline int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
+}
+
+}  // namespace mt
+
+template <>
+struct fmt::formatter<mt::Shape> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  auto format(const mt::Shape& s, fmt::format_context& ctx) const {
+    return fmt::format_to(ctx.out(), "[{}]", fmt::join(s.begin(), s.end(), ", "));
+  }
+};

@@ -1,0 +1,464 @@
+#include "runtime/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "runtime/cuda/cuda.h"
+#include "runtime/fake.h"
+
+namespace mt {
+
+// ---- DispatchKey -------------------------------------------------------------------
+
+std::string_view dispatch_key_name(DispatchKey k) {
+  switch (k) {
+    case DispatchKey::CPU: return "CPU";
+    case DispatchKey::CUDA: return "CUDA";
+    case DispatchKey::Fake: return "Fake";
+    case DispatchKey::Autograd: return "Autograd";
+    case DispatchKey::Trace: return "Trace";
+  }
+  return "?";
+}
+
+bool parse_dispatch_key(std::string_view name, DispatchKey* out) {
+  for (int i = 0; i < kNumDispatchKeys; ++i) {
+    if (dispatch_key_name(DispatchKey(i)) == name) {
+      *out = DispatchKey(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string DispatchKeySet::str() const {
+  std::string s = "{";
+  for (int i = kNumDispatchKeys - 1; i >= 0; --i) {
+    if (!has(DispatchKey(i))) continue;
+    if (s.size() > 1) s += ", ";
+    s += dispatch_key_name(DispatchKey(i));
+  }
+  return s + "}";
+}
+
+// ---- TensorImpl and Tensor -----------------------------------------------------------
+
+void TensorImpl::refresh_keys() {
+  DispatchKeySet k = fake ? DispatchKeySet(DispatchKey::Fake)
+                          : DispatchKeySet(device.is_cuda() ? DispatchKey::CUDA : DispatchKey::CPU);
+  if (autograd && autograd->requires_grad) k = k.add(DispatchKey::Autograd);
+  keys = k;
+}
+
+TensorImpl* Tensor::checked() const {
+  MT_CHECK(impl_ != nullptr,
+           "[tensor] this Tensor is undefined (default-constructed or moved from); "
+           "make one with a factory such as mt::zeros or mt::from_vector");
+  return impl_.get();
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dims -1 and 0
+  MT_CHECK(dim >= -n && dim < n,
+           "[{}] dimension {} is out of range for a {}-d tensor (expected a value in [{}, {}])",
+           op, dim, ndim, -n, n - 1);
+  return dim < 0 ? dim + n : dim;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  MT_CHECK(dim() > 0, "[size] a 0-d tensor has no dimensions");
+  return sizes()[size_t(wrap_dim(d, dim(), "size"))];
+}
+
+int64_t Tensor::stride(int64_t d) const {
+  MT_CHECK(dim() > 0, "[stride] a 0-d tensor has no dimensions");
+  return strides()[size_t(wrap_dim(d, dim(), "stride"))];
+}
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape s(sizes.size(), 1);
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= std::max<int64_t>(sizes[i], 1);
+  }
+  return s;
+}
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl* t = checked();
+  if (t->numel <= 1) return true;
+  int64_t expected = 1;
+  for (size_t i = t->sizes.size(); i-- > 0;) {
+    if (t->sizes[i] == 1) continue;
+    if (t->strides[i] != expected) return false;
+    expected *= t->sizes[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  const TensorImpl* t = checked();
+  MT_CHECK(!t->fake,
+           "[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
+           "carry only metadata; run the op on a real tensor to get values",
+           t->sizes, t->dtype, t->device);
+  if (!t->storage || !t->storage->data()) return nullptr;
+  return static_cast<char*>(t->storage->data()) + t->offset * int64_t(dtype_size(t->dtype));
+}
+
+void Tensor::check_dtype_for_data_ptr(DType want) const {
+  MT_CHECK(dtype() == want,
+           "[data_ptr] data_ptr<T>() with T of dtype {} was called on a {} tensor; use the "
+           "matching T or convert first with .to(mt::DType::...)",
+           want, dtype());
+}
+
+uint32_t Tensor::version() const {
+  const TensorImpl* t = checked();
+  return t->storage ? t->storage->version() : 0;
+}
+
+void Tensor::bump_version() const {
+  const TensorImpl* t = checked();
+  if (t->storage) t->storage->bump_version();
+}
+
+bool Tensor::requires_grad() const {
+  const TensorImpl* t = checked();
+  return t->autograd && t->autograd->requires_grad;
+}
+
+AutogradMeta& Tensor::ensure_autograd_meta() const {
+  TensorImpl* t = checked();
+  if (!t->autograd) t->autograd = std::make_unique<AutogradMeta>();
+  return *t->autograd;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  TensorImpl* t = checked();
+  MT_CHECK(!requires_grad || is_floating(t->dtype),
+           "[requires_grad_] only floating-point tensors can require gradients, but this "
+           "tensor is {}; convert it first with .to(mt::DType::Float32)",
+           t->dtype);
+  MT_CHECK(requires_grad || !t->autograd || !t->autograd->grad_fn,
+           "[requires_grad_] cannot turn off requires_grad on a tensor that an op produced "
+           "(it is not a leaf); use .detach() to get a tensor without history");
+  ensure_autograd_meta().requires_grad = requires_grad;
+  t->refresh_keys();
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const TensorImpl* t = checked();
+  if (!t->autograd || !t->autograd->grad) return Tensor();
+  return Tensor(t->autograd->grad);
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  ensure_autograd_meta().grad = g.impl_ptr();
+}
+
+bool Tensor::is_leaf() const {
+  const TensorImpl* t = checked();
+  return !t->autograd || !t->autograd->grad_fn;
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl* t = checked();
+  Tensor d = t->fake ? detail::make_fake(t->sizes, t->strides, t->dtype, t->device)
+                     : detail::make_tensor(t->storage, t->sizes, t->strides, t->offset, t->dtype,
+                                           t->device);
+  return d;
+}
+
+// ---- construction ------------------------------------------------------------------
+
+namespace detail {
+
+Tensor make_tensor(Storage storage, const Shape& sizes, const Shape& strides, int64_t offset,
+                   DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->numel = shape_numel(sizes);
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = std::move(storage);
+  impl->refresh_keys();
+  return Tensor(std::move(impl));
+}
+
+Tensor make_fake(const Shape& sizes, const Shape& strides, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->numel = shape_numel(sizes);
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->fake = true;
+  impl->refresh_keys();
+  return Tensor(std::move(impl));
+}
+
+Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  const TensorImpl* b = base.impl();
+  if (b->fake) return make_fake(sizes, strides, b->dtype, b->device);
+  return make_tensor(b->storage, sizes, strides, offset, b->dtype, b->device);
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_sizes(const Shape& shape, const char* op) {
+  for (int64_t s : shape)
+    MT_CHECK(s >= 0, "[{}] negative size {} in shape {}; sizes must be >= 0", op, s, shape);
+}
+
+thread_local bool t_fake_mode = false;
+
+// Bytes needed to hold every element reachable through (sizes, strides).
+int64_t storage_extent(const Shape& sizes, const Shape& strides) {
+  int64_t max_off = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return 0;
+    MT_CHECK(strides[i] >= 0, "[empty_strided] negative stride {} is not supported", strides[i]);
+    max_off += (sizes[i] - 1) * strides[i];
+  }
+  return max_off + 1;
+}
+
+Tensor finish(Tensor t, const TensorOptions& opts) {
+  if (opts.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+FakeMode::FakeMode() : prev_(t_fake_mode) { t_fake_mode = true; }
+FakeMode::~FakeMode() { t_fake_mode = prev_; }
+bool FakeMode::enabled() { return t_fake_mode; }
+
+Tensor fake_like(const Tensor& t) {
+  return detail::make_fake(t.sizes(), t.strides(), t.dtype(), t.device());
+}
+
+Tensor fake_empty(const Shape& shape, const TensorOptions& opts) {
+  check_sizes(shape, "fake_empty");
+  return finish(detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device), opts);
+}
+
+Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& opts) {
+  check_sizes(shape, "empty_strided");
+  MT_CHECK(shape.size() == strides.size(),
+           "[empty_strided] shape {} and strides {} have different lengths", shape, strides);
+  if (t_fake_mode) return finish(detail::make_fake(shape, strides, opts.dtype, opts.device), opts);
+  int64_t extent = storage_extent(shape, strides);
+  auto storage = std::make_shared<StorageImpl>(size_t(extent) * dtype_size(opts.dtype),
+                                               allocator_for(opts.device));
+  return finish(detail::make_tensor(std::move(storage), shape, strides, 0, opts.dtype, opts.device),
+                opts);
+}
+
+Tensor empty(const Shape& shape, const TensorOptions& opts) {
+  check_sizes(shape, "empty");
+  return empty_strided(shape, contiguous_strides(shape), opts);
+}
+
+Tensor empty_like(const Tensor& t) {
+  return empty(t.sizes(), {.dtype = t.dtype(), .device = t.device()});
+}
+
+Tensor empty_like(const Tensor& t, const TensorOptions& opts) { return empty(t.sizes(), opts); }
+
+Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
+  Tensor t = empty(shape, {.dtype = opts.dtype, .device = opts.device});
+  if (!t.is_fake()) detail::fill_impl(t, value);
+  return finish(t, opts);
+}
+Tensor zeros(const Shape& shape, const TensorOptions& opts) { return full(shape, 0, opts); }
+Tensor ones(const Shape& shape, const TensorOptions& opts) { return full(shape, 1, opts); }
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
+Tensor full_like(const Tensor& t, double value) {
+  return full(t.sizes(), value, {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor scalar_tensor(double value, const TensorOptions& opts) { return full({}, value, opts); }
+
+namespace {
+// Fills a host buffer of `opts.dtype` from f(i) and moves it to the device.
+template <typename F>
+Tensor generate(const Shape& shape, const TensorOptions& opts, const char* op, F&& f) {
+  check_sizes(shape, op);
+  if (t_fake_mode) return fake_empty(shape, opts);
+  Tensor host = empty(shape, {.dtype = opts.dtype});
+  int64_t n = host.numel();
+  visit_dtype(opts.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = n ? host.data_ptr<T>() : nullptr;
+    for (int64_t i = 0; i < n; ++i) p[i] = T(f(i));
+  });
+  Tensor out = opts.device.is_cpu() ? host : host.to(opts.device);
+  return finish(out, opts);
+}
+}  // namespace
+
+Tensor arange(double end, const TensorOptions& opts) { return arange(0, end, 1, opts); }
+
+Tensor arange(double start, double end, double step, const TensorOptions& opts) {
+  MT_CHECK(step != 0, "[arange] step must be non-zero");
+  MT_CHECK(std::isfinite(start) && std::isfinite(end), "[arange] start and end must be finite");
+  MT_CHECK((end - start) / step >= 0,
+           "[arange] the range from {} to {} with step {} goes the wrong way; use a step of "
+           "the other sign",
+           start, end, step);
+  auto n = int64_t(std::ceil((end - start) / step));
+  return generate({n}, opts, "arange", [&](int64_t i) { return start + double(i) * step; });
+}
+
+Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts) {
+  MT_CHECK(steps >= 0, "[linspace] steps must be >= 0, got {}", steps);
+  double step = steps > 1 ? (end - start) / double(steps - 1) : 0;
+  return generate({steps}, opts, "linspace", [&](int64_t i) {
+    // the second half counts back from `end` so the last value is exact, as PyTorch does
+    return i < steps / 2 ? start + double(i) * step : end - double(steps - 1 - i) * step;
+  });
+}
+
+// ---- random ------------------------------------------------------------------------
+
+uint64_t philox_like_hash(uint64_t seed, uint64_t counter) {
+  // splitmix64 over a key that mixes the seed and the counter; passes BigCrush as a
+  // counter-based generator and is three multiplies on any device.
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+std::mutex g_gen_mutex;
+double uniform01(uint64_t bits) { return double(bits >> 11) * 0x1.0p-53; }
+}  // namespace
+
+Generator& default_generator() {
+  static Generator g(0);
+  return g;
+}
+
+void manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(g_gen_mutex);
+  default_generator().manual_seed(seed);
+}
+
+Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
+  MT_CHECK(is_floating(opts.dtype), "[rand] needs a floating dtype, got {}", opts.dtype);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t seed, base;
+  {
+    std::lock_guard<std::mutex> lock(g_gen_mutex);
+    seed = g.seed();
+    base = g.advance(uint64_t(shape_numel(shape)));
+  }
+  return generate(shape, opts, "rand",
+                  [&](int64_t i) { return uniform01(philox_like_hash(seed, base + uint64_t(i))); });
+}
+
+Tensor randn(const Shape& shape, const TensorOptions& opts, Generator* gen) {
+  MT_CHECK(is_floating(opts.dtype), "[randn] needs a floating dtype, got {}", opts.dtype);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t seed, base;
+  {
+    std::lock_guard<std::mutex> lock(g_gen_mutex);
+    seed = g.seed();
+    base = g.advance(2 * uint64_t(shape_numel(shape)));
+  }
+  return generate(shape, opts, "randn", [&](int64_t i) {
+    // Box-Muller on two counters per element
+    double u1 = uniform01(philox_like_hash(seed, base + 2 * uint64_t(i)));
+    double u2 = uniform01(philox_like_hash(seed, base + 2 * uint64_t(i) + 1));
+    return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);
+  });
+}
+
+// ---- host values -------------------------------------------------------------------
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, const TensorOptions& opts) {
+  check_sizes(shape, "from_vector");
+  MT_CHECK(int64_t(values.size()) == shape_numel(shape),
+           "[from_vector] {} values cannot fill shape {} ({} elements)", values.size(), shape,
+           shape_numel(shape));
+  Tensor host = empty(shape, {.dtype = dtype_v<T>});
+  if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  Tensor out = host;
+  if (opts.dtype != dtype_v<T>) out = out.to(opts.dtype);
+  if (!opts.device.is_cpu()) out = out.to(opts.device);
+  return finish(out, opts);
+}
+
+template Tensor from_vector(const std::vector<float>&, const Shape&, const TensorOptions&);
+template Tensor from_vector(const std::vector<double>&, const Shape&, const TensorOptions&);
+template Tensor from_vector(const std::vector<Half>&, const Shape&, const TensorOptions&);
+template Tensor from_vector(const std::vector<BFloat16>&, const Shape&, const TensorOptions&);
+template Tensor from_vector(const std::vector<int64_t>&, const Shape&, const TensorOptions&);
+
+Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter,
+                 Device device) {
+  return from_blob(data, shape, contiguous_strides(shape), dtype, std::move(deleter), device);
+}
+
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
+                 std::function<void(void*)> deleter, Device device) {
+  check_sizes(shape, "from_blob");
+  MT_CHECK(shape.size() == strides.size(),
+           "[from_blob] shape {} and strides {} have different lengths", shape, strides);
+  MT_CHECK(data != nullptr || shape_numel(shape) == 0,
+           "[from_blob] data is null but shape {} has elements", shape);
+  int64_t extent = storage_extent(shape, strides);
+  auto storage = std::make_shared<StorageImpl>(data, size_t(extent) * dtype_size(dtype), device,
+                                               std::move(deleter));
+  return detail::make_tensor(std::move(storage), shape, strides, 0, dtype, device);
+}
+
+// ---- comparisons -------------------------------------------------------------------
+
+namespace detail {
+std::vector<double> to_double_vector(const Tensor& t) { return t.to_vector<double>(); }
+}  // namespace detail
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.sizes() == b.sizes(), "[max_abs_diff] shapes differ: {} vs {}", a.sizes(), b.sizes());
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double d = std::abs(x[i] - y[i]);
+    if (std::isnan(d)) return d;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  if (a.sizes() != b.sizes()) return false;
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) {
+      if (equal_nan && std::isnan(x[i]) && std::isnan(y[i])) continue;
+      return false;
+    }
+    if (x[i] == y[i]) continue;  // equal infinities
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) return false;
+  }
+  return true;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  return a.to_vector<double>() == b.to_vector<double>();
+}
+
+}  // namespace mt

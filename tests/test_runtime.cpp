@@ -1,0 +1,424 @@
+// The runtime core: dtypes, devices, storage, views, copies, factories, printing, errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "minitensor.h"
+#include "tests/helpers.h"
+#include "runtime/view.h"
+
+using namespace mt;
+
+namespace {
+std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+}  // namespace
+
+TEST_CASE("dtype: sizes, names and promotion") {
+  CHECK(dtype_size(DType::Float32) == 4);
+  CHECK(dtype_size(DType::Float64) == 8);
+  CHECK(dtype_size(DType::Float16) == 2);
+  CHECK(dtype_size(DType::BFloat16) == 2);
+  CHECK(dtype_size(DType::Int64) == 8);
+  CHECK(dtype_size(DType::Bool) == 1);
+  CHECK(dtype_name(DType::BFloat16) == "bfloat16");
+  CHECK(parse_dtype("float16") == DType::Float16);
+  CHECK(parse_dtype("bf16") == DType::BFloat16);
+  CHECK_THROWS_WITH_AS(parse_dtype("float8"),
+                       "[dtype] unknown dtype 'float8'; expected one of float32, float64, "
+                       "float16, bfloat16, int64, bool",
+                       Error);
+  CHECK(promote_types(DType::Int64, DType::Float32) == DType::Float32);
+  CHECK(promote_types(DType::Float32, DType::Float64) == DType::Float64);
+  CHECK(promote_types(DType::Float16, DType::BFloat16) == DType::Float32);
+  CHECK(promote_types(DType::Bool, DType::Int64) == DType::Int64);
+  CHECK(promote_types(DType::Float16, DType::Int64) == DType::Float16);
+}
+
+TEST_CASE("dtype: float16 rounds to nearest even, with subnormals, inf and nan") {
+  CHECK(Half(1.0f).bits == 0x3c00);
+  CHECK(Half(-2.0f).bits == 0xc000);
+  CHECK(Half(65504.0f).bits == 0x7bff);             // largest finite
+  CHECK(Half(65520.0f).bits == 0x7c00);             // rounds to inf
+  CHECK(Half(std::ldexp(1.0f, -24)).bits == 0x0001);  // smallest subnormal
+  CHECK(Half(std::ldexp(1.0f, -25)).bits == 0x0000);  // halfway to zero: ties to even
+  CHECK(Half(std::ldexp(3.0f, -26)).bits == 0x0001);  // above halfway
+  CHECK(Half(1.0f + std::ldexp(1.0f, -11)).bits == 0x3c00);  // tie -> even
+  CHECK(Half(1.0f + 3 * std::ldexp(1.0f, -11)).bits == 0x3c02);  // tie -> even (up)
+  CHECK(std::isnan(float(Half(NAN))));
+  CHECK(float(Half(INFINITY)) == INFINITY);
+  // every finite half survives a round trip through float
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    uint16_t h = uint16_t(b);
+    if ((h & 0x7c00) == 0x7c00) continue;
+    CHECK_MESSAGE(Half::from_float(Half::to_float(h)) == h, "bits ", b);
+  }
+}
+
+TEST_CASE("dtype: bfloat16 keeps float32's range and rounds to nearest even") {
+  CHECK(BFloat16(1.0f).bits == 0x3f80);
+  CHECK(float(BFloat16(3.0e38f)) > 2.9e38f);
+  CHECK(BFloat16(1.0f + std::ldexp(1.0f, -8)).bits == 0x3f80);      // tie -> even
+  CHECK(BFloat16(1.0f + 3 * std::ldexp(1.0f, -8)).bits == 0x3f82);  // tie -> even (up)
+  CHECK(std::isnan(float(BFloat16(NAN))));
+}
+
+TEST_CASE("device: parse and print") {
+  CHECK(Device("cpu").str() == "cpu");
+  CHECK(Device("cuda") == Device(DeviceType::CUDA, 0));
+  CHECK(Device("cuda:1").index == 1);
+  CHECK(Device("cuda:1").str() == "cuda:1");
+  CHECK(fmt::format("{}", Device("cuda:3")) == "cuda:3");
+  CHECK_THROWS_WITH_AS(Device("gpu"),
+                       "[device] cannot parse device 'gpu'; expected 'cpu', 'cuda' or 'cuda:N' "
+                       "with N >= 0",
+                       Error);
+  CHECK_THROWS_AS(Device("cuda:"), Error);
+  CHECK_THROWS_AS(Device("cuda:-1"), Error);
+  CHECK_THROWS_AS(Device("cuda:1x"), Error);
+  CHECK_THROWS_AS(Device("cpu:1"), Error);
+}
+
+TEST_CASE("dispatch keys: highest wins, set algebra") {
+  DispatchKeySet s{DispatchKey::CPU, DispatchKey::Autograd};
+  CHECK(s.highest() == DispatchKey::Autograd);
+  CHECK(s.below(DispatchKey::Autograd) == DispatchKeySet(DispatchKey::CPU));
+  CHECK(s.remove(DispatchKey::Autograd).highest() == DispatchKey::CPU);
+  CHECK(s.str() == "{Autograd, CPU}");
+  CHECK((s | DispatchKey::Trace).highest() == DispatchKey::Trace);
+  CHECK((s - s).empty());
+}
+
+TEST_CASE("storage: the CPU allocator aligns to 64 bytes; views share one version counter") {
+  Tensor t = empty({3, 5});
+  CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64 == 0);
+  Tensor v = t.transpose(0, 1);
+  CHECK(v.storage() == t.storage());
+  uint32_t before = t.version();
+  v.fill_(1);
+  CHECK(t.version() == before + 1);
+  CHECK(v.version() == t.version());
+}
+
+TEST_CASE("tensor: metadata of a fresh tensor") {
+  Tensor t = zeros({2, 3, 4});
+  CHECK(t.dim() == 3);
+  CHECK(t.numel() == 24);
+  CHECK(t.sizes() == Shape{2, 3, 4});
+  CHECK(t.strides() == Shape{12, 4, 1});
+  CHECK(t.size(-1) == 4);
+  CHECK(t.stride(0) == 12);
+  CHECK(t.is_contiguous());
+  CHECK(t.dtype() == DType::Float32);
+  CHECK(t.device() == kCPU);
+  CHECK(t.nbytes() == 96);
+  CHECK(t.key_set() == DispatchKeySet(DispatchKey::CPU));
+  CHECK_THROWS_WITH_AS(t.size(3),
+                       "[size] dimension 3 is out of range for a 3-d tensor (expected a value in "
+                       "[-3, 2])",
+                       Error);
+  Tensor undefined;
+  CHECK_FALSE(undefined.defined());
+  CHECK_THROWS_AS(undefined.numel(), Error);
+}
+
+TEST_CASE("tensor: data_ptr<T> is checked against the dtype") {
+  Tensor t = zeros({2});
+  CHECK(t.data_ptr<float>() != nullptr);
+  CHECK_THROWS_WITH_AS(t.data_ptr<double>(),
+                       "[data_ptr] data_ptr<T>() with T of dtype float64 was called on a float32 "
+                       "tensor; use the matching T or convert first with .to(mt::DType::...)",
+                       Error);
+}
+
+TEST_CASE("factories: negative sizes are refused") {
+  CHECK_THROWS_WITH_AS(empty({2, -1}),
+                       "[empty] negative size -1 in shape [2, -1]; sizes must be >= 0", Error);
+  CHECK_THROWS_AS(zeros({-3}), Error);
+  CHECK_THROWS_WITH_AS(empty(Shape(9, 1)), "[shape] tensors have at most 8 dimensions, got 9",
+                       Error);
+}
+
+TEST_CASE("factories: every factory makes the values it promises") {
+  CHECK(vals(zeros({3})) == std::vector<double>{0, 0, 0});
+  CHECK(vals(ones({2}, {.dtype = DType::Int64})) == std::vector<double>{1, 1});
+  CHECK(vals(full({2, 2}, 2.5)) == std::vector<double>{2.5, 2.5, 2.5, 2.5});
+  CHECK(vals(arange(5)) == std::vector<double>{0, 1, 2, 3, 4});
+  CHECK(vals(arange(1, 2, 0.25, {.dtype = DType::Float64})) ==
+        std::vector<double>{1, 1.25, 1.5, 1.75});
+  CHECK(vals(arange(5, 0, -2)) == std::vector<double>{5, 3, 1});
+  CHECK_THROWS_AS(arange(0, 5, -1), Error);
+  CHECK(vals(linspace(0, 1, 5, {.dtype = DType::Float64})) ==
+        std::vector<double>{0, 0.25, 0.5, 0.75, 1});
+  CHECK(linspace(0, 1, 0).numel() == 0);
+  CHECK(vals(scalar_tensor(7)) == std::vector<double>{7});
+  CHECK(scalar_tensor(7).dim() == 0);
+  Tensor e = empty_like(zeros({4, 2}, {.dtype = DType::Float64}));
+  CHECK(e.sizes() == Shape{4, 2});
+  CHECK(e.dtype() == DType::Float64);
+  CHECK(vals(full_like(e, -1)) == std::vector<double>(8, -1));
+  Tensor v = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(v.sizes() == Shape{2, 3});
+  CHECK_THROWS_WITH_AS(v.item<double>(),
+                       "[item] item() needs a tensor with exactly one element, but this one has "
+                       "shape [2, 3] (6 elements); index or reduce it first",
+                       Error);
+  CHECK(v.select(0, 1).select(0, 2).item<double>() == 6);
+  CHECK_THROWS_AS(from_vector<float>({1, 2, 3}, {2, 2}), Error);
+  Tensor f = from_vector<float>({1, 2}, {2}, {.dtype = DType::Float64});
+  CHECK(f.dtype() == DType::Float64);
+}
+
+TEST_CASE("factories: rand and randn repeat for the same seed and look right") {
+  manual_seed(42);
+  Tensor a = rand({1000});
+  Tensor an = randn({2000}, {.dtype = DType::Float64});
+  manual_seed(42);
+  Tensor b = rand({1000});
+  Tensor bn = randn({2000}, {.dtype = DType::Float64});
+  CHECK(equal(a, b));
+  CHECK(equal(an, bn));
+  Tensor c = rand({1000});
+  CHECK_FALSE(equal(a, c));  // the generator advanced
+  auto u = vals(a);
+  double mean = 0;
+  for (double x : u) {
+    CHECK(x >= 0);
+    CHECK(x < 1);
+    mean += x / double(u.size());
+  }
+  CHECK(mean == doctest::Approx(0.5).epsilon(0.05));
+  auto n = vals(an);
+  double m = 0, var = 0;
+  for (double x : n) m += x / double(n.size());
+  for (double x : n) var += (x - m) * (x - m) / double(n.size());
+  CHECK(std::abs(m) < 0.1);
+  CHECK(var == doctest::Approx(1.0).epsilon(0.1));
+  Generator g(7), h(7);
+  CHECK(equal(rand({5}, {}, &g), rand({5}, {}, &h)));
+  CHECK_THROWS_AS(rand({2}, {.dtype = DType::Int64}), Error);
+}
+
+TEST_CASE("from_blob wraps user memory without copying and runs the deleter once") {
+  std::vector<float> buf{1, 2, 3, 4, 5, 6};
+  int deleted = 0;
+  {
+    Tensor t = from_blob(buf.data(), {2, 3}, DType::Float32, [&](void*) { ++deleted; });
+    CHECK(t.data_ptr() == buf.data());
+    t.select(0, 0).fill_(9);
+    Tensor col = from_blob(buf.data(), {3}, {2}, DType::Float32);  // every other element
+    CHECK(vals(col) == std::vector<double>{9, 9, 5});
+  }
+  CHECK(deleted == 1);
+  CHECK(buf[0] == 9);
+  CHECK(buf[3] == 4);
+}
+
+TEST_CASE("views: strides and values against hand-computed ones") {
+  Tensor x = arange(24, {.dtype = DType::Float64}).view({2, 3, 4});
+  SUBCASE("transpose") {
+    Tensor t = x.transpose(0, 2);
+    CHECK(t.sizes() == Shape{4, 3, 2});
+    CHECK(t.strides() == Shape{1, 4, 12});
+    CHECK_FALSE(t.is_contiguous());
+    CHECK(t.storage() == x.storage());
+    CHECK(vals(t.select(0, 1).select(0, 2)) == std::vector<double>{9, 21});
+  }
+  SUBCASE("permute") {
+    Tensor p = x.permute({2, 0, 1});
+    CHECK(p.sizes() == Shape{4, 2, 3});
+    CHECK(p.strides() == Shape{1, 12, 4});
+    CHECK_THROWS_WITH_AS(x.permute({0, 0, 1}), "[permute] dimension 0 appears twice in [0, 0, 1]",
+                         Error);
+  }
+  SUBCASE("slice with step, narrow, select") {
+    Tensor s = x.slice(2, 1, 4, 2);  // columns 1 and 3
+    CHECK(s.sizes() == Shape{2, 3, 2});
+    CHECK(s.strides() == Shape{12, 4, 2});
+    CHECK(s.storage_offset() == 1);
+    CHECK(vals(s.select(0, 1).select(0, 2)) == std::vector<double>{21, 23});
+    Tensor n = x.narrow(1, 1, 2);
+    CHECK(n.sizes() == Shape{2, 2, 4});
+    CHECK(n.storage_offset() == 4);
+    CHECK(x.slice(0, -1, 100).sizes() == Shape{1, 3, 4});
+    CHECK_THROWS_WITH_AS(x.narrow(1, 2, 2),
+                         "[narrow] start 2 and length 2 are out of range for dimension 1 of "
+                         "size 3",
+                         Error);
+    CHECK_THROWS_WITH_AS(x.select(1, 3),
+                         "[select] index 3 is out of range for dimension 1 of size 3", Error);
+    CHECK(vals(x.select(-1, -1).select(0, 0)) == std::vector<double>{3, 7, 11});
+  }
+  SUBCASE("view of a view, and a view that cannot exist") {
+    CHECK(x.view({6, 4}).view({-1}).sizes() == Shape{24});
+    CHECK(x.view({4, -1}).sizes() == Shape{4, 6});
+    Tensor t = x.transpose(1, 2);  // [2, 4, 3], strides [12, 1, 4]
+    CHECK_THROWS_WITH_AS(t.view({2, 12}),
+                         "[view] a tensor of shape [2, 4, 3] with strides [12, 1, 4] cannot be "
+                         "viewed as shape [2, 12]: its elements are not laid out compatibly; use "
+                         ".reshape() (which copies when it must) or .contiguous().view()",
+                         Error);
+    CHECK(t.view({2, 4, 3, 1}).strides() == Shape{12, 1, 4, 4});  // as torch computes it
+    CHECK_THROWS_AS(t.view({8, 3}), Error);  // batch and rows do not merge either
+
+  }
+  SUBCASE("expand, squeeze, unsqueeze, flatten") {
+    Tensor col = arange(3).view({3, 1});
+    Tensor e = col.expand({2, 3, 4});
+    CHECK(e.strides() == Shape{0, 1, 0});
+    CHECK(vals(e.select(0, 1).select(0, 2)) == std::vector<double>{2, 2, 2, 2});
+    CHECK(col.expand({-1, 5}).sizes() == Shape{3, 5});
+    CHECK_THROWS_WITH_AS(col.expand({4, 4}),
+                         "[expand] cannot expand shape [3, 1] to [4, 4]: dimension 0 has size 3, "
+                         "and only size-1 dimensions can be expanded",
+                         Error);
+    CHECK(col.squeeze().sizes() == Shape{3});
+    CHECK(col.squeeze(0).sizes() == Shape{3, 1});
+    CHECK(col.unsqueeze(0).sizes() == Shape{1, 3, 1});
+    CHECK(col.unsqueeze(-1).sizes() == Shape{3, 1, 1});
+    CHECK(x.flatten().sizes() == Shape{24});
+    CHECK(x.flatten(1).sizes() == Shape{2, 12});
+    CHECK(x.flatten(0, 1).sizes() == Shape{6, 4});
+  }
+}
+
+TEST_CASE("reshape views when it can and copies when it must") {
+  Tensor x = arange(12, {.dtype = DType::Float64}).view({3, 4});
+  Tensor r = x.reshape({2, 6});
+  CHECK(r.storage() == x.storage());
+  Tensor t = x.t();  // [4, 3], strides [1, 4]
+  Tensor c = t.reshape({12});
+  CHECK(c.storage() != x.storage());
+  CHECK(vals(c) == std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11});
+}
+
+TEST_CASE("contiguous copies only when needed; clone always copies") {
+  Tensor x = arange(6).view({2, 3});
+  CHECK(x.contiguous().is_same(x));
+  Tensor t = x.t();
+  Tensor c = t.contiguous();
+  CHECK_FALSE(c.is_same(t));
+  CHECK(c.is_contiguous());
+  CHECK(vals(c) == std::vector<double>{0, 3, 1, 4, 2, 5});
+  Tensor k = x.clone();
+  CHECK(k.storage() != x.storage());
+  CHECK(equal(k, x));
+}
+
+TEST_CASE("copy_ between layouts and dtypes, with broadcasting") {
+  Tensor src = arange(6, {.dtype = DType::Float64}).view({2, 3});
+  Tensor dst = zeros({3, 2}, {.dtype = DType::Float16}).t();  // non-contiguous destination
+  dst.copy_(src);
+  CHECK(vals(dst) == vals(src));
+  Tensor row = from_vector<double>({1, 2, 3});
+  Tensor b = zeros({2, 3}, {.dtype = DType::Int64});
+  b.copy_(row);
+  CHECK(vals(b) == std::vector<double>{1, 2, 3, 1, 2, 3});
+  CHECK_THROWS_WITH_AS(b.copy_(zeros({4})),
+                       "[copy_] shapes [2, 3] and [4] cannot be broadcast: dimension 1 has sizes 3 "
+                       "and 4; sizes must match or one of them must be 1",
+                       Error);
+  CHECK_THROWS_WITH_AS(row.copy_(b),
+                       "[copy_] cannot copy a tensor of shape [2, 3] into one of shape [3]: the "
+                       "source must have the destination's shape or broadcast to it",
+                       Error);
+  Tensor flags = zeros({3}, {.dtype = DType::Bool});
+  flags.copy_(from_vector<double>({0, 0.5, -2}));
+  CHECK(vals(flags) == std::vector<double>{0, 1, 1});
+}
+
+TEST_CASE("to(dtype) converts with rounding, and is a no-op for the same dtype") {
+  Tensor x = from_vector<double>({1.0 / 3, 1e-8, 70000, -2.5});
+  CHECK(x.to(DType::Float64).is_same(x));
+  auto h = vals(x.to(DType::Float16));
+  CHECK(h[0] == double(float(Half(float(1.0 / 3)))));
+  CHECK(h[1] == 0);  // below float16's smallest subnormal
+  CHECK(std::isinf(h[2]));
+  CHECK(h[3] == -2.5);
+  auto bf = vals(x.to(DType::BFloat16));
+  CHECK(bf[2] == 70144);  // bfloat16 keeps 8 bits of mantissa
+  CHECK(vals(from_vector<double>({2.7, -1.2}).to(DType::Int64)) == std::vector<double>{2, -1});
+}
+
+TEST_CASE("printing looks like PyTorch, with shape, dtype and device") {
+  CHECK(from_vector<float>({1, 2, 3}).str() == "tensor([1., 2., 3.], shape=[3], dtype=float32)");
+  CHECK(from_vector<double>({0.5, -1.25, 3}, {3}).str() ==
+        "tensor([ 0.5000, -1.2500,  3.0000], shape=[3], dtype=float64)");
+  CHECK(arange(6, {.dtype = DType::Int64}).view({2, 3}).str() ==
+        "tensor([[0, 1, 2],\n        [3, 4, 5]], shape=[2, 3], dtype=int64)");
+  CHECK(from_vector<double>({1e-6, 1}).str() ==
+        "tensor([1.0000e-06, 1.0000e+00], shape=[2], dtype=float64)");
+  CHECK(scalar_tensor(2.5).str() == "tensor(2.5000, shape=[], dtype=float32)");
+  CHECK(zeros({0, 3}).str() == "tensor([], shape=[0, 3], dtype=float32)");
+  CHECK(zeros({2}, {.dtype = DType::Bool}).str() ==
+        "tensor([False, False], shape=[2], dtype=bool)");
+  CHECK(zeros({2, 1, 2}).str() ==
+        "tensor([[[0., 0.]],\n\n        [[0., 0.]]], shape=[2, 1, 2], dtype=float32)");
+  std::string big = arange(2000).str();
+  CHECK(big == "tensor([   0.,    1.,    2., ..., 1997., 1998., 1999.], shape=[2000], "
+               "dtype=float32)");
+  Tensor m = arange(40 * 40).view({40, 40});
+  std::string ms = m.str();
+  CHECK(ms.find("...") != std::string::npos);
+  CHECK(ms.find("1599.") != std::string::npos);
+  CHECK(ms.find("800.") == std::string::npos);  // the middle is elided
+  CHECK(fmt::format("{}", ones({1})) == "tensor([1.], shape=[1], dtype=float32)");
+  std::ostringstream os;
+  os << ones({1});
+  CHECK(os.str() == "tensor([1.], shape=[1], dtype=float32)");
+}
+
+TEST_CASE("fake tensors carry metadata only; reading their data is an error") {
+  Tensor f;
+  {
+    FakeMode mode;
+    f = zeros({2, 3}, {.device = Device("cuda:0")});  // works without a GPU
+  }
+  CHECK(f.is_fake());
+  CHECK(f.device() == Device("cuda:0"));
+  CHECK(f.key_set() == DispatchKeySet(DispatchKey::Fake));
+  CHECK(f.str() == "tensor(<fake>, shape=[2, 3], dtype=float32, device=cuda:0)");
+  CHECK_THROWS_WITH_AS(f.data_ptr(),
+                       "[data_ptr] cannot read the data of a fake tensor (shape [2, 3], float32, "
+                       "cuda:0): fake tensors carry only metadata; run the op on a real tensor to "
+                       "get values",
+                       Error);
+  CHECK_THROWS_AS(f.to_vector<float>(), Error);
+  Tensor g = fake_like(zeros({4, 5}).t());
+  CHECK(g.strides() == Shape{1, 5});
+  CHECK(g.transpose(0, 1).is_fake());
+  CHECK_FALSE(FakeMode::enabled());
+}
+
+TEST_CASE("requires_grad: only floating tensors, and detach drops it") {
+  Tensor x = zeros({2});
+  x.requires_grad_();
+  CHECK(x.requires_grad());
+  CHECK(x.is_leaf());
+  CHECK(x.key_set() == DispatchKeySet({DispatchKey::Autograd, DispatchKey::CPU}));
+  Tensor d = x.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.storage() == x.storage());
+  CHECK_THROWS_WITH_AS(zeros({2}, {.dtype = DType::Int64}).requires_grad_(),
+                       "[requires_grad_] only floating-point tensors can require gradients, but "
+                       "this tensor is int64; convert it first with .to(mt::DType::Float32)",
+                       Error);
+  CHECK(ones({1}, {.requires_grad = true}).requires_grad());
+}
+
+TEST_CASE("allclose, max_abs_diff and equal") {
+  Tensor a = from_vector<double>({1, 2, 3});
+  Tensor b = from_vector<double>({1, 2, 3.000001});
+  CHECK(allclose(a, b));
+  CHECK_FALSE(allclose(a, b, 0, 1e-9));
+  CHECK(max_abs_diff(a, b) == doctest::Approx(1e-6));
+  CHECK_FALSE(equal(a, b));
+  CHECK(equal(a, a.clone()));
+  CHECK_FALSE(equal(a, a.to(DType::Float32)));
+  Tensor n = from_vector<double>({NAN});
+  CHECK_FALSE(allclose(n, n));
+  CHECK(allclose(n, n, 1e-5, 1e-8, true));
+  CHECK_FALSE(allclose(a, zeros({2})));
+}
