@@ -1,0 +1,487 @@
+#include "dispatcher/dispatcher.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace mt {
+
+// Note [Dispatch table publication]
+// A call reads an operator's table through one atomic pointer load and takes no lock.
+// Registrations happen under Dispatcher::mutex_: they edit the per-key registration
+// lists, build a complete new table and publish it with a release store. Old tables
+// are kept (in OperatorEntry::tables_) for the life of the process: a thread may still
+// be running a kernel it read from one, and the table's KernelFunctions own the kernels'
+// functors, so a kernel stays alive while any call can still reach it. Registrations
+// are rare (start-up, tests), so the memory this keeps is small.
+
+namespace detail {
+std::atomic<bool> g_trace_dispatch{false};
+namespace {
+thread_local int t_trace_depth = 0;
+}
+TraceDepth::TraceDepth() { ++t_trace_depth; }
+TraceDepth::~TraceDepth() { --t_trace_depth; }
+}  // namespace detail
+
+// ---- KernelFunction ------------------------------------------------------------------
+
+KernelFunction KernelFunction::boxed(BoxedKernelFn fn) {
+  KernelFunction k;
+  k.kind_ = Kind::Boxed;
+  k.boxed_fn_ = std::make_shared<BoxedKernelFn>(std::move(fn));
+  return k;
+}
+
+KernelFunction KernelFunction::fallthrough() {
+  KernelFunction k;
+  k.kind_ = Kind::Fallthrough;
+  return k;
+}
+
+void KernelFunction::call_boxed(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) const {
+  if (kind_ == Kind::Boxed) return (*boxed_fn_)(op, ks, stack);
+  MT_ASSERT(boxed_ != nullptr, "kernel of kind {} has no boxed entry", int(kind_));
+  boxed_(functor_.get(), op, ks, stack);
+}
+
+namespace detail {
+
+std::string InferredSignature::str() const {
+  auto join = [](const std::vector<SchemaType>& ts) {
+    std::string s;
+    for (size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + ts[i].str();
+    return s;
+  };
+  std::string r = join(returns);
+  if (returns.size() != 1) r = "(" + r + ")";
+  return "(" + join(args) + ") -> " + r;
+}
+
+namespace {
+bool same_type(const SchemaType& a, const SchemaType& b) {
+  return a.kind == b.kind && a.is_list == b.is_list && a.is_optional == b.is_optional;
+}
+}  // namespace
+
+bool InferredSignature::matches(const FunctionSchema& s) const {
+  if (args.size() != s.arguments.size() || returns.size() != s.returns.size()) return false;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (!same_type(args[i], s.arguments[i].type)) return false;
+  for (size_t i = 0; i < returns.size(); ++i)
+    if (!same_type(returns[i], s.returns[i].type)) return false;
+  return true;
+}
+
+void check_signature(const OperatorEntry& e, const InferredSignature& sig, const char* what) {
+  MT_CHECK(e.has_schema(),
+           "[{}] '{}' has kernels but no schema yet; define it first with m.def(\"...\") or "
+           "mt::custom_op",
+           what, e.name().str());
+  MT_CHECK(sig.matches(e.schema()),
+           "[{}] the C++ signature {} does not match the schema of '{}': {}; change the C++ "
+           "types to match the schema",
+           what, sig.str(), e.name().str(), e.schema().str());
+}
+
+}  // namespace detail
+
+// ---- OperatorEntry -------------------------------------------------------------------
+
+const FunctionSchema& OperatorEntry::schema() const {
+  MT_CHECK(schema_.has_value(),
+           "[dispatcher] '{}' has kernels registered but no schema; define it with "
+           "MT_LIBRARY({}, m) {{ m.def(\"{}(...) -> ...\"); }} or mt::custom_op",
+           name_.str(), name_.ns, name_.name);
+  return *schema_;
+}
+
+void OperatorEntry::rebuild(const std::array<KernelFunction, kNumDispatchKeys>& fallbacks,
+                            const std::array<std::string, kNumDispatchKeys>& fallback_debug) {
+  auto t = std::make_unique<DispatchTable>();
+  uint64_t dispatchable = 0;
+  for (int k = 0; k < kNumDispatchKeys; ++k) {
+    if (!kernels_[size_t(k)].empty()) {
+      const Registration& r = kernels_[size_t(k)].front();
+      t->kernels[size_t(k)] = r.kernel;
+      t->origin[size_t(k)] = 1;
+      t->debug[size_t(k)] = r.debug;
+    } else if (fallbacks[size_t(k)].is_valid()) {
+      t->kernels[size_t(k)] = fallbacks[size_t(k)];
+      t->origin[size_t(k)] = 2;
+      t->debug[size_t(k)] = fallback_debug[size_t(k)];
+    }
+    if (t->kernels[size_t(k)].kind() != KernelFunction::Kind::Fallthrough)
+      dispatchable |= uint64_t(1) << k;
+  }
+  t->dispatchable = DispatchKeySet(dispatchable);
+  table_.store(t.get(), std::memory_order_release);
+  tables_.push_back(std::move(t));
+}
+
+namespace {
+std::string_view kind_word(const DispatchTable& t, int k) {
+  const KernelFunction& f = t.kernels[size_t(k)];
+  if (f.kind() == KernelFunction::Kind::Missing) return "missing";
+  if (f.kind() == KernelFunction::Kind::Fallthrough) return "fallthrough";
+  return t.origin[size_t(k)] == 2 ? "fallback" : "kernel";
+}
+}  // namespace
+
+std::string OperatorEntry::dump_table() const {
+  const DispatchTable& t = table();
+  std::string out = name_.str() + "\n";
+  for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
+    std::string_view word = kind_word(t, k);
+    std::string line = fmt::format("  {:<9} {}", dispatch_key_name(DispatchKey(k)), word);
+    if (word != "missing") line = fmt::format("{:<24} [{}]", line, t.debug[size_t(k)]);
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string OperatorEntry::dump() const {
+  std::string out = fmt::format("name: {}\n", name_.str());
+  if (schema_) {
+    out += fmt::format("schema: {}\n  registered at {}\n", schema_->str(), schema_debug_);
+  } else {
+    out += "schema: (none)\n";
+  }
+  for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
+    bool first = true;
+    for (const Registration& r : kernels_[size_t(k)]) {
+      const char* what = r.kernel.kind() == KernelFunction::Kind::Fallthrough ? "fallthrough"
+                         : r.kernel.kind() == KernelFunction::Kind::Boxed     ? "boxed kernel"
+                                                                              : "kernel";
+      out += fmt::format("{}: {} registered at {}{}\n", dispatch_key_name(DispatchKey(k)), what,
+                         r.debug, first ? "" : " (inactive)");
+      first = false;
+    }
+  }
+  return out;
+}
+
+namespace detail {
+
+void report_missing_kernel(const OperatorEntry& e, DispatchKey k) {
+  const DispatchTable& t = e.table();
+  std::string name = e.name().str();
+  if (k == DispatchKey::Fake) {
+    MT_ERROR("'{}' has no Fake kernel; register one with register_fake (or m.impl(\"{}\", ...) "
+             "in MT_LIBRARY_IMPL({}, Fake, m)), so that it can run on fake tensors.\n{}",
+             name, e.name().name, e.name().ns, e.dump_table());
+  }
+  std::vector<std::string_view> have;
+  for (int i = 0; i < kNumDispatchKeys; ++i)
+    if (t.origin[size_t(i)] == 1 && t.kernels[size_t(i)].kind() != KernelFunction::Kind::Fallthrough)
+      have.push_back(dispatch_key_name(DispatchKey(i)));
+  MT_ERROR("Could not run '{}' with arguments from the '{}' backend. '{}' is only available for "
+           "these backends: [{}].\n{}",
+           name, dispatch_key_name(k), name, fmt::join(have, ", "), e.dump_table());
+}
+
+void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool redispatch) {
+  const DispatchTable& t = e.table();
+  Dispatcher::singleton().log(fmt::format("{}[{}] {} keys={} -> {} {} [{}]",
+                               std::string(size_t(2 * t_trace_depth), ' '),
+                               redispatch ? "redispatch" : "call", e.name().str(), ks.str(),
+                               dispatch_key_name(k), kind_word(t, int(k)), t.debug[size_t(k)]));
+}
+
+}  // namespace detail
+
+// ---- OperatorHandle (boxed) ----------------------------------------------------------
+
+namespace {
+Value default_to_value(const DefaultValue& d) {
+  return std::visit([](const auto& v) -> Value {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::monostate>) return Value();
+    else return Value(v);
+  }, d);
+}
+}  // namespace
+
+void OperatorHandle::call_boxed(Stack* stack) const {
+  const FunctionSchema& s = entry_->schema();
+  size_t want = s.arguments.size();
+  MT_CHECK(stack->size() <= want, "[call_boxed] '{}' takes {} arguments but {} were given",
+           name().str(), want, stack->size());
+  for (size_t i = stack->size(); i < want; ++i) {
+    const Argument& a = s.arguments[i];
+    MT_CHECK(a.default_value.has_value(),
+             "[call_boxed] '{}' needs argument '{}' ({}), which has no default; the schema is {}",
+             name().str(), a.name, a.type.str(), s.str());
+    stack->push_back(default_to_value(*a.default_value));
+  }
+  DispatchKeySet ks;
+  for (const Value& v : *stack) {
+    if (v.is_tensor() && v.to_tensor().defined()) ks = ks | v.to_tensor().key_set();
+    if (v.is_tensor_list())
+      for (const Tensor& t : v.to_tensor_list()) ks = ks | t.key_set();
+  }
+  const LocalDispatchKeySet& local = local_dispatch_keys();
+  ks = (ks | local.included) - local.excluded;
+  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
+  redispatch_boxed(ks, stack);
+}
+
+void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {
+  const DispatchTable& t = entry_->table();
+  DispatchKeySet live = ks & t.dispatchable;
+  if (live.empty()) detail::report_missing_kernel(*entry_, DispatchKey::CPU);
+  DispatchKey k = live.highest();
+  const KernelFunction& kf = t.kernels[size_t(k)];
+  if (!kf.is_valid()) detail::report_missing_kernel(*entry_, k);
+  if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) {
+    detail::trace_call(*entry_, live, k, true);
+    detail::TraceDepth depth;
+    return kf.call_boxed(*this, live, stack);
+  }
+  kf.call_boxed(*this, live, stack);
+}
+
+// ---- Dispatcher ----------------------------------------------------------------------
+
+Dispatcher::Dispatcher() {
+  if (const char* t = std::getenv("MT_TRACE"); t && std::strstr(t, "dispatch"))
+    detail::g_trace_dispatch.store(true);
+  if (const char* l = std::getenv("MT_LOG"); l && std::strstr(l, "registration"))
+    log_registrations_.store(true);
+}
+
+Dispatcher& Dispatcher::singleton() {
+  static Dispatcher* d = new Dispatcher();  // never destroyed: static kernels may outlive main
+  return *d;
+}
+
+void Dispatcher::set_trace_dispatch(bool on) { detail::g_trace_dispatch.store(on); }
+void Dispatcher::set_log_registrations(bool on) { log_registrations_.store(on); }
+
+void Dispatcher::set_log_sink(std::function<void(std::string_view)> sink) {
+  std::lock_guard<std::mutex> lock(sink_mutex_);
+  sink_ = std::move(sink);
+}
+
+void Dispatcher::log(std::string_view line) {
+  std::lock_guard<std::mutex> lock(sink_mutex_);
+  if (sink_) {
+    sink_(line);
+  } else {
+    std::fprintf(stderr, "%.*s\n", int(line.size()), line.data());
+  }
+}
+
+void Dispatcher::rebuild_locked(OperatorEntry& e) {
+  std::array<KernelFunction, kNumDispatchKeys> fb;
+  std::array<std::string, kNumDispatchKeys> fb_debug;
+  for (int k = 0; k < kNumDispatchKeys; ++k) {
+    if (!fallbacks_[size_t(k)].empty()) {
+      fb[size_t(k)] = fallbacks_[size_t(k)].front().kernel;
+      fb_debug[size_t(k)] = fallbacks_[size_t(k)].front().debug;
+    }
+  }
+  e.rebuild(fb, fb_debug);
+}
+
+OperatorEntry& Dispatcher::entry_locked(const OperatorName& name) {
+  auto& slot = ops_[name.str()];
+  if (!slot) {
+    slot = std::make_unique<OperatorEntry>(name);
+    rebuild_locked(*slot);
+  }
+  return *slot;
+}
+
+uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  OperatorName name{schema.ns, schema.name, schema.overload};
+  auto it = ops_.find(name.str());
+  if (it != ops_.end()) {
+    OperatorEntry& e = *it->second;
+    MT_CHECK(!e.schema_, "[def] '{}' is already defined (at {}); define each op once, or use "
+             "an overload name such as '{}.v2'",
+             name.str(), e.schema_debug_, name.str());
+    for (auto& regs : e.kernels_)
+      for (auto& r : regs)
+        if (r.kernel.signature() && !r.kernel.signature()->matches(schema))
+          MT_ERROR("[def] the schema {} disagrees with the kernel registered at {}, whose C++ "
+                   "signature is {}; fix one of them",
+                   schema.str(), r.debug, r.kernel.signature()->str());
+  }
+  OperatorEntry& e = entry_locked(name);
+  uint64_t id = next_id_++;
+  if (log_registrations_) log(fmt::format("[registration] def {} at {}", schema.str(), debug));
+  e.schema_ = std::move(schema);
+  e.schema_debug_ = std::move(debug);
+  e.schema_id_ = id;
+  by_id_[id] = {&e, -1};
+  return id;
+}
+
+uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFunction kernel,
+                          std::string debug) {
+  OperatorName name = parse_operator_name(name_text);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(name.str());
+  if (it != ops_.end() && it->second->schema_ && kernel.signature() &&
+      !kernel.signature()->matches(*it->second->schema_)) {
+    MT_ERROR("[impl] the {} kernel for '{}' (at {}) has the C++ signature {}, but the schema is "
+             "{}; change the kernel's parameter and return types to match",
+             dispatch_key_name(key), name.str(), debug, kernel.signature()->str(),
+             it->second->schema_->str());
+  }
+  OperatorEntry& e = entry_locked(name);
+  uint64_t id = next_id_++;
+  if (log_registrations_)
+    log(fmt::format("[registration] impl {} for {} at {}", name.str(), dispatch_key_name(key), debug));
+  e.kernels_[size_t(key)].push_front({id, std::move(kernel), std::move(debug)});
+  by_id_[id] = {&e, int(key)};
+  rebuild_locked(e);
+  return id;
+}
+
+uint64_t Dispatcher::fallback(DispatchKey key, KernelFunction kernel, std::string debug) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t id = next_id_++;
+  if (log_registrations_)
+    log(fmt::format("[registration] fallback for {} at {}", dispatch_key_name(key), debug));
+  fallbacks_[size_t(key)].push_front({id, std::move(kernel), std::move(debug)});
+  by_id_[id] = {nullptr, int(key)};
+  for (auto& [_, e] : ops_) rebuild_locked(*e);
+  return id;
+}
+
+void Dispatcher::deregister(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return;  // already undone
+  auto [entry, key] = it->second;
+  by_id_.erase(it);
+  auto drop = [&](std::list<OperatorEntry::Registration>& regs, const char* what) {
+    for (auto r = regs.begin(); r != regs.end(); ++r) {
+      if (r->id != id) continue;
+      if (log_registrations_)
+        log(fmt::format("[deregistration] {} {} for {} at {}", what,
+                        entry ? entry->name().str() : "", dispatch_key_name(DispatchKey(key)),
+                        r->debug));
+      regs.erase(r);
+      return;
+    }
+  };
+  if (entry == nullptr) {
+    drop(fallbacks_[size_t(key)], "fallback");
+    for (auto& [_, e] : ops_) rebuild_locked(*e);
+    return;
+  }
+  if (key < 0) {
+    if (log_registrations_)
+      log(fmt::format("[deregistration] def {} at {}", entry->schema_->str(), entry->schema_debug_));
+    entry->schema_.reset();
+    entry->schema_debug_.clear();
+    entry->schema_id_ = 0;
+    return;
+  }
+  drop(entry->kernels_[size_t(key)], "impl");
+  rebuild_locked(*entry);
+}
+
+namespace {
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+}  // namespace
+
+std::optional<OperatorHandle> Dispatcher::find(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(std::string(name));
+  if (it == ops_.end() || !it->second->schema_) return std::nullopt;
+  return OperatorHandle(it->second.get());
+}
+
+OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
+  check_operator_name(name);
+  if (auto h = find(name)) return *h;
+  std::vector<std::pair<size_t, std::string>> close;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [n, e] : ops_) {
+      if (!e->schema_) continue;
+      size_t d = edit_distance(name, n);
+      if (d <= std::max<size_t>(2, name.size() / 4)) close.emplace_back(d, n);
+    }
+  }
+  std::sort(close.begin(), close.end());
+  if (close.size() > 3) close.resize(3);
+  std::vector<std::string> names;
+  for (auto& [_, n] : close) names.push_back(n);
+  if (names.empty())
+    MT_ERROR("[dispatcher] no operator named '{}' is registered; define it with "
+             "mt::custom_op(\"{}\", fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
+             name, name);
+  MT_ERROR("[dispatcher] no operator named '{}' is registered; did you mean: {}?", name,
+           fmt::join(names, ", "));
+}
+
+std::vector<OperatorName> Dispatcher::all_ops() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<OperatorName> out;
+  for (auto& [_, e] : ops_)
+    if (e->schema_) out.push_back(e->name());
+  std::sort(out.begin(), out.end(),
+            [](const OperatorName& a, const OperatorName& b) { return a.str() < b.str(); });
+  return out;
+}
+
+std::string Dispatcher::dump(std::string_view name) {
+  check_operator_name(name);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(std::string(name));
+  MT_CHECK(it != ops_.end(), "[dump] no operator named '{}' is registered", name);
+  return it->second->dump();
+}
+
+std::string Dispatcher::dump_table(std::string_view name) {
+  check_operator_name(name);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(std::string(name));
+  MT_CHECK(it != ops_.end(), "[dump_table] no operator named '{}' is registered", name);
+  return it->second->dump_table();
+}
+
+std::vector<std::string> Dispatcher::find_dangling_impls() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  for (auto& [n, e] : ops_) {
+    if (e->schema_) continue;
+    bool any = false;
+    for (auto& regs : e->kernels_) any = any || !regs.empty();
+    if (any) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace detail {
+void register_builtins();  // kernels/register_builtins.cpp
+}
+
+Dispatcher& dispatcher() {
+  static Dispatcher& d = [] () -> Dispatcher& {
+    Dispatcher& s = Dispatcher::singleton();
+    detail::register_builtins();
+    return s;
+  }();
+  return d;
+}
+
+}  // namespace mt

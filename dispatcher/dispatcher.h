@@ -1,0 +1,269 @@
+// The Dispatcher: the registry of operators by "ns::name", their registrations per
+// dispatch key, the computed dispatch tables, and the unboxed and boxed call paths.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <source_location>
+#include <string>
+#include <unordered_map>
+
+#include "dispatcher/kernel_function.h"
+#include "dispatcher/schema.h"
+
+namespace mt {
+
+// ---- thread-local key sets ---------------------------------------------------------
+
+struct LocalDispatchKeySet {
+  DispatchKeySet included;  // added to every call's keys (e.g. Trace)
+  DispatchKeySet excluded;  // removed from every call's keys (e.g. Autograd under no_grad)
+};
+namespace detail {
+inline thread_local LocalDispatchKeySet t_local_keys;
+extern std::atomic<bool> g_trace_dispatch;
+}  // namespace detail
+inline const LocalDispatchKeySet& local_dispatch_keys() { return detail::t_local_keys; }
+
+class IncludeDispatchKeyGuard {
+ public:
+  explicit IncludeDispatchKeyGuard(DispatchKeySet ks)
+      : saved_(detail::t_local_keys.included) { detail::t_local_keys.included = saved_ | ks; }
+  ~IncludeDispatchKeyGuard() { detail::t_local_keys.included = saved_; }
+  IncludeDispatchKeyGuard(const IncludeDispatchKeyGuard&) = delete;
+  IncludeDispatchKeyGuard& operator=(const IncludeDispatchKeyGuard&) = delete;
+ private:
+  DispatchKeySet saved_;
+};
+
+class ExcludeDispatchKeyGuard {
+ public:
+  explicit ExcludeDispatchKeyGuard(DispatchKeySet ks)
+      : saved_(detail::t_local_keys.excluded) { detail::t_local_keys.excluded = saved_ | ks; }
+  ~ExcludeDispatchKeyGuard() { detail::t_local_keys.excluded = saved_; }
+  ExcludeDispatchKeyGuard(const ExcludeDispatchKeyGuard&) = delete;
+  ExcludeDispatchKeyGuard& operator=(const ExcludeDispatchKeyGuard&) = delete;
+ private:
+  DispatchKeySet saved_;
+};
+
+// ---- the key set of a call's arguments -----------------------------------------------
+
+namespace detail {
+inline DispatchKeySet keys_of(const Tensor& t) { return t.key_set(); }
+inline DispatchKeySet keys_of(const std::optional<Tensor>& t) { return t ? t->key_set() : DispatchKeySet(); }
+inline DispatchKeySet keys_of(const std::vector<Tensor>& ts) {
+  DispatchKeySet k;
+  for (const Tensor& t : ts) k = k | t.key_set();
+  return k;
+}
+template <typename T>
+inline DispatchKeySet keys_of(const T&) { return {}; }
+
+template <typename... Args>
+inline DispatchKeySet call_keys(const Args&... args) {
+  DispatchKeySet ks = (DispatchKeySet() | ... | keys_of(args));
+  const LocalDispatchKeySet& local = t_local_keys;
+  ks = (ks | local.included) - local.excluded;
+  // an op without tensor arguments runs on the CPU backend
+  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
+  return ks;
+}
+}  // namespace detail
+
+// ---- operator entries ----------------------------------------------------------------
+
+// The computed table: one kernel (or fallthrough, fallback, missing) per key.
+struct DispatchTable {
+  std::array<KernelFunction, kNumDispatchKeys> kernels;
+  std::array<uint8_t, kNumDispatchKeys> origin{};  // 0 missing, 1 kernel, 2 fallback
+  std::array<std::string, kNumDispatchKeys> debug;
+  DispatchKeySet dispatchable{~uint64_t(0)};  // keys whose entry is not a fallthrough
+};
+
+class OperatorEntry {
+ public:
+  explicit OperatorEntry(OperatorName name) : name_(std::move(name)) {}
+
+  const OperatorName& name() const { return name_; }
+  bool has_schema() const { return schema_.has_value(); }
+  const FunctionSchema& schema() const;  // throws if the op has only impls so far
+  const std::string& schema_debug() const { return schema_debug_; }
+
+  // The active table; lock-free to read (see Note [Dispatch table publication]).
+  const DispatchTable& table() const { return *table_.load(std::memory_order_acquire); }
+
+  std::string dump() const;        // schema, debug info, every registration
+  std::string dump_table() const;  // one line a key
+
+  // Registrations, each undone by the id they return; done under the dispatcher's lock.
+  struct Registration {
+    uint64_t id;
+    KernelFunction kernel;
+    std::string debug;
+  };
+
+ private:
+  friend class Dispatcher;
+  void rebuild(const std::array<KernelFunction, kNumDispatchKeys>& fallbacks,
+               const std::array<std::string, kNumDispatchKeys>& fallback_debug);
+
+  OperatorName name_;
+  std::optional<FunctionSchema> schema_;
+  std::string schema_debug_;
+  uint64_t schema_id_ = 0;
+  std::array<std::list<Registration>, kNumDispatchKeys> kernels_;  // newest first
+  std::atomic<const DispatchTable*> table_{nullptr};
+  std::vector<std::unique_ptr<DispatchTable>> tables_;  // every table ever published
+};
+
+// ---- handles -------------------------------------------------------------------------
+
+template <typename Sig>
+class TypedOperatorHandle;
+
+class OperatorHandle {
+ public:
+  OperatorHandle() = default;
+  explicit OperatorHandle(OperatorEntry* e) : entry_(e) {}
+
+  const OperatorName& name() const { return entry_->name(); }
+  const FunctionSchema& schema() const { return entry_->schema(); }
+  OperatorEntry* entry() const { return entry_; }
+
+  // Checks once that Sig agrees with the schema; the typed handle then calls unboxed.
+  template <typename Sig>
+  TypedOperatorHandle<Sig> typed() const;
+
+  // Boxed call: arguments on the stack (missing trailing ones take their defaults),
+  // results left on it.
+  void call_boxed(Stack* stack) const;
+  void redispatch_boxed(DispatchKeySet ks, Stack* stack) const;
+
+ protected:
+  OperatorEntry* entry_ = nullptr;
+};
+
+namespace detail {
+[[noreturn]] void report_missing_kernel(const OperatorEntry& e, DispatchKey k);
+void check_signature(const OperatorEntry& e, const InferredSignature& sig, const char* what);
+void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool redispatch);
+struct TraceDepth {
+  TraceDepth();
+  ~TraceDepth();
+};
+}  // namespace detail
+
+template <typename Ret, typename... Args>
+class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {
+ public:
+  TypedOperatorHandle() = default;
+  explicit TypedOperatorHandle(OperatorEntry* e) : OperatorHandle(e) {}
+
+  Ret call(detail::canon_t<Args>... args) const {
+    return dispatch(detail::call_keys(args...), false, args...);
+  }
+  Ret operator()(detail::canon_t<Args>... args) const { return call(args...); }
+  // Calls the kernel for the highest key of `ks` (e.g. ks.below(DispatchKey::Autograd)).
+  Ret redispatch(DispatchKeySet ks, detail::canon_t<Args>... args) const {
+    return dispatch(ks, true, args...);
+  }
+
+ private:
+  Ret dispatch(DispatchKeySet ks, bool re, detail::canon_t<Args>... args) const {
+    const DispatchTable& t = entry_->table();
+    DispatchKeySet live = ks & t.dispatchable;
+    if (live.empty()) [[unlikely]] detail::report_missing_kernel(*entry_, DispatchKey::CPU);
+    DispatchKey k = live.highest();
+    const KernelFunction& kf = t.kernels[size_t(k)];
+    if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) [[unlikely]] {
+      detail::trace_call(*entry_, live, k, re);
+      detail::TraceDepth depth;
+      return invoke(kf, k, live, args...);
+    }
+    return invoke(kf, k, live, args...);
+  }
+  Ret invoke(const KernelFunction& kf, DispatchKey k, DispatchKeySet live,
+             detail::canon_t<Args>... args) const {
+    if (kf.has_unboxed()) [[likely]]
+      return kf.template call_unboxed<Ret, Args...>(live, args...);
+    if (!kf.is_valid()) detail::report_missing_kernel(*entry_, k);
+    Stack s;
+    s.reserve(sizeof...(Args));
+    (s.emplace_back(args), ...);
+    kf.call_boxed(*this, live, &s);
+    return detail::pop_returns<Ret>(&s);
+  }
+};
+
+// ---- the dispatcher ------------------------------------------------------------------
+
+class Dispatcher {
+ public:
+  static Dispatcher& singleton();
+
+  // nullptr / a clear error (listing close names) when `name` is unknown.
+  std::optional<OperatorHandle> find(std::string_view name);
+  OperatorHandle find_or_throw(std::string_view name);
+  std::vector<OperatorName> all_ops();  // sorted by name
+
+  // Registrations; each returns an id for deregister(). A failed one changes nothing.
+  uint64_t def(FunctionSchema schema, std::string debug);
+  uint64_t impl(std::string_view name, DispatchKey key, KernelFunction kernel, std::string debug);
+  uint64_t fallback(DispatchKey key, KernelFunction kernel, std::string debug);
+  void deregister(uint64_t id);
+
+  std::string dump(std::string_view name);
+  std::string dump_table(std::string_view name);
+  // Ops that have impls but no def (usually a typo in a name).
+  std::vector<std::string> find_dangling_impls();
+
+  // MT_TRACE=dispatch / MT_LOG=registration, also switchable from code. Messages go to
+  // the sink (stderr unless set).
+  void set_trace_dispatch(bool on);
+  void set_log_registrations(bool on);
+  void set_log_sink(std::function<void(std::string_view)> sink);
+  void log(std::string_view line);
+
+ private:
+  Dispatcher();
+  OperatorEntry& entry_locked(const OperatorName& name);
+  void rebuild_locked(OperatorEntry& e);
+
+  std::mutex mutex_;  // registrations; never taken on the call path
+  std::unordered_map<std::string, std::unique_ptr<OperatorEntry>> ops_;
+  std::array<std::list<OperatorEntry::Registration>, kNumDispatchKeys> fallbacks_;
+  std::unordered_map<uint64_t, std::pair<OperatorEntry*, int>> by_id_;  // key -1: def
+  uint64_t next_id_ = 1;
+  std::atomic<bool> log_registrations_{false};
+  std::mutex sink_mutex_;
+  std::function<void(std::string_view)> sink_;
+};
+
+// The dispatcher, with the built-in ops registered (on first use, not by static
+// initializers; see kernels/register_builtins.cpp).
+Dispatcher& dispatcher();
+
+template <typename Sig>
+TypedOperatorHandle<Sig> OperatorHandle::typed() const {
+  using Traits = detail::FnTraits<Sig>;
+  auto sig = []<typename... A>(std::tuple<A...>*) {
+    return detail::infer_signature<typename Traits::ret, A...>();
+  }((typename Traits::args*)nullptr);
+  detail::check_signature(*entry_, sig, "typed()");
+  return TypedOperatorHandle<Sig>(entry_);
+}
+
+// Calls an op by name: mt::call<Tensor>("triton_demo::silu", x). The handle is looked
+// up on every call; keep a typed handle for hot loops.
+template <typename Ret, typename... Args>
+Ret call(std::string_view name, const Args&... args) {
+  auto op = dispatcher().find_or_throw(name).typed<Ret(const Args&...)>();
+  return op.call(args...);
+}
+
+}  // namespace mt

@@ -1,0 +1,115 @@
+#include "dispatcher/library.h"
+
+#include <cstdio>
+#include <map>
+
+namespace mt {
+
+namespace detail {
+
+std::string debug_location(const std::source_location& loc) {
+  std::string_view f = loc.file_name();
+  while (f.starts_with("../")) f.remove_prefix(3);
+  return fmt::format("{}:{}", f, loc.line());
+}
+
+namespace {
+std::mutex g_ns_mutex;
+std::map<std::string, std::string>& defining_libraries() {
+  static auto* m = new std::map<std::string, std::string>();
+  return *m;
+}
+}  // namespace
+
+LibraryInit::LibraryInit(Library::Kind kind, const char* ns, std::optional<DispatchKey> key,
+                         void (*init)(Library&), const char* file, int line) {
+  std::string_view f = file;
+  while (f.starts_with("../")) f.remove_prefix(3);
+  std::string where = fmt::format("{}:{}", f, line);
+  try {
+    lib.emplace(kind, ns, key);
+    lib->debug_ = where;
+    init(*lib);
+  } catch (const std::exception& e) {
+    lib.reset();
+    std::fprintf(stderr, "[minitensor] the library block at %s failed and was not registered: %s\n",
+                 where.c_str(), e.what());
+  }
+}
+
+}  // namespace detail
+
+Library::Library(Kind kind, std::string ns, std::optional<DispatchKey> key,
+                 std::source_location loc)
+    : kind_(kind), ns_(std::move(ns)), key_(key), debug_(detail::debug_location(loc)) {
+  if (!(kind_ == Kind::Impl && ns_ == "_")) check_operator_name(ns_ + "::op");
+  if (kind_ == Kind::Def) {
+    std::lock_guard<std::mutex> lock(detail::g_ns_mutex);
+    auto& libs = detail::defining_libraries();
+    auto it = libs.find(ns_);
+    MT_CHECK(it == libs.end(),
+             "[library] namespace '{}' is already defined by the library at {}; a namespace has "
+             "one MT_LIBRARY: add ops to it from elsewhere with MT_LIBRARY_FRAGMENT({}, m)",
+             ns_, it == libs.end() ? "" : it->second, ns_);
+    libs[ns_] = debug_;
+    owns_ns_ = true;
+  }
+}
+
+Library::Library(Library&& o) noexcept
+    : kind_(o.kind_), ns_(std::move(o.ns_)), key_(o.key_), debug_(std::move(o.debug_)),
+      ids_(std::move(o.ids_)), owns_ns_(o.owns_ns_) {
+  o.ids_.clear();
+  o.owns_ns_ = false;
+}
+
+Library::~Library() {
+  reset();
+  if (owns_ns_) {
+    std::lock_guard<std::mutex> lock(detail::g_ns_mutex);
+    detail::defining_libraries().erase(ns_);
+  }
+}
+
+void Library::reset() {
+  for (auto it = ids_.rbegin(); it != ids_.rend(); ++it) Dispatcher::singleton().deregister(*it);
+  ids_.clear();
+}
+
+std::string Library::qualify(std::string_view name) const {
+  if (name.find("::") == std::string_view::npos) return ns_ + "::" + std::string(name);
+  OperatorName n = parse_operator_name(name);
+  MT_CHECK(n.ns == ns_ || ns_ == "_",
+           "[library] '{}' belongs to namespace '{}', but this library is for '{}'", name, n.ns,
+           ns_);
+  return n.str();
+}
+
+Library& Library::def(std::string_view schema, std::source_location loc) {
+  MT_CHECK(kind_ != Kind::Impl,
+           "[library] def(\"{}\") in an MT_LIBRARY_IMPL block; define ops in MT_LIBRARY({}, m) "
+           "or MT_LIBRARY_FRAGMENT({}, m)",
+           schema, ns_, ns_);
+  FunctionSchema s = parse_schema(schema, ns_);
+  ids_.push_back(Dispatcher::singleton().def(std::move(s), detail::debug_location(loc)));
+  return *this;
+}
+
+Library& Library::impl_kernel(std::string_view name, DispatchKey key, KernelFunction k,
+                              std::source_location loc) {
+  MT_CHECK(!key_ || *key_ == key,
+           "[library] impl(\"{}\") for {} in a library for {}; use a library for that key",
+           name, dispatch_key_name(key), dispatch_key_name(*key_));
+  ids_.push_back(
+      Dispatcher::singleton().impl(qualify(name), key, std::move(k), detail::debug_location(loc)));
+  return *this;
+}
+
+Library& Library::fallback(KernelFunction kernel, std::source_location loc) {
+  MT_CHECK(kind_ == Kind::Impl && key_.has_value(),
+           "[library] fallback() needs an MT_LIBRARY_IMPL(_, Key, m) library");
+  ids_.push_back(Dispatcher::singleton().fallback(*key_, std::move(kernel), detail::debug_location(loc)));
+  return *this;
+}
+
+}  // namespace mt
