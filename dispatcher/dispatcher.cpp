@@ -134,9 +134,12 @@ std::string OperatorEntry::dump_table() const {
   std::string out = name_.str() + "\n";
   for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
     std::string_view word = kind_word(t, k);
-    std::string line = fmt::format("  {:<9} {}", dispatch_key_name(DispatchKey(k)), word);
-    if (word != "missing") line = fmt::format("{:<24} [{}]", line, t.debug[size_t(k)]);
-    out += line + "\n";
+    if (word == "missing") {
+      out += fmt::format("  {:<9} missing\n", dispatch_key_name(DispatchKey(k)));
+    } else {
+      out += fmt::format("  {:<9} {:<11} [{}]\n", dispatch_key_name(DispatchKey(k)), word,
+                         t.debug[size_t(k)]);
+    }
   }
   return out;
 }
