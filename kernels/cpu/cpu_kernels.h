@@ -1,0 +1,67 @@
+// The CPU compute kernels behind the built-in ops. Each one writes into an output
+// the caller has allocated with the right shape and dtype; the op files in
+// kernels/ops/ do the shape and dtype logic, these only compute. Inputs may have
+// any strides (views are read in place, never copied just for their layout).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/tensor.h"
+
+namespace mt::cpu {
+
+// Elementwise. Inputs broadcast to out's shape; the math happens in out's dtype
+// (float32 for float16/bfloat16 outputs), so a caller that promotes int64 + float32
+// passes a float32 out. out may be one of the inputs (in place), but must not
+// partially overlap one.
+enum class UnaryOp { Neg, Exp, Log, Sqrt, Abs, Sigmoid, Tanh, Relu, Silu };
+void unary(UnaryOp op, const Tensor& x, const Tensor& out);
+void pow_scalar(const Tensor& x, double exponent, const Tensor& out);
+
+enum class BinaryOp { Add, Sub, Mul, Div };
+// out = a op (alpha * b) for Add and Sub, a op b for Mul and Div.
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1);
+void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);  // a op s
+// out = cond ? a : b, all three broadcast to out's shape.
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+
+// Fused, one pass: out = grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
+void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out);
+// The pieces of mse_loss: out = (a - b)^2, and its gradient out = scale * (a - b).
+void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out);
+void scaled_diff(const Tensor& a, const Tensor& b, double scale, const Tensor& out);
+
+// Reductions over `dims` (wrapped, sorted, unique; empty means all). out has x's shape
+// with those dims removed, or kept as size 1 with keepdim. Float inputs accumulate in
+// float (float64 in double, int64 and bool in int64), float32 sums pairwise, and the
+// result does not depend on the number of threads.
+void sum(const Tensor& x, std::span<const int64_t> dims, bool keepdim, const Tensor& out);
+void mean(const Tensor& x, std::span<const int64_t> dims, bool keepdim, const Tensor& out);
+// The largest value; NaN wins over numbers, and ties go to the first index. indices
+// (int64, out's shape, or undefined) gets the position in the reduced dims flattened
+// in row-major order: for one dim, the index along it.
+void max(const Tensor& x, std::span<const int64_t> dims, bool keepdim, const Tensor& out,
+         const Tensor& indices_or_undefined);
+// Reduces a broadcast gradient back to an input's shape: out (of `shape`) = grad
+// summed over the dims that broadcasting `shape` to grad's shape expanded.
+void sum_to(const Tensor& grad, const Shape& shape, const Tensor& out);
+
+// out[..., m, n] = a[..., m, k] @ b[..., k, n]; the batch dims broadcast. float32 and
+// float64 use cblas when the build found it (transposed views go in as trans flags),
+// else a cache-blocked kernel; float16/bfloat16 compute in float32; int64 is blocked.
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out);
+
+// Along `dim` (may be negative), numerically stable (the row's max is subtracted).
+void softmax(const Tensor& x, int64_t dim, const Tensor& out);
+void log_softmax(const Tensor& x, int64_t dim, const Tensor& out);
+
+// Whether matmul calls cblas: built with it and not turned off.
+bool have_blas();
+void set_use_blas(bool use);  // no effect in a build without cblas
+
+// Threads for the kernels (and for OpenBLAS): OMP_NUM_THREADS or all cores by default.
+int num_threads();
+void set_num_threads(int n);
+
+}  // namespace mt::cpu

@@ -1,0 +1,211 @@
+// Threads, broadcasting and dim merging for the CPU kernels (Note [Elementwise loops]).
+#include "kernels/cpu/loops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef MT_HAVE_CBLAS
+#include <cblas.h>  // OpenBLAS's defines OPENBLAS_VERSION and openblas_set_num_threads
+#endif
+
+namespace mt::cpu {
+namespace {
+
+std::atomic<int> g_threads{0};  // 0: not yet read from the environment
+
+}  // namespace
+
+int num_threads() {
+  int n = g_threads.load(std::memory_order_relaxed);
+  if (n > 0) return n;
+#ifdef _OPENMP
+  n = std::max(1, omp_get_max_threads());  // OMP_NUM_THREADS, else the cores
+#else
+  n = 1;
+#endif
+  g_threads.store(n, std::memory_order_relaxed);
+  return n;
+}
+
+void set_num_threads(int n) {
+  MT_CHECK(n >= 1, "[set_num_threads] the number of threads must be at least 1, got {}", n);
+  g_threads.store(n, std::memory_order_relaxed);
+#ifdef OPENBLAS_VERSION
+  openblas_set_num_threads(n);
+#endif
+}
+
+namespace detail {
+
+// OpenMP because it is the standard tool for this: GCC and Clang ship it, its runtime
+// keeps a pool of warm threads (a parallel region costs a few microseconds), and
+// `num_threads(k)` bounds each region without touching global state. The range is cut
+// into one contiguous piece per thread, which suits memory-bound loops best.
+void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
+#ifdef _OPENMP
+  int64_t max_parts = std::max<int64_t>(1, (n + grain - 1) / std::max<int64_t>(grain, 1));
+  int nt = int(std::min<int64_t>(num_threads(), max_parts));
+  if (nt <= 1 || omp_in_parallel()) return fn(ctx, 0, n);
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(nt)
+  {
+    int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
+    int64_t chunk = (n + parts - 1) / parts;
+    int64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
+    try {
+      if (b < e) fn(ctx, b, e);
+    } catch (...) {  // an exception must not leave an OpenMP region
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#else
+  (void)grain;
+  fn(ctx, 0, n);
+#endif
+}
+
+}  // namespace detail
+
+template <typename C>
+void load_row(DType src, const char* p, int64_t stride, int64_t n, C* dst) {
+  visit_dtype(src, [&](auto tag) {
+    using S = decltype(tag);
+    if (stride == 0) {
+      C v = C(*reinterpret_cast<const S*>(p));
+      for (int64_t i = 0; i < n; ++i) dst[i] = v;
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) dst[i] = C(*reinterpret_cast<const S*>(p + i * stride));
+  });
+}
+
+template <typename C>
+void store_row(DType dst, char* p, int64_t stride, int64_t n, const C* src) {
+  visit_dtype(dst, [&](auto tag) {
+    using D = decltype(tag);
+    for (int64_t i = 0; i < n; ++i) {
+      D* q = reinterpret_cast<D*>(p + i * stride);
+      if constexpr (std::is_same_v<D, bool>) {
+        *q = src[i] != C(0);
+      } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+        *q = D(float(src[i]));
+      } else {
+        *q = D(src[i]);
+      }
+    }
+  });
+}
+
+template void load_row<float>(DType, const char*, int64_t, int64_t, float*);
+template void load_row<double>(DType, const char*, int64_t, int64_t, double*);
+template void load_row<int64_t>(DType, const char*, int64_t, int64_t, int64_t*);
+template void store_row<float>(DType, char*, int64_t, int64_t, const float*);
+template void store_row<double>(DType, char*, int64_t, int64_t, const double*);
+template void store_row<int64_t>(DType, char*, int64_t, int64_t, const int64_t*);
+
+namespace {
+
+void check_cpu(const char* op, const Tensor& t, const char* what) {
+  MT_CHECK(t.defined(), "[{}] the {} tensor is undefined", op, what);
+  MT_CHECK(!t.is_fake(), "[{}] the {} tensor is fake (metadata only); CPU kernels need data", op,
+           what);
+  MT_CHECK(t.is_cpu(), "[{}] the {} tensor is on {}; this is the CPU kernel, move it with .cpu()",
+           op, what, t.device());
+}
+
+}  // namespace
+
+Loop make_loop(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs) {
+  check_cpu(op, out, "output");
+  MT_ASSERT(inputs.size() + 1 <= size_t(Loop::kMaxOperands), "too many operands");
+  Loop it;
+  it.nops = int(inputs.size()) + 1;
+  it.numel = out.numel();
+  const int nd = int(out.dim());
+  const Tensor* ops[Loop::kMaxOperands];
+  ops[0] = &out;
+  int k = 1;
+  for (const Tensor& t : inputs) ops[k++] = &t;
+
+  // Broadcast strides (in bytes): an input's dims align with out's from the right.
+  int64_t st[Loop::kMaxOperands][kMaxDims] = {};
+  for (k = 0; k < it.nops; ++k) {
+    const Tensor& t = *ops[k];
+    if (k > 0) check_cpu(op, t, "input");
+    it.dtype[k] = t.dtype();
+    it.data[k] = it.numel ? static_cast<char*>(t.data_ptr()) : nullptr;
+    const int td = int(t.dim());
+    const int64_t es = int64_t(t.element_size());
+    bool ok = td <= nd || [&] {
+      for (int d = 0; d < td - nd; ++d)
+        if (t.size(d) != 1) return false;
+      return true;
+    }();
+    for (int d = 0; d < nd && ok; ++d) {
+      int td_d = d - (nd - td);
+      if (td_d < 0) continue;
+      int64_t s = t.size(td_d);
+      if (s == out.size(d)) {
+        st[k][d] = s == 1 ? 0 : t.stride(td_d) * es;
+      } else {
+        ok = s == 1;
+      }
+    }
+    MT_CHECK(ok, "[{}] an input of shape {} does not broadcast to the output's shape {}", op,
+             t.sizes(), out.sizes());
+  }
+  for (int d = 0; d < nd; ++d)
+    MT_CHECK(out.size(d) <= 1 || out.stride(d) != 0,
+             "[{}] the output (shape {}, strides {}) has elements that share memory (an "
+             "expanded tensor); write into a contiguous tensor instead",
+             op, out.sizes(), out.strides());
+
+  // Keep the dims of size > 1, ordered by out's strides (largest first, stable).
+  int order[kMaxDims];
+  int n = 0;
+  for (int d = 0; d < nd; ++d)
+    if (out.size(d) != 1) order[n++] = d;
+  std::stable_sort(order, order + n, [&](int a, int b) { return st[0][a] > st[0][b]; });
+
+  // Merge neighbours that are one dim for every operand.
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    int d = order[i];
+    if (m > 0) {
+      bool merge = true;
+      for (k = 0; k < it.nops && merge; ++k) merge = it.strides[k][m - 1] == st[k][d] * out.size(d);
+      if (merge) {
+        it.sizes[m - 1] *= out.size(d);
+        for (k = 0; k < it.nops; ++k) it.strides[k][m - 1] = st[k][d];
+        continue;
+      }
+    }
+    it.sizes[m] = out.size(d);
+    for (k = 0; k < it.nops; ++k) it.strides[k][m] = st[k][d];
+    ++m;
+  }
+  it.ndim = m;
+  if (m == 0 && it.numel == 1) {  // a single element: one row of length 1
+    it.ndim = 1;
+    it.sizes[0] = 1;
+    for (k = 0; k < it.nops; ++k) it.strides[k][0] = int64_t(dtype_size(it.dtype[k]));
+  }
+
+  it.contiguous = it.ndim <= 1;
+  for (k = 0; k < it.nops && it.contiguous; ++k)
+    it.contiguous = it.dtype[k] == it.dtype[0] &&
+                    (it.ndim == 0 || it.strides[k][0] == int64_t(dtype_size(it.dtype[k])));
+  return it;
+}
+
+}  // namespace mt::cpu

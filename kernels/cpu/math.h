@@ -1,0 +1,57 @@
+// Scalar math for the CPU kernels, written so that loops over it vectorize.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace mt::cpu {
+
+// Note [Vectorizable exp]
+// glibc's expf is a call per element, so a loop over it stays scalar; this one is
+// Cody-Waite range reduction (x = n ln2 + r, |r| <= ln2/2), the degree-6 polynomial of
+// Cephes' expf for e^r, and 2^n built from exponent bits (as two factors, so results
+// go smoothly into subnormals and overflow to inf). Max error about 2 ulp.
+// The clamping and the NaN test are integer ops (min/max and a mask): under GCC's
+// default -ftrapping-math a float compare in a select blocks if-conversion, and a select
+// around the whole result becomes a branch; either leaves the loop scalar.
+inline int32_t float_order_key(int32_t bits) { return bits ^ ((bits >> 31) & 0x7fffffff); }
+
+inline float exp_f32(float x) {
+  constexpr int32_t kLo = int32_t(0xc2d00000u) ^ 0x7fffffff;  // key of -104: below, e^x -> 0
+  constexpr int32_t kHi = 0x42b20000;                         // 89: above, e^x -> inf
+  const int32_t u = std::bit_cast<int32_t>(x);
+  int32_t k = float_order_key(u);
+  k = k < kLo ? kLo : k;
+  k = k > kHi ? kHi : k;
+  const float xc = std::bit_cast<float>(float_order_key(k));
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to int
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t ni = int32_t(n);  // in [-150, 129]
+  const int32_t n1 = ni >> 1, n2 = ni - n1;
+  const float s1 = std::bit_cast<float>(int32_t(uint32_t(n1 + 127) << 23));
+  const float s2 = std::bit_cast<float>(int32_t(uint32_t(n2 + 127) << 23));
+  const int32_t res = std::bit_cast<int32_t>(p * s1 * s2);
+  const int32_t nan_mask = -int32_t((u & 0x7fffffff) > 0x7f800000);  // NaN in, NaN out
+  return std::bit_cast<float>((u & nan_mask) | (res & ~nan_mask));
+}
+inline double exp_f32(double x) { return std::exp(x); }  // float64 keeps libm's exp
+
+template <typename C>
+inline C sigmoid_of(C x) {
+  return C(1) / (C(1) + exp_f32(-x));
+}
+template <typename C>
+inline C silu_of(C x) {
+  return x / (C(1) + exp_f32(-x));
+}
+
+}  // namespace mt::cpu

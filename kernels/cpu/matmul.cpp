@@ -1,0 +1,341 @@
+// matmul on the CPU: cblas_sgemm/dgemm when the build found cblas (MT_HAVE_CBLAS), else
+// (or after set_use_blas(false), or for int64) a cache-blocked kernel.
+//
+// Note [Matmul layouts]
+// A matrix view has a row stride rs and a column stride cs. cblas (row-major) takes it
+// as is when cs == 1 and rs >= cols (NoTrans, ld = rs), or as the transpose of a
+// row-major matrix when rs == 1 and cs >= rows (Trans, ld = cs): so a.t() or
+// a.transpose(-1, -2) costs no copy. Only other layouts (a slice with a step along the
+// columns, an expanded dim) are packed first. An output with rs == 1 is written as
+// C^T = B^T A^T. Batches of a [B.., m, k] @ [k, n] whose rows merge into one strided dim
+// become one [B*m, k] @ [k, n] call.
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/loops.h"
+#include "runtime/view.h"
+
+#ifdef MT_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace mt::cpu {
+namespace {
+
+#ifdef MT_HAVE_CBLAS
+constexpr bool kBuiltWithBlas = true;
+#else
+constexpr bool kBuiltWithBlas = false;
+#endif
+std::atomic<bool> g_use_blas{true};
+
+// Element (i, j) of one matrix is data[i * rs + j * cs] (strides in elements).
+template <typename T>
+struct Mat {
+  T* data;
+  int64_t rs, cs;
+  T& at(int64_t i, int64_t j) const { return data[i * rs + j * cs]; }
+};
+
+// Note [Blocked matmul]
+// C = A B with C's rows contiguous. Threads split C's rows (one contiguous range each, one
+// parallel region). Each thread walks B in KC x NC panels, packs the panel contiguous
+// (so the inner loop is a plain vectorizable loop and the panel stays in L2), and for
+// each MR rows of its range adds a[i][k] * panel[k][:] to those rows, which stay in L1.
+// Every element is summed in the same order whatever the thread count.
+constexpr int64_t kNC = 256, kKC = 128, kMR = 4;
+
+// Rows [i0, i0 + mr) of C += A[those rows, panel's k] @ panel; a points at A(i0, pc), c
+// at C(i0, jc), bp at the packed kc x nc panel.
+template <typename T>
+[[gnu::always_inline]] inline void panel_rows(int64_t mr, int64_t kc, int64_t nc, const T* a,
+                                              int64_t ars, int64_t acs, const T* bp, T* c,
+                                              int64_t ldc) {
+  if (mr == kMR) {
+    // The four rows accumulate in a local tile whose rows are not 4 KiB apart: C's rows
+    // often are (n = 1024 floats), and then loads and stores alias in the L1 and stall.
+    constexpr int64_t kPad = kNC + 16;
+    alignas(64) T acc[kMR * kPad];
+    T *c0 = acc, *c1 = acc + kPad, *c2 = acc + 2 * kPad, *c3 = acc + 3 * kPad;
+    std::fill(acc, acc + kMR * kPad, T(0));
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const T* br = bp + kk * nc;
+      const T* ak = a + kk * acs;
+      const T a0 = ak[0], a1 = ak[ars], a2 = ak[2 * ars], a3 = ak[3 * ars];
+      MT_SIMD for (int64_t j = 0; j < nc; ++j) {
+        c0[j] += a0 * br[j];
+        c1[j] += a1 * br[j];
+        c2[j] += a2 * br[j];
+        c3[j] += a3 * br[j];
+      }
+    }
+    for (int64_t r = 0; r < kMR; ++r) {
+      T* cr = c + r * ldc;
+      const T* ar = acc + r * kPad;
+      MT_SIMD for (int64_t j = 0; j < nc; ++j) cr[j] += ar[j];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < mr; ++i) {
+    T* ci = c + i * ldc;
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const T* br = bp + kk * nc;
+      const T ai = a[i * ars + kk * acs];
+      MT_SIMD for (int64_t j = 0; j < nc; ++j) ci[j] += ai * br[j];
+    }
+  }
+}
+// The arithmetic-bound loop gets an AVX2 clone (Note [ISA clones] in loops.h); panel_rows
+// is always_inline so that each clone compiles its own copy.
+MT_ISA_CLONES void panel_rows_f32(int64_t mr, int64_t kc, int64_t nc, const float* a, int64_t ars,
+                                  int64_t acs, const float* bp, float* c, int64_t ldc) {
+  panel_rows<float>(mr, kc, nc, a, ars, acs, bp, c, ldc);
+}
+MT_ISA_CLONES void panel_rows_f64(int64_t mr, int64_t kc, int64_t nc, const double* a, int64_t ars,
+                                  int64_t acs, const double* bp, double* c, int64_t ldc) {
+  panel_rows<double>(mr, kc, nc, a, ars, acs, bp, c, ldc);
+}
+
+template <typename T>
+void gemm_blocked(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, Mat<T> C,
+                  bool threads) {
+  auto rows = [&](int64_t b, int64_t e) {  // row blocks [b, e) of kMR rows
+    const int64_t r0 = b * kMR, r1 = std::min(m, e * kMR);
+    for (int64_t i = r0; i < r1; ++i) std::fill(&C.at(i, 0), &C.at(i, 0) + n, T(0));
+    if (k == 0) return;
+    std::vector<T> packed(size_t(std::min(kKC, k) * std::min(kNC, n)));
+    T* bp = packed.data();
+    for (int64_t jc = 0; jc < n; jc += kNC) {
+      const int64_t nc = std::min(kNC, n - jc);
+      for (int64_t pc = 0; pc < k; pc += kKC) {
+        const int64_t kc = std::min(kKC, k - pc);
+        for (int64_t kk = 0; kk < kc; ++kk)
+          for (int64_t j = 0; j < nc; ++j) bp[kk * nc + j] = B.at(pc + kk, jc + j);
+        for (int64_t i0 = r0; i0 < r1; i0 += kMR) {
+          const int64_t mr = std::min(kMR, r1 - i0);
+          const T* a = &A.at(i0, pc);
+          T* c = &C.at(i0, jc);
+          if constexpr (std::is_same_v<T, float>) {
+            panel_rows_f32(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
+          } else if constexpr (std::is_same_v<T, double>) {
+            panel_rows_f64(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
+          } else {
+            panel_rows<T>(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
+          }
+        }
+      }
+    }
+  };
+  const int64_t blocks = (m + kMR - 1) / kMR;
+  // At least 8 blocks (32 rows) a thread, so that packing B per thread stays cheap.
+  const int64_t grain = std::max<int64_t>(8, 262144 / std::max<int64_t>(1, kMR * k * n));
+  if (threads)
+    parallel_for(blocks, grain, rows);
+  else
+    rows(0, blocks);
+}
+
+#ifdef MT_HAVE_CBLAS
+// How cblas can read a rows x cols view (Note [Matmul layouts]); false: pack it first.
+bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool* trans, int64_t* ld) {
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols))) {
+    *trans = false;
+    *ld = rows == 1 ? std::max<int64_t>(1, cols) : rs;
+  } else if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows))) {
+    *trans = true;
+    *ld = cols == 1 ? std::max<int64_t>(1, rows) : cs;
+  } else {
+    return false;
+  }
+  return *ld <= INT_MAX;
+}
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
+}
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+}
+
+// One product through cblas; false if C's layout does not suit it (the caller uses a
+// contiguous temporary). A or B in a layout cblas cannot take is packed here.
+template <typename T>
+bool gemm_blas(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, Mat<T> C) {
+  bool c_trans;
+  int64_t ldc;
+  if (!blas_layout(m, n, C.rs, C.cs, &c_trans, &ldc)) return false;
+  std::vector<T> pa, pb;
+  bool ta, tb;
+  int64_t lda, ldb;
+  if (!blas_layout(m, k, A.rs, A.cs, &ta, &lda)) {
+    pa.resize(size_t(m * k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j) pa[size_t(i * k + j)] = A.at(i, j);
+    A = {pa.data(), k, 1};
+    ta = false, lda = std::max<int64_t>(1, k);
+  }
+  if (!blas_layout(k, n, B.rs, B.cs, &tb, &ldb)) {
+    pb.resize(size_t(k * n));
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) pb[size_t(i * n + j)] = B.at(i, j);
+    B = {pb.data(), n, 1};
+    tb = false, ldb = std::max<int64_t>(1, n);
+  }
+  if (c_trans)
+    blas_gemm(!tb, !ta, n, m, k, B.data, ldb, A.data, lda, C.data, ldc);  // C^T = B^T A^T
+  else
+    blas_gemm(ta, tb, m, n, k, A.data, lda, B.data, ldb, C.data, ldc);
+  return true;
+}
+#endif
+
+// Whether dims [0, n) of (sizes, strides) walk one strided dim; its stride goes to *s.
+bool single_dim(const int64_t* sizes, const int64_t* strides, int n, int64_t* s) {
+  int64_t expect = -1;
+  *s = 1;
+  for (int d = n - 1; d >= 0; --d) {
+    if (sizes[d] == 1) continue;
+    if (expect >= 0 && strides[d] != expect) return false;
+    if (expect < 0) *s = strides[d];
+    expect = strides[d] * sizes[d];
+  }
+  return true;
+}
+
+template <typename T>
+void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out, bool use_blas) {
+  const int64_t nd = out.dim(), nb = nd - 2;
+  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  // Batch strides of a and b aligned to out's batch dims (0 where broadcast).
+  int64_t bsz[kMaxDims] = {}, sa[kMaxDims] = {}, sb[kMaxDims] = {}, so[kMaxDims] = {};
+  for (int64_t d = 0; d < nb; ++d) {
+    bsz[d] = out.size(d);
+    so[d] = out.stride(d);
+    int64_t da = d - (nb - (a.dim() - 2)), db = d - (nb - (b.dim() - 2));
+    sa[d] = da >= 0 && a.size(da) != 1 ? a.stride(da) : 0;
+    sb[d] = db >= 0 && b.size(db) != 1 ? b.stride(db) : 0;
+  }
+  Mat<const T> A{static_cast<const T*>(a.data_ptr()), a.stride(-2), a.stride(-1)};
+  Mat<const T> B{static_cast<const T*>(b.data_ptr()), b.stride(-2), b.stride(-1)};
+  Mat<T> C{static_cast<T*>(out.data_ptr()), out.stride(-2), out.stride(-1)};
+  int64_t batches = 1;
+  for (int64_t d = 0; d < nb; ++d) batches *= bsz[d];
+
+  auto one = [&](int64_t mm, Mat<const T> x, Mat<const T> y, Mat<T> z, bool threads) {
+#ifdef MT_HAVE_CBLAS
+    if constexpr (!std::is_same_v<T, int64_t>) {
+      if (use_blas && mm <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
+          gemm_blas<T>(mm, n, k, x, y, z))
+        return;
+    }
+#endif
+    (void)use_blas;
+    if (z.cs == 1 || n == 1) return gemm_blocked<T>(mm, n, k, x, y, z, threads);
+    std::vector<T> tmp(size_t(mm * n));  // the blocked kernel writes contiguous rows
+    gemm_blocked<T>(mm, n, k, x, y, {tmp.data(), n, 1}, threads);
+    for (int64_t i = 0; i < mm; ++i)
+      for (int64_t j = 0; j < n; ++j) z.at(i, j) = tmp[size_t(i * n + j)];
+  };
+
+  // [B.., m, k] @ [k, n]: one call when a's and out's rows are one strided dim.
+  bool b_broadcast = true, a_full = true;
+  for (int64_t d = 0; d < nb; ++d) {
+    b_broadcast = b_broadcast && sb[d] == 0;
+    a_full = a_full && (sa[d] != 0 || bsz[d] == 1);
+  }
+  if (nb > 0 && b_broadcast && a_full && batches > 1) {
+    int64_t sz[kMaxDims + 1], st_a[kMaxDims + 1], st_o[kMaxDims + 1], ra, ro;
+    for (int64_t d = 0; d < nb; ++d) sz[d] = bsz[d], st_a[d] = sa[d], st_o[d] = so[d];
+    sz[nb] = m, st_a[nb] = A.rs, st_o[nb] = C.rs;
+    if (single_dim(sz, st_a, int(nb + 1), &ra) && single_dim(sz, st_o, int(nb + 1), &ro)) {
+      one(batches * m, {A.data, ra, A.cs}, B, {C.data, ro, C.cs}, true);
+      return;
+    }
+  }
+  // Many small products: threads over the batch; else threads inside each product.
+  const bool per_batch = batches > 1 && m * n * k < 64 * 64 * 64;
+  auto run = [&](int64_t b0, int64_t e0) {
+    for (int64_t bi = b0; bi < e0; ++bi) {
+      int64_t oa = 0, ob = 0, oo = 0, rem = bi;
+      for (int64_t d = nb - 1; d >= 0; --d) {
+        int64_t i = rem % bsz[d];
+        rem /= bsz[d];
+        oa += i * sa[d], ob += i * sb[d], oo += i * so[d];
+      }
+      one(m, {A.data + oa, A.rs, A.cs}, {B.data + ob, B.rs, B.cs}, {C.data + oo, C.rs, C.cs},
+          !per_batch);
+    }
+  };
+  if (per_batch && !use_blas)
+    parallel_for(batches, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, m * n * k)), run);
+  else
+    run(0, batches);
+}
+
+// Whether out's matrices can be written in place by the path that will run.
+bool out_layout_ok(const Tensor& out, bool use_blas) {
+  const int64_t m = out.size(-2), n = out.size(-1), rs = out.stride(-2), cs = out.stride(-1);
+  bool rows = (n == 1 || cs == 1) && (m == 1 || rs >= n);
+  if (!use_blas) return rows;
+  bool cols = (m == 1 || rs == 1) && (n == 1 || cs >= m);
+  return rows || cols;
+}
+
+}  // namespace
+
+bool have_blas() { return kBuiltWithBlas && g_use_blas.load(); }
+void set_use_blas(bool use) { g_use_blas.store(use); }
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  for (const Tensor* t : {&a, &b, &out}) {
+    MT_CHECK(t->defined() && !t->is_fake() && t->is_cpu(),
+             "[matmul] expects CPU tensors with data; move inputs with .cpu()");
+  }
+  MT_CHECK(a.dim() >= 2 && b.dim() >= 2,
+           "[matmul] this kernel takes tensors of at least 2 dims, got {}-d and {}-d; unsqueeze "
+           "a vector to [1, k] or [k, 1] first",
+           a.dim(), b.dim());
+  MT_CHECK(a.size(-1) == b.size(-2),
+           "[matmul] shapes {} and {} cannot be multiplied: a has {} columns but b has {} rows",
+           a.sizes(), b.sizes(), a.size(-1), b.size(-2));
+  Shape ab(a.sizes().vec()), bb(b.sizes().vec());
+  ab.resize(ab.size() - 2), bb.resize(bb.size() - 2);
+  Shape expect = mt::detail::broadcast_shapes(ab, bb, "matmul");
+  expect.push_back(a.size(-2));
+  expect.push_back(b.size(-1));
+  MT_CHECK(out.sizes() == expect, "[matmul] the output has shape {}, expected {}", out.sizes(),
+           expect);
+  MT_CHECK(out.dtype() != DType::Bool, "[matmul] bool tensors are not supported; cast to int64");
+  MT_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
+           "[matmul] the output shares memory with an input; write into a new tensor");
+  if (out.numel() == 0) return;
+  visit_compute(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr DType kT = dtype_v<T>;
+    const bool use_blas = kBuiltWithBlas && g_use_blas.load() && !std::is_same_v<T, int64_t>;
+    // Other dtypes (float16, bfloat16, mixed) compute in T through converted copies.
+    auto as_t = [&](const Tensor& t) {
+      if (t.dtype() == kT) return t;
+      Tensor c = empty(t.sizes(), {.dtype = kT});
+      mt::detail::copy_impl(c, t);
+      return c;
+    };
+    Tensor ta = as_t(a), tb = as_t(b);
+    if (out.dtype() == kT && out_layout_ok(out, use_blas)) {
+      matmul_typed<T>(ta, tb, out, use_blas);
+    } else {
+      Tensor tmp = empty(out.sizes(), {.dtype = kT});
+      matmul_typed<T>(ta, tb, tmp, use_blas);
+      mt::detail::copy_impl(out, tmp);
+    }
+  });
+}
+
+}  // namespace mt::cpu
