@@ -1,0 +1,216 @@
+// The CUDA caching allocator: one per device, behind mt::Allocator.
+#ifdef MT_HAVE_CUDA
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cuda/driver.h"
+#include "runtime/error.h"
+
+namespace mt::cuda {
+namespace {
+
+// Note [Caching allocator]
+// cuMemAlloc and cuMemFree are slow (the free synchronizes the device), so freed blocks
+// are kept and handed out again, as PyTorch's CUDACachingAllocator does, minus block
+// splitting. Sizes are rounded up (to 512 bytes below 1 MiB, to 2 MiB above) so that
+// nearby requests share blocks. A free block goes to the free list of the stream it was
+// allocated on, and is reused only by an allocation on that stream: work queued on one
+// stream runs in order, so the next user of the block cannot overtake the kernels still
+// reading it. (Using a block on another stream without synchronizing is the caller's
+// business; there is no record_stream.) A request takes the smallest cached block that
+// fits, if that block is at most twice the rounded size, so small tensors do not pin big
+// blocks. When cuMemAlloc runs out of memory, every cached block is returned to the
+// driver and the allocation tried once more before the error.
+constexpr size_t kSmallSize = size_t(1) << 20;  // requests below this are "small"
+constexpr size_t kSmallRound = 512;
+constexpr size_t kLargeRound = size_t(2) << 20;
+
+size_t round_size(size_t n) {
+  size_t unit = n < kSmallSize ? kSmallRound : kLargeRound;
+  MT_CHECK(n <= std::numeric_limits<size_t>::max() - unit,
+           "[cuda] cannot allocate {} bytes: the size is out of range", n);
+  return (n + unit - 1) / unit * unit;
+}
+
+std::string format_bytes(size_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(int index) : index_(index) {}
+
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    size_t size = round_size(nbytes);
+    CUstream stream = current_stream(index_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto fl = free_.find(stream); fl != free_.end()) {
+      auto it = fl->second.lower_bound(size);
+      if (it != fl->second.end() && it->first <= 2 * size) {
+        Block b{it->first, stream};
+        CUdeviceptr p = it->second;
+        live_.emplace(p, b);
+        fl->second.erase(it);
+        ++stats_.cache_hits;
+        add_allocated(b.size);
+        return reinterpret_cast<void*>(p);
+      }
+    }
+    ++stats_.cache_misses;
+    CUdeviceptr p = driver_alloc(nbytes, size);
+    try {
+      live_.emplace(p, Block{size, stream});
+    } catch (...) {
+      DeviceGuard guard(index_);
+      driver().cuMemFree(p);
+      throw;
+    }
+    ++stats_.driver_allocs;
+    stats_.reserved_bytes += size;
+    add_allocated(size);
+    return reinterpret_cast<void*>(p);
+  }
+
+  void deallocate(void* ptr, size_t) noexcept override {
+    if (!ptr) return;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = live_.find(reinterpret_cast<CUdeviceptr>(ptr));
+      if (it == live_.end()) return;  // not ours: nothing safe to do
+      Block b = it->second;
+      free_[b.stream].emplace(b.size, it->first);  // may throw; the erase below cannot
+      live_.erase(it);
+      stats_.allocated_bytes -= b.size;
+    } catch (...) {
+      // Out of host memory for the free list: the block stays counted as allocated.
+    }
+  }
+
+  Device device() const override { return Device(DeviceType::CUDA, index_); }
+
+  AllocatorStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) return;
+    DeviceGuard guard(index_);
+    MT_CU_CHECK(driver().cuCtxSynchronize());  // no queued work may still use the blocks
+    check(release_cached(), "cuMemFree");
+  }
+
+ private:
+  struct Block {
+    size_t size;
+    CUstream stream;
+  };
+
+  void add_allocated(size_t size) {
+    stats_.allocated_bytes += size;
+    if (stats_.allocated_bytes > stats_.peak_allocated_bytes) {
+      stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    }
+  }
+
+  // Returns every cached block to the driver (mutex held, context current, device
+  // synchronized). The first cuMemFree failure is returned after trying them all.
+  CUresult release_cached() {
+    CUresult first = CUDA_SUCCESS;
+    for (auto& [stream, blocks] : free_) {
+      for (auto& [size, p] : blocks) {
+        CUresult r = driver().cuMemFree(p);
+        if (r == CUDA_SUCCESS) {
+          ++stats_.driver_frees;
+          stats_.reserved_bytes -= size;
+        } else if (first == CUDA_SUCCESS) {
+          first = r;
+        }
+      }
+    }
+    free_.clear();
+    return first;
+  }
+
+  // cuMemAlloc with one retry after emptying the cache (mutex held).
+  CUdeviceptr driver_alloc(size_t nbytes, size_t size) {
+    DeviceGuard guard(index_);
+    CUdeviceptr p = 0;
+    CUresult r = driver().cuMemAlloc(&p, size);
+    size_t released = 0, released_blocks = 0;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && !free_.empty() &&
+        driver().cuCtxSynchronize() == CUDA_SUCCESS) {
+      const size_t reserved_before = stats_.reserved_bytes;
+      const uint64_t frees_before = stats_.driver_frees;
+      release_cached();
+      released = reserved_before - stats_.reserved_bytes;
+      released_blocks = size_t(stats_.driver_frees - frees_before);
+      r = driver().cuMemAlloc(&p, size);
+    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      size_t free_mem = 0, total_mem = 0;
+      driver().cuMemGetInfo(&free_mem, &total_mem);
+      MT_ERROR(
+          "[cuda] out of memory on cuda:{}: tried to allocate {} ({} bytes, rounded to {}); "
+          "cuMemAlloc failed: {}. The device has {} free of {}. minitensor's allocator holds "
+          "{} allocated, {} reserved (peak {}; {} driver allocations, {} cache hits, {} "
+          "misses){}. Free tensors that are no longer needed, or use smaller sizes.",
+          index_, format_bytes(nbytes), nbytes, size, error_text(r), format_bytes(free_mem),
+          format_bytes(total_mem), format_bytes(stats_.allocated_bytes),
+          format_bytes(stats_.reserved_bytes), format_bytes(stats_.peak_allocated_bytes),
+          stats_.driver_allocs, stats_.cache_hits, stats_.cache_misses,
+          released_blocks ? fmt::format("; {} cached blocks ({}) were released before retrying",
+                                        released_blocks, format_bytes(released))
+                          : std::string());
+    }
+    check(r, "cuMemAlloc");
+    return p;
+  }
+
+  int index_;
+  mutable std::mutex mutex_;
+  std::unordered_map<CUdeviceptr, Block> live_;                  // handed out
+  std::map<CUstream, std::multimap<size_t, CUdeviceptr>> free_;  // cached, by stream and size
+  AllocatorStats stats_;
+};
+
+CachingAllocator& allocator(int index) {
+  detail::check_device(index);
+  // Leaked on purpose: freeing device memory during static destruction can crash.
+  static auto* allocators = [] {
+    auto* v = new std::vector<std::unique_ptr<CachingAllocator>>();
+    for (int i = 0; i < device_count(); ++i) v->push_back(std::make_unique<CachingAllocator>(i));
+    return v;
+  }();
+  return *(*allocators)[size_t(index)];
+}
+
+}  // namespace
+
+Allocator* caching_allocator(int index) { return &allocator(index); }
+
+AllocatorStats allocator_stats(int index) { return allocator(index).stats(); }
+
+void reset_peak_stats(int index) { allocator(index).reset_peak(); }
+
+void empty_cache(int index) { allocator(index).empty_cache(); }
+
+}  // namespace mt::cuda
+
+#endif  // MT_HAVE_CUDA

@@ -1,0 +1,94 @@
+// copy() and fill() for CUDA tensors: what a memcpy or memset can do, plus the hooks
+// through which the kernel library adds the rest.
+#ifdef MT_HAVE_CUDA
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "runtime/cuda/driver.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+namespace mt::cuda {
+namespace {
+
+std::atomic<CopyKernel> copy_kernel{nullptr};
+std::atomic<FillKernel> fill_kernel{nullptr};
+
+CUdeviceptr device_ptr(const Tensor& t) { return reinterpret_cast<CUdeviceptr>(t.data_ptr()); }
+
+}  // namespace
+
+CopyKernel set_copy_kernel(CopyKernel fn) { return copy_kernel.exchange(fn); }
+FillKernel set_fill_kernel(FillKernel fn) { return fill_kernel.exchange(fn); }
+
+void copy(const Tensor& dst, const Tensor& src) {
+  MT_CHECK(dst.is_cuda() || src.is_cuda(),
+           "[cuda::copy] neither tensor is on CUDA ({} and {}); copy CPU tensors with copy_",
+           dst.device(), src.device());
+  MT_CHECK(dst.sizes() == src.sizes(),
+           "[cuda::copy] the shapes differ: dst {} and src {}; expand src first", dst.sizes(),
+           src.sizes());
+  if (dst.numel() == 0) return;
+  const bool plain = dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
+  if (dst.is_cuda() && src.is_cuda()) {
+    MT_CHECK(dst.device() == src.device(),
+             "[cuda::copy] not yet supported: a copy between two devices ({} to {}); copy "
+             "through the CPU for now",
+             src.device(), dst.device());
+    if (!plain) {
+      CopyKernel k = copy_kernel.load();
+      MT_CHECK(k,
+               "[cuda::copy] not yet supported on {}: a {} copy ({} {} -> {} {}); no "
+               "device copy kernel is installed yet",
+               dst.device(), dst.dtype() != src.dtype() ? "dtype-converting" : "strided",
+               src.dtype(), src.is_contiguous() ? "contiguous" : "strided", dst.dtype(),
+               dst.is_contiguous() ? "contiguous" : "strided");
+      k(dst, src);
+      return;
+    }
+  } else {
+    MT_CHECK(plain,
+             "[cuda::copy] not yet supported: a {} copy between {} and {} ({} {} -> {} {}); "
+             "make the CPU side contiguous and of the same dtype first",
+             dst.dtype() != src.dtype() ? "dtype-converting" : "strided", src.device(),
+             dst.device(), src.dtype(), src.is_contiguous() ? "contiguous" : "strided", dst.dtype(),
+             dst.is_contiguous() ? "contiguous" : "strided");
+  }
+  const int index = dst.is_cuda() ? dst.device().index : src.device().index;
+  DeviceGuard guard(index);
+  CUstream stream = current_stream(index);
+  const size_t n = dst.nbytes();
+  if (dst.is_cuda() && src.is_cuda()) {
+    MT_CU_CHECK(driver().cuMemcpyDtoDAsync(device_ptr(dst), device_ptr(src), n, stream));
+  } else if (dst.is_cuda()) {
+    // From pageable memory the driver stages src before returning, so src may go away.
+    MT_CU_CHECK(driver().cuMemcpyHtoDAsync(device_ptr(dst), src.data_ptr(), n, stream));
+  } else {
+    MT_CU_CHECK(driver().cuMemcpyDtoHAsync(dst.data_ptr(), device_ptr(src), n, stream));
+    MT_CU_CHECK(driver().cuStreamSynchronize(stream));  // the host reads dst next
+  }
+}
+
+void fill(const Tensor& t, double value) {
+  MT_CHECK(t.is_cuda(), "[cuda::fill] the tensor is on {}, not CUDA", t.device());
+  if (t.numel() == 0) return;
+  // All-zero bits are 0 in every dtype here (and +0.0, not -0.0, in the float ones).
+  if (value == 0 && !std::signbit(value) && t.is_contiguous()) {
+    DeviceGuard guard(t.device().index);
+    MT_CU_CHECK(
+        driver().cuMemsetD8Async(device_ptr(t), 0, t.nbytes(), current_stream(t.device().index)));
+    return;
+  }
+  FillKernel k = fill_kernel.load();
+  MT_CHECK(k,
+           "[cuda::fill] not yet supported on {}: filling a {} {} tensor with {}; only a "
+           "contiguous fill with zero works until a device fill kernel is installed",
+           t.device(), t.is_contiguous() ? "contiguous" : "strided", t.dtype(), value);
+  k(t, value);
+}
+
+}  // namespace mt::cuda
+
+#endif  // MT_HAVE_CUDA

@@ -1,0 +1,132 @@
+// The CUDA driver API as minitensor uses it: a table of entry points resolved at run time
+// (libcuda.so.1 is opened with dlopen on first use), error checking, the primary context
+// of each device and its current stream. For code that talks to the driver directly
+// (kernels/jit loads modules and launches through driver()); everything else uses cuda.h.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+
+#include "runtime/cuda/cuda.h"
+
+namespace mt::cuda {
+
+// Every driver entry point minitensor calls, named after the driver API. cuda.h maps
+// some names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2); the members follow the
+// same macros, so `driver().cuMemAlloc(...)` calls the version this header declares.
+// Note [Driver entry points] in driver.cpp says how they are resolved.
+struct DriverApi {
+  // Initialisation, versions, errors.
+  decltype(&::cuInit) cuInit;
+  decltype(&::cuDriverGetVersion) cuDriverGetVersion;
+  decltype(&::cuGetErrorName) cuGetErrorName;
+  decltype(&::cuGetErrorString) cuGetErrorString;
+  // Devices.
+  decltype(&::cuDeviceGet) cuDeviceGet;
+  decltype(&::cuDeviceGetCount) cuDeviceGetCount;
+  decltype(&::cuDeviceGetName) cuDeviceGetName;
+  decltype(&::cuDeviceGetAttribute) cuDeviceGetAttribute;
+  decltype(&::cuDeviceTotalMem) cuDeviceTotalMem;
+  // Contexts.
+  decltype(&::cuDevicePrimaryCtxRetain) cuDevicePrimaryCtxRetain;
+  decltype(&::cuCtxSetCurrent) cuCtxSetCurrent;
+  decltype(&::cuCtxGetCurrent) cuCtxGetCurrent;
+  decltype(&::cuCtxGetDevice) cuCtxGetDevice;
+  decltype(&::cuCtxSynchronize) cuCtxSynchronize;
+  // Streams and events.
+  decltype(&::cuStreamCreate) cuStreamCreate;
+  decltype(&::cuStreamDestroy) cuStreamDestroy;
+  decltype(&::cuStreamSynchronize) cuStreamSynchronize;
+  decltype(&::cuStreamQuery) cuStreamQuery;
+  decltype(&::cuStreamWaitEvent) cuStreamWaitEvent;
+  decltype(&::cuEventCreate) cuEventCreate;
+  decltype(&::cuEventRecord) cuEventRecord;
+  decltype(&::cuEventSynchronize) cuEventSynchronize;
+  decltype(&::cuEventQuery) cuEventQuery;
+  decltype(&::cuEventElapsedTime) cuEventElapsedTime;
+  decltype(&::cuEventDestroy) cuEventDestroy;
+  // Memory.
+  decltype(&::cuMemAlloc) cuMemAlloc;
+  decltype(&::cuMemFree) cuMemFree;
+  decltype(&::cuMemGetInfo) cuMemGetInfo;
+  decltype(&::cuMemcpyHtoDAsync) cuMemcpyHtoDAsync;
+  decltype(&::cuMemcpyDtoHAsync) cuMemcpyDtoHAsync;
+  decltype(&::cuMemcpyDtoDAsync) cuMemcpyDtoDAsync;
+  decltype(&::cuMemsetD8Async) cuMemsetD8Async;
+  decltype(&::cuMemsetD32Async) cuMemsetD32Async;
+  // Modules and launches.
+  decltype(&::cuModuleLoadData) cuModuleLoadData;
+  decltype(&::cuModuleLoadDataEx) cuModuleLoadDataEx;
+  decltype(&::cuModuleGetFunction) cuModuleGetFunction;
+  decltype(&::cuModuleGetGlobal) cuModuleGetGlobal;
+  decltype(&::cuModuleUnload) cuModuleUnload;
+  decltype(&::cuLaunchKernel) cuLaunchKernel;
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx;
+  decltype(&::cuFuncGetAttribute) cuFuncGetAttribute;
+  decltype(&::cuFuncSetAttribute) cuFuncSetAttribute;
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor)
+      cuOccupancyMaxActiveBlocksPerMultiprocessor;
+};
+
+// The loaded driver. Throws mt::Error("[cuda] CUDA is unavailable: <reason>") where
+// is_available() is false.
+const DriverApi& driver();
+
+// Throws mt::Error("[cuda] cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)")
+// when r != CUDA_SUCCESS. `call` is the driver function's name or the checked expression;
+// the message keeps the cuXxx name found in it.
+void check(CUresult r, const char* call);
+// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", for messages that add their own context.
+std::string error_text(CUresult r);
+
+namespace detail {
+// Throws unless CUDA is available and 0 <= index < device_count().
+void check_device(int index);
+}  // namespace detail
+
+}  // namespace mt::cuda
+
+// MT_CU_CHECK(driver().cuMemFree(p)): runs the call and throws naming it if it fails.
+#define MT_CU_CHECK(expr) ::mt::cuda::check((expr), #expr)
+
+namespace mt::cuda {
+
+// Makes the primary context of `index` current on this thread for the guard's lifetime
+// (retaining it on first use) and restores the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  CUcontext prev_ = nullptr;
+  bool switched_ = false;
+};
+
+// The primary context of `index`, retained once for the life of the process.
+CUcontext primary_context(int index);
+
+// The stream minitensor's work on `index` goes to. Each device has one non-default
+// stream of its own, created on first use; set_current_stream replaces it for the whole
+// process (not per thread, unlike PyTorch), and nullptr restores the device's own.
+CUstream current_stream(int index);
+void set_current_stream(int index, CUstream s);
+
+// Sets the current stream of `index` for its lifetime, then restores the previous one.
+class StreamGuard {
+ public:
+  StreamGuard(int index, CUstream s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int index_;
+  CUstream prev_;
+};
+
+}  // namespace mt::cuda

@@ -1,0 +1,50 @@
+// The CUDA backend of a build without cuda.h and nvrtc.h: nothing is available, and
+// every call says how to get a build that has it.
+#ifndef MT_HAVE_CUDA
+
+#include "runtime/cuda/cuda.h"
+#include "runtime/error.h"
+
+namespace mt::cuda {
+namespace {
+
+constexpr const char* kNoBackend =
+    "this build of minitensor has no CUDA backend (cuda.h and nvrtc.h were not found when "
+    "it was configured); reconfigure with -Dcuda=enabled, adding -Dcudatoolkit=/path/to/cuda "
+    "if the toolkit is not in /usr/local/cuda";
+
+[[noreturn]] void unavailable() { MT_ERROR("[cuda] CUDA is unavailable: {}", kNoBackend); }
+
+}  // namespace
+
+bool is_available() { return false; }
+int device_count() { return 0; }
+std::string unavailable_reason() { return kNoBackend; }
+int driver_version() { unavailable(); }
+const DeviceProps& device_props(int) { unavailable(); }
+
+Allocator* caching_allocator(int) { unavailable(); }
+AllocatorStats allocator_stats(int) { unavailable(); }
+void reset_peak_stats(int) { unavailable(); }
+void empty_cache(int) { unavailable(); }
+
+void copy(const Tensor&, const Tensor&) { unavailable(); }
+void fill(const Tensor&, double) { unavailable(); }
+void synchronize(int) { unavailable(); }
+CopyKernel set_copy_kernel(CopyKernel) { return nullptr; }
+FillKernel set_fill_kernel(FillKernel) { return nullptr; }
+
+EventTimer::EventTimer(int index) : index_(index) { unavailable(); }
+EventTimer::~EventTimer() = default;
+EventTimer::EventTimer(EventTimer&& o) noexcept : index_(o.index_) {}
+EventTimer& EventTimer::operator=(EventTimer&& o) noexcept {
+  index_ = o.index_;
+  return *this;
+}
+void EventTimer::start() { unavailable(); }
+void EventTimer::stop() { unavailable(); }
+float EventTimer::elapsed_ms() const { unavailable(); }
+
+}  // namespace mt::cuda
+
+#endif  // !MT_HAVE_CUDA
