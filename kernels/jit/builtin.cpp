@@ -1,0 +1,255 @@
+#include "kernels/jit/builtin.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/cuda/cuda.h"
+#include "runtime/error.h"
+
+namespace mt::jit {
+
+static_assert(sizeof(StridedLayout) == 8 + 8 * kMaxKernelDims * (1 + kMaxKernelOperands),
+              "StridedLayout must have no padding the device could read differently");
+static_assert(offsetof(StridedLayout, sizes) == 8 && alignof(StridedLayout) == 8);
+
+std::string_view kernel_type_name(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Float16:
+      return "mt::Half";
+    case DType::BFloat16:
+      return "mt::BFloat16";
+    case DType::Int64:
+      return "long long";
+    case DType::Bool:
+      return "bool";
+  }
+  MT_ASSERT(false, "unknown dtype {}", int(t));
+  return "";
+}
+
+std::string silu_name_expression(SiluKernel k, DType t) {
+  const std::string_view ty = kernel_type_name(t);
+  switch (k) {
+    case SiluKernel::Fwd:
+      return fmt::format("silu_fwd<{}>", ty);
+    case SiluKernel::FwdVec:
+      return fmt::format("silu_fwd_vec<{}, {}>", ty, kSiluUnroll);
+    case SiluKernel::FwdStrided:
+      return fmt::format("silu_fwd_strided<{}>", ty);
+    case SiluKernel::Bwd:
+      return fmt::format("silu_bwd<{}>", ty);
+    case SiluKernel::BwdVec:
+      return fmt::format("silu_bwd_vec<{}, {}>", ty, kSiluUnroll);
+    case SiluKernel::BwdStrided:
+      return fmt::format("silu_bwd_strided<{}>", ty);
+  }
+  MT_ASSERT(false, "unknown SiluKernel {}", int(k));
+  return "";
+}
+
+std::string fill_name_expression(DType t, bool strided) {
+  return fmt::format("{}<{}>", strided ? "fill_strided" : "fill", kernel_type_name(t));
+}
+
+std::string copy_cast_name_expression(DType dst, DType src, bool strided) {
+  return fmt::format("{}<{}, {}>", strided ? "copy_cast_strided" : "copy_cast",
+                     kernel_type_name(dst), kernel_type_name(src));
+}
+
+std::vector<EmbeddedKernelFile> embedded_kernels() {
+  EmbeddedKernelFile silu{"silu.cu", {}}, copy{"copy.cu", {}};
+  for (DType t : kSiluDTypes)
+    for (SiluKernel k : {SiluKernel::Fwd, SiluKernel::FwdVec, SiluKernel::FwdStrided,
+                         SiluKernel::Bwd, SiluKernel::BwdVec, SiluKernel::BwdStrided})
+      silu.name_expressions.push_back(silu_name_expression(k, t));
+  for (int i = 0; i < kNumDTypes; ++i) {
+    copy.name_expressions.push_back(fill_name_expression(DType(i), false));
+    copy.name_expressions.push_back(fill_name_expression(DType(i), true));
+  }
+  for (int d = 0; d < kNumDTypes; ++d)
+    for (int s = 0; s < kNumDTypes; ++s)
+      for (bool strided : {false, true})
+        copy.name_expressions.push_back(copy_cast_name_expression(DType(d), DType(s), strided));
+  return {silu, copy};
+}
+
+KernelSpec builtin_spec(std::string_view file) {
+  KernelSpec spec;
+  spec.name = std::string(file);
+  return spec;
+}
+
+StridedLayout make_strided_layout(std::span<const int64_t> sizes,
+                                  std::initializer_list<std::span<const int64_t>> strides) {
+  const int ops = int(strides.size());
+  MT_CHECK(ops >= 1 && ops <= kMaxKernelOperands,
+           "[jit] a strided kernel takes 1 to {} operands, not {}", kMaxKernelOperands, ops);
+  for (const auto& s : strides)
+    MT_CHECK(s.size() == sizes.size(), "[jit] {} strides for {} sizes", s.size(), sizes.size());
+  // Outer to inner: drop size-1 dims, merge a dim into the one outside it when
+  // every operand steps over the inner dim exactly (stride_outer == stride * size).
+  std::vector<int64_t> sz;
+  std::vector<std::array<int64_t, kMaxKernelOperands>> st;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    bool merge = !sz.empty();
+    int k = 0;
+    for (const auto& s : strides) merge = merge && st.back()[size_t(k++)] == s[d] * sizes[d];
+    if (merge) {
+      sz.back() *= sizes[d];
+      k = 0;
+      for (const auto& s : strides) st.back()[size_t(k++)] = s[d];
+    } else {
+      sz.push_back(sizes[d]);
+      st.push_back({});
+      k = 0;
+      for (const auto& s : strides) st.back()[size_t(k++)] = s[d];
+    }
+  }
+  if (sz.empty()) sz.push_back(1), st.push_back({});
+  MT_CHECK(sz.size() <= size_t(kMaxKernelDims),
+           "[jit] a strided kernel handles up to {} dims after merging; this layout has {}",
+           kMaxKernelDims, sz.size());
+  StridedLayout l{};
+  l.ndim = int(sz.size());
+  for (size_t d = 0; d < sz.size(); ++d) {
+    l.sizes[d] = sz[d];
+    for (int k = 0; k < ops; ++k) l.strides[k][d] = st[d][size_t(k)];
+  }
+  return l;
+}
+
+LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
+  constexpr int64_t kBlock = 256, kBlocksPerSm = 8;
+  const int64_t max_blocks = std::max<int64_t>(1, int64_t(sm_count) * kBlocksPerSm);
+  const int64_t blocks = std::clamp<int64_t>((work_items + kBlock - 1) / kBlock, 1, max_blocks);
+  return {Dim3{unsigned(blocks), 1, 1}, Dim3{unsigned(kBlock), 1, 1}};
+}
+
+bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+namespace {
+
+// Kernel pointers per (device, slot), filled on first use: a launch after the
+// first costs one atomic load instead of a get_kernel lookup.
+constexpr int kCachedDevices = 16;
+template <int N>
+struct KernelTable {
+  std::atomic<const Kernel*> slots[kCachedDevices][N] = {};
+  template <typename NameFn>
+  const Kernel& get(int device, int slot, std::string_view file, NameFn&& name) {
+    const bool cached = device >= 0 && device < kCachedDevices;
+    if (cached)
+      if (const Kernel* k = slots[device][slot].load(std::memory_order_acquire)) return *k;
+    const Kernel& k = get_kernel(device, builtin_spec(file), name());
+    if (cached) slots[device][slot].store(&k, std::memory_order_release);
+    return k;
+  }
+};
+
+constexpr int kNumSiluKernels = 6;
+KernelTable<kNumSiluKernels * kNumDTypes> g_silu;
+KernelTable<2 * kNumDTypes> g_fill;
+KernelTable<2 * kNumDTypes * kNumDTypes> g_copy;
+
+void check_silu_dtype(DType t) {
+  MT_CHECK(is_floating(t),
+           "[silu] the CUDA kernel takes float32, float64, float16 or bfloat16, not {}; convert "
+           "the input with .to(mt::DType::Float32) first",
+           t);
+}
+
+const Kernel& silu_kernel(int device, SiluKernel k, DType t) {
+  return g_silu.get(device, int(k) * kNumDTypes + int(t), "silu.cu",
+                    [&] { return silu_name_expression(k, t); });
+}
+
+int sm_count(int device) { return cuda::device_props(device).sm_count; }
+
+}  // namespace
+
+void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, void* y, int64_t n,
+                     const StridedLayout* layout) {
+  check_silu_dtype(t);
+  if (n <= 0) return;
+  long long count = n;
+  if (layout) {
+    StridedLayout l = *layout;
+    void* args[] = {&x, &y, &count, &l};
+    const auto s = elementwise_launch_shape(n, sm_count(device));
+    silu_kernel(device, SiluKernel::FwdStrided, t).launch(s.grid, s.block, 0, stream, args);
+  } else if (aligned16({x, y})) {
+    const int64_t packs = n / int64_t(16 / dtype_size(t));
+    void* args[] = {&x, &y, &count};
+    const auto s =
+        elementwise_launch_shape((packs + kSiluUnroll - 1) / kSiluUnroll, sm_count(device));
+    silu_kernel(device, SiluKernel::FwdVec, t).launch(s.grid, s.block, 0, stream, args);
+  } else {
+    void* args[] = {&x, &y, &count};
+    const auto s = elementwise_launch_shape(n, sm_count(device));
+    silu_kernel(device, SiluKernel::Fwd, t).launch(s.grid, s.block, 0, stream, args);
+  }
+}
+
+void launch_silu_bwd(int device, CUstream_st* stream, DType t, const void* grad, const void* x,
+                     void* grad_in, int64_t n, const StridedLayout* layout) {
+  check_silu_dtype(t);
+  if (n <= 0) return;
+  long long count = n;
+  if (layout) {
+    StridedLayout l = *layout;
+    void* args[] = {&grad, &x, &grad_in, &count, &l};
+    const auto s = elementwise_launch_shape(n, sm_count(device));
+    silu_kernel(device, SiluKernel::BwdStrided, t).launch(s.grid, s.block, 0, stream, args);
+  } else if (aligned16({grad, x, grad_in})) {
+    const int64_t packs = n / int64_t(16 / dtype_size(t));
+    void* args[] = {&grad, &x, &grad_in, &count};
+    const auto s =
+        elementwise_launch_shape((packs + kSiluUnroll - 1) / kSiluUnroll, sm_count(device));
+    silu_kernel(device, SiluKernel::BwdVec, t).launch(s.grid, s.block, 0, stream, args);
+  } else {
+    void* args[] = {&grad, &x, &grad_in, &count};
+    const auto s = elementwise_launch_shape(n, sm_count(device));
+    silu_kernel(device, SiluKernel::Bwd, t).launch(s.grid, s.block, 0, stream, args);
+  }
+}
+
+void launch_fill(int device, CUstream_st* stream, DType t, void* out, int64_t n, const void* value,
+                 const StridedLayout* layout) {
+  if (n <= 0) return;
+  long long count = n;
+  const bool strided = layout != nullptr;
+  StridedLayout l = strided ? *layout : StridedLayout{};
+  void* args[] = {&out, &count, const_cast<void*>(value), &l};
+  const Kernel& k = g_fill.get(device, int(t) * 2 + strided, "copy.cu",
+                               [&] { return fill_name_expression(t, strided); });
+  const auto s = elementwise_launch_shape(n, sm_count(device));
+  k.launch(s.grid, s.block, 0, stream, args);
+}
+
+void launch_copy_cast(int device, CUstream_st* stream, DType dst_t, void* dst, DType src_t,
+                      const void* src, int64_t n, const StridedLayout* layout) {
+  if (n <= 0) return;
+  long long count = n;
+  const bool strided = layout != nullptr;
+  StridedLayout l = strided ? *layout : StridedLayout{};
+  void* args[] = {&dst, &src, &count, &l};
+  const Kernel& k =
+      g_copy.get(device, (int(dst_t) * kNumDTypes + int(src_t)) * 2 + strided, "copy.cu",
+                 [&] { return copy_cast_name_expression(dst_t, src_t, strided); });
+  const auto s = elementwise_launch_shape(n, sm_count(device));
+  k.launch(s.grid, s.block, 0, stream, args);
+}
+
+}  // namespace mt::jit

@@ -1,0 +1,73 @@
+// The built-in device kernels (kernels/cuda/*.cu): their name expressions, the
+// layouts and launch shapes they take, and launchers on raw device pointers for
+// the ops (kernels/ops/silu.cpp) and the runtime's copies (runtime/cuda/copy.cpp).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cuda/layout.h"
+#include "kernels/jit/module.h"
+#include "runtime/dtype.h"
+
+namespace mt::jit {
+
+// The device type of a dtype in kernel templates: "float", "double", "mt::Half",
+// "mt::BFloat16", "long long", "bool".
+std::string_view kernel_type_name(DType t);
+
+enum class SiluKernel { Fwd, FwdVec, FwdStrided, Bwd, BwdVec, BwdStrided };
+inline constexpr int kSiluUnroll = 4;  // 16-byte packs per thread per loop of the vec kernels
+inline constexpr DType kSiluDTypes[] = {DType::Float32, DType::Float64, DType::Float16,
+                                        DType::BFloat16};
+
+// "silu_fwd_vec<float, 4>", "copy_cast_strided<mt::Half, long long>", ...
+std::string silu_name_expression(SiluKernel k, DType t);
+std::string fill_name_expression(DType t, bool strided);
+std::string copy_cast_name_expression(DType dst, DType src, bool strided);
+
+// Every embedded kernel file with every name expression it is meant to be used
+// with (all dtypes); the tests compile each list whole for several architectures.
+struct EmbeddedKernelFile {
+  std::string file;  // "silu.cu"
+  std::vector<std::string> name_expressions;
+};
+std::vector<EmbeddedKernelFile> embedded_kernels();
+
+// The spec of an embedded file: default options, one module per kernel.
+KernelSpec builtin_spec(std::string_view file);
+
+// The layout of an elementwise kernel over `sizes`, one stride list per operand
+// (operand 0 the output): size-1 dims are dropped and dims that are contiguous in
+// every operand merged, so a sliced or broadcast view often needs only 1 or 2.
+// Throws mt::Error if more than kMaxKernelDims remain.
+StridedLayout make_strided_layout(std::span<const int64_t> sizes,
+                                  std::initializer_list<std::span<const int64_t>> strides);
+
+// Grid and block of a grid-stride kernel with `work_items` independent items
+// (elements, or packs of the vec kernels): 256 threads a block, at most enough
+// blocks to fill every SM once (8 a SM).
+struct LaunchShape {
+  Dim3 grid, block;
+};
+LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count);
+// True when every pointer is 16-byte aligned (the vec kernels' condition).
+bool aligned16(std::initializer_list<const void*> ptrs);
+
+// Launchers on device pointers of cuda:device, on `stream`. n is the element count;
+// a null layout means every operand is contiguous (then the vec kernel runs when all
+// pointers are 16-byte aligned). fill takes one element of dtype t at `value` (host).
+void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, void* y, int64_t n,
+                     const StridedLayout* layout = nullptr);
+void launch_silu_bwd(int device, CUstream_st* stream, DType t, const void* grad, const void* x,
+                     void* grad_in, int64_t n, const StridedLayout* layout = nullptr);
+void launch_fill(int device, CUstream_st* stream, DType t, void* out, int64_t n, const void* value,
+                 const StridedLayout* layout = nullptr);
+void launch_copy_cast(int device, CUstream_st* stream, DType dst_t, void* dst, DType src_t,
+                      const void* src, int64_t n, const StridedLayout* layout = nullptr);
+
+}  // namespace mt::jit

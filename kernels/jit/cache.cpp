@@ -1,0 +1,457 @@
+#include "kernels/jit/cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "kernels/jit/sha256.h"
+#include "runtime/error.h"
+
+namespace mt::jit {
+
+// Note [Kernel cache consistency]
+// Each compiled module is one file, <dir>/<key>.mtk, where key is the SHA-256 of
+// everything that changes the binary (see cache_key). A file holds a fixed
+// header (magic, format version, sizes, key, checksum), then metadata (name,
+// target, lowered names, log), then the CUBIN or PTX; the checksum is a SHA-256
+// of metadata plus payload.
+//  - Writes never expose a partial file: a writer fills a temporary file of its
+//    own (.tmp-<key>-<pid>-<n>, O_EXCL) in the same directory, then rename()s it
+//    over <key>.mtk, which is atomic. Two processes storing one key both write
+//    complete files with the same content; the last rename wins.
+//  - Reads trust nothing: a file whose size, magic, version, key, checksum or
+//    binary magic is wrong (truncated, a flipped bit, a crash mid-write on a
+//    filesystem that reorders) is deleted and the module recompiled, never loaded.
+//    The delete checks the inode first, so it cannot remove a good file that
+//    another process renamed into place meanwhile.
+//  - The directory is bounded (max_bytes) by least-recently-used eviction: a
+//    hit sets the file's mtime to now; after each store the oldest files go
+//    until the total fits. Eviction racing a reader is harmless: an open file
+//    stays readable, and a file gone before open() is just a miss. Temporaries
+//    left by a crashed writer are removed once they are an hour old.
+// No fsync: a file lost or torn by a power cut fails its checksum and recompiles.
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'M', 'T', 'K', 'C', 'A', 'C', 'H', 'E'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kKeySize = 64;  // hex digits
+// magic, version, metadata size, payload size, key, checksum
+constexpr size_t kHeaderSize = 8 + 4 + 4 + 8 + kKeySize + 32;
+constexpr const char* kSuffix = ".mtk";
+constexpr const char* kTempPrefix = ".tmp-";
+constexpr int64_t kStaleTempSeconds = 3600;
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
+}
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out += char(uint8_t(v >> (8 * i)));
+}
+void put_str(std::string& out, std::string_view s) {
+  put_u32(out, uint32_t(s.size()));
+  out += s;
+}
+
+// Reads little-endian fields from a byte range; any overrun sets ok = false.
+struct Reader {
+  std::string_view data;
+  size_t pos = 0;
+  bool ok = true;
+  uint64_t uint(int bytes) {
+    if (pos + size_t(bytes) > data.size()) return ok = false, 0;
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= uint64_t(uint8_t(data[pos + size_t(i)])) << (8 * i);
+    pos += size_t(bytes);
+    return v;
+  }
+  std::string_view bytes(size_t n) {
+    if (pos + n > data.size()) return ok = false, std::string_view();
+    std::string_view s = data.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::string str() { return std::string(bytes(size_t(uint(4)))); }
+};
+
+std::string serialize(const std::string& key, const CompileResult& r) {
+  std::string meta;
+  put_str(meta, r.name);
+  put_str(meta, r.target);
+  put_str(meta, r.log);
+  put_u64(meta, uint64_t(r.compile_ms * 1000.0));
+  put_u32(meta, uint32_t(r.lowered_names.size()));
+  for (const auto& l : r.lowered_names) put_str(meta, l.expression), put_str(meta, l.lowered);
+  const Digest sum = Sha256().update(meta).update(r.binary).finish();
+
+  std::string out(kMagic, sizeof(kMagic));
+  put_u32(out, kFormatVersion);
+  put_u32(out, uint32_t(meta.size()));
+  put_u64(out, uint64_t(r.binary.size()));
+  out += key;
+  out.append(reinterpret_cast<const char*>(sum.data()), sum.size());
+  out += meta;
+  out += r.binary;
+  return out;
+}
+
+// Parses and verifies a whole file; returns the problem, or "" when `out` is valid.
+std::string parse(std::string_view file, std::string_view key, CompileResult& out) {
+  if (file.size() < kHeaderSize) return "truncated header";
+  Reader rd{file};
+  if (rd.bytes(sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) return "bad magic";
+  if (rd.uint(4) != kFormatVersion) return "unknown format version";
+  const uint64_t meta_size = rd.uint(4);
+  const uint64_t payload_size = rd.uint(8);
+  const std::string_view file_key = rd.bytes(kKeySize);
+  const std::string_view sum = rd.bytes(32);
+  if (meta_size > file.size() || payload_size > file.size()) return "truncated";
+  if (kHeaderSize + meta_size + payload_size != file.size())
+    return file.size() < kHeaderSize + meta_size + payload_size ? "truncated" : "trailing bytes";
+  if (!key.empty() && file_key != key) return "key mismatch";
+  const std::string_view meta = rd.bytes(meta_size);
+  const std::string_view payload = rd.bytes(payload_size);
+  const Digest want = Sha256().update(meta).update(payload).finish();
+  if (sum != std::string_view(reinterpret_cast<const char*>(want.data()), want.size()))
+    return "checksum mismatch";
+
+  Reader m{meta};
+  out.name = m.str();
+  out.target = m.str();
+  out.log = m.str();
+  out.compile_ms = double(m.uint(8)) / 1000.0;
+  const uint64_t n = m.uint(4);
+  out.lowered_names.clear();
+  for (uint64_t i = 0; i < n && m.ok; ++i) {
+    LoweredName l;
+    l.expression = m.str();
+    l.lowered = m.str();
+    out.lowered_names.push_back(std::move(l));
+  }
+  if (!m.ok || m.pos != meta.size()) return "malformed metadata";
+  out.binary.assign(payload);
+  if (out.is_cubin() ? !out.binary.starts_with("\177ELF")
+                     : (out.binary.empty() || out.binary.back() != '\0'))
+    return out.is_cubin() ? "payload is not an ELF CUBIN" : "payload is not PTX text";
+  return "";
+}
+
+bool read_file(int fd, std::string& out) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return false;
+  out.resize(size_t(st.st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += size_t(r);
+  }
+  out.resize(got);
+  return true;
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data.remove_prefix(size_t(w));
+  }
+  return true;
+}
+
+// Unlinks `path` only if it is still the file (inode) that was read.
+void remove_if_same(const std::string& path, const struct stat& seen) {
+  struct stat now;
+  if (::stat(path.c_str(), &now) == 0 && now.st_ino == seen.st_ino && now.st_dev == seen.st_dev)
+    ::unlink(path.c_str());
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+double mtime_s(const struct stat& st) {
+  return double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec);
+}
+
+bool is_entry_name(std::string_view n) {
+  return n.size() == kKeySize + 4 && n.ends_with(kSuffix) &&
+         n.find_first_not_of("0123456789abcdef") == kKeySize;
+}
+
+struct DiskFile {
+  std::string path, name;
+  uint64_t size;
+  double mtime;
+};
+
+// The entry files of `dir`, least recently used first; also removes stale temporaries.
+std::vector<DiskFile> scan(const std::string& dir) {
+  std::vector<DiskFile> files;
+  std::error_code ec;
+  const double now = now_s();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string path = it->path().string();
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (is_entry_name(name)) {
+      files.push_back({path, name, uint64_t(st.st_size), mtime_s(st)});
+    } else if (name.starts_with(kTempPrefix) && now - mtime_s(st) > kStaleTempSeconds) {
+      ::unlink(path.c_str());
+    }
+  }
+  std::sort(files.begin(), files.end(), [](const DiskFile& a, const DiskFile& b) {
+    return a.mtime != b.mtime ? a.mtime < b.mtime : a.name < b.name;
+  });
+  return files;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + '\n';
+  return s;
+}
+
+// The headers a compile sees, hashed; the embedded ones alone only once.
+std::string headers_digest(const std::vector<Header>& user) {
+  auto digest = [](const std::vector<Header>& headers) {
+    Sha256 h;
+    for (const auto& hd : headers) h.field(hd.name).field(hd.text);
+    return to_hex(h.finish());
+  };
+  if (!user.empty()) return digest(all_headers(user));
+  static const std::string embedded = digest(all_headers({}));
+  return embedded;
+}
+
+}  // namespace
+
+std::string cache_key(const CompileRequest& r) {
+  const NvrtcVersion v = nvrtc_version();
+  Sha256 h;
+  h.field("minitensor kernel cache").field(std::to_string(kFormatVersion));
+  h.field(r.source).field(r.name);
+  h.field(join(r.name_expressions)).field(join(r.options));
+  h.field(nvrtc_target(r.arch)).field(fmt::format("nvrtc {}.{}", v.major, v.minor));
+  h.field(headers_digest(r.headers));
+  return to_hex(h.finish());
+}
+
+CacheConfig CacheConfig::from_env() {
+  CacheConfig c;
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  if (const std::string d = env("MT_KERNEL_CACHE"); !d.empty()) {
+    c.dir = d == "0" ? "" : d;
+  } else if (const std::string x = env("XDG_CACHE_HOME"); !x.empty()) {
+    c.dir = x + "/minitensor/kernels";
+  } else if (const std::string home = env("HOME"); !home.empty()) {
+    c.dir = home + "/.cache/minitensor/kernels";
+  }
+  if (const std::string mb = env("MT_KERNEL_CACHE_MAX_MB"); !mb.empty()) {
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(mb.data(), mb.data() + mb.size(), v);
+    MT_CHECK(ec == std::errc() && p == mb.data() + mb.size() && v < (uint64_t(1) << 40),
+             "[jit] MT_KERNEL_CACHE_MAX_MB='{}' is not a size in MiB; set it to a whole number "
+             "such as 256, or unset it",
+             mb);
+    c.max_bytes = v << 20;
+  }
+  return c;
+}
+
+KernelCache::KernelCache(CacheConfig config) : config_(std::move(config)) {}
+
+void KernelCache::count(uint64_t CacheStats::*field, double CacheStats::*ms, double value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++(stats_.*field);
+  if (ms) stats_.*ms += value;
+}
+
+std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
+  const std::string key = cache_key(r);
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& s = slots_[key];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  // One thread fills a slot; the others wait here for its result (or its error).
+  std::lock_guard<std::mutex> fill(slot->mutex);
+  if (slot->result) {
+    count(&CacheStats::memory_hits);
+    return slot->result;
+  }
+  if (disk_enabled()) {
+    const auto start = std::chrono::steady_clock::now();
+    if (std::optional<CompileResult> res = load(key)) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      count(&CacheStats::disk_hits, &CacheStats::disk_load_ms, ms);
+      slot->result = std::make_shared<const CompileResult>(std::move(*res));
+      return slot->result;
+    }
+  }
+  CompileResult res = compile(r.source, r.name, r.name_expressions, r.options, r.arch, r.headers);
+  count(&CacheStats::misses, &CacheStats::compile_ms, res.compile_ms);
+  if (disk_enabled() && store(key, res)) evict(key);
+  slot->result = std::make_shared<const CompileResult>(std::move(res));
+  return slot->result;
+}
+
+std::string KernelCache::path_for(const std::string& key) const {
+  return config_.dir + "/" + key + kSuffix;
+}
+
+std::optional<CompileResult> KernelCache::load(const std::string& key) {
+  if (!disk_enabled()) return std::nullopt;
+  const std::string path = path_for(key);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string bytes;
+  struct stat st {};
+  const bool read_ok = ::fstat(fd, &st) == 0 && read_file(fd, bytes);
+  ::close(fd);
+  if (!read_ok) return std::nullopt;
+  CompileResult res;
+  if (!parse(bytes, key, res).empty()) {
+    remove_if_same(path, st);
+    count(&CacheStats::corrupt_files);
+    return std::nullopt;
+  }
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // most recently used now
+  return res;
+}
+
+bool KernelCache::store(const std::string& key, const CompileResult& result) {
+  if (!disk_enabled()) return false;
+  static std::atomic<uint64_t> counter{0};
+  std::error_code ec;
+  fs::create_directories(config_.dir, ec);
+  const std::string tmp =
+      fmt::format("{}/{}{}-{}-{}", config_.dir, kTempPrefix, key, ::getpid(), counter.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  if (ok) {
+    ok = write_all(fd, serialize(key, result));
+    ok = (::close(fd) == 0) && ok;
+    ok = ok && ::rename(tmp.c_str(), path_for(key).c_str()) == 0;
+    if (!ok) ::unlink(tmp.c_str());
+  }
+  count(ok ? &CacheStats::disk_writes : &CacheStats::write_failures);
+  return ok;
+}
+
+void KernelCache::evict(const std::string& keep) {
+  if (!disk_enabled()) return;
+  uint64_t max_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    max_bytes = config_.max_bytes;
+  }
+  std::vector<DiskFile> files = scan(config_.dir);
+  uint64_t total = 0;
+  for (const auto& f : files) total += f.size;
+  const std::string keep_name = keep.empty() ? "" : keep + kSuffix;
+  for (const auto& f : files) {
+    if (total <= max_bytes) break;
+    if (f.name == keep_name) continue;
+    if (::unlink(f.path.c_str()) == 0) {
+      count(&CacheStats::evictions);
+      total -= f.size;
+    } else if (errno == ENOENT) {
+      total -= f.size;  // another process evicted it
+    }
+  }
+}
+
+void KernelCache::set_max_bytes(uint64_t max_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    config_.max_bytes = max_bytes;
+  }
+  evict();
+}
+
+CacheStats KernelCache::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void KernelCache::reset_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_ = {};
+}
+
+std::vector<CacheEntryInfo> KernelCache::list() const {
+  std::vector<CacheEntryInfo> out;
+  if (!disk_enabled()) return out;
+  const double now = now_s();
+  for (const auto& f : scan(config_.dir)) {
+    CacheEntryInfo e;
+    e.key = f.name.substr(0, kKeySize);
+    e.path = f.path;
+    e.size_bytes = f.size;
+    e.age_s = std::max(0.0, now - f.mtime);
+    const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    std::string bytes;
+    if (fd < 0 || !read_file(fd, bytes)) {
+      e.problem = "unreadable";
+    } else {
+      CompileResult r;
+      e.problem = parse(bytes, e.key, r);
+      e.name = r.name;
+      e.target = r.target;
+    }
+    if (fd >= 0) ::close(fd);
+    e.valid = e.problem.empty();
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+uint64_t KernelCache::disk_bytes() const {
+  uint64_t total = 0;
+  if (disk_enabled())
+    for (const auto& f : scan(config_.dir)) total += f.size;
+  return total;
+}
+
+void KernelCache::clear_memory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  slots_.clear();
+}
+
+void KernelCache::clear() {
+  clear_memory();
+  if (!disk_enabled()) return;
+  std::error_code ec;
+  for (fs::directory_iterator it(config_.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (is_entry_name(name) || name.starts_with(kTempPrefix)) ::unlink(it->path().c_str());
+  }
+}
+
+KernelCache& kernel_cache() {
+  static KernelCache cache(CacheConfig::from_env());
+  return cache;
+}
+
+}  // namespace mt::jit

@@ -1,0 +1,115 @@
+// The kernel cache: NVRTC results kept in memory and in files on disk, keyed by a
+// SHA-256 of everything that changes the binary. Note [Kernel cache consistency]
+// in cache.cpp says how files stay valid with several processes at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/jit/nvrtc.h"
+
+namespace mt::jit {
+
+// One compile: what compile() takes, as a value.
+struct CompileRequest {
+  std::string source;
+  std::string name;  // "silu.cu"
+  std::vector<std::string> name_expressions;
+  std::vector<std::string> options = default_options();
+  int arch = 0;  // compute capability, major * 10 + minor
+  std::vector<Header> headers;
+};
+
+// 64 hex digits: SHA-256 over the cache format version, source, name, name
+// expressions, options, NVRTC target (sm_90 / compute_90), NVRTC version and the
+// headers. Needs NVRTC loaded (for the target and version).
+std::string cache_key(const CompileRequest& request);
+
+struct CacheConfig {
+  std::string dir;  // empty: memory only
+  uint64_t max_bytes = uint64_t(256) << 20;
+  // MT_KERNEL_CACHE (a directory; "0" turns the disk cache off), else
+  // $XDG_CACHE_HOME/minitensor/kernels, else ~/.cache/minitensor/kernels;
+  // MT_KERNEL_CACHE_MAX_MB bounds it. Throws mt::Error on a malformed value.
+  static CacheConfig from_env();
+};
+
+struct CacheStats {
+  uint64_t memory_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t misses = 0;  // compiled by NVRTC
+  uint64_t disk_writes = 0;
+  uint64_t write_failures = 0;  // the disk could not take a file (the result is still used)
+  uint64_t corrupt_files = 0;   // found invalid, deleted and recompiled
+  uint64_t evictions = 0;       // removed to stay under max_bytes
+  double compile_ms = 0;        // NVRTC time of the misses
+  double disk_load_ms = 0;      // read + verify time of the disk hits
+};
+
+// One file of the disk cache, as `minitensor cache ls` shows it.
+struct CacheEntryInfo {
+  std::string key;
+  std::string name;    // "silu.cu"
+  std::string target;  // "sm_90"
+  std::string path;
+  uint64_t size_bytes = 0;
+  double age_s = 0;  // since last use (the file's mtime)
+  bool valid = false;
+  std::string problem;  // why not valid: "truncated", "checksum mismatch", ...
+};
+
+class KernelCache {
+ public:
+  explicit KernelCache(CacheConfig config);
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
+
+  // The compiled result: from memory, else from disk, else from NVRTC (then stored).
+  // Thread-safe; one key compiles once even when many threads ask at the same time.
+  std::shared_ptr<const CompileResult> get(const CompileRequest& request);
+
+  const CacheConfig& config() const { return config_; }
+  bool disk_enabled() const { return !config_.dir.empty(); }
+  void set_max_bytes(uint64_t max_bytes);
+  CacheStats stats() const;
+  void reset_stats();
+
+  // The disk entries, least recently used first; each file fully verified.
+  std::vector<CacheEntryInfo> list() const;
+  // Total bytes of the entry files on disk.
+  uint64_t disk_bytes() const;
+  // Forgets everything in memory and deletes every cache file (and stray temporaries).
+  void clear();
+  void clear_memory();
+
+  // The disk layer on its own, for tests and the CLI. load() returns nothing for a
+  // missing or invalid file, and deletes an invalid one; store() returns false
+  // (and counts a write failure) when the file could not be written.
+  std::string path_for(const std::string& key) const;
+  std::optional<CompileResult> load(const std::string& key);
+  bool store(const std::string& key, const CompileResult& result);
+  // Deletes least recently used files until the total is at most max_bytes; never `keep`.
+  void evict(const std::string& keep = {});
+
+ private:
+  struct Slot {
+    std::mutex mutex;
+    std::shared_ptr<const CompileResult> result;
+  };
+  void count(uint64_t CacheStats::*field, double CacheStats::*ms = nullptr, double value = 0);
+
+  CacheConfig config_;
+  mutable std::mutex mutex_;  // guards slots_, stats_ and config_.max_bytes
+  std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
+  CacheStats stats_;
+};
+
+// The process's cache, configured from the environment on first use.
+KernelCache& kernel_cache();
+
+}  // namespace mt::jit

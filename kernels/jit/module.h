@@ -1,0 +1,65 @@
+// Kernels on a GPU: compile (through the kernel cache) for the device's own
+// architecture, load the module once per device, look up the function, launch.
+// Built-in kernels name an embedded .cu file; users pass their own source string.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/jit/cache.h"
+#include "kernels/jit/nvrtc.h"
+
+// The driver's opaque handles, declared as <cuda.h> declares them.
+struct CUfunc_st;
+struct CUmod_st;
+struct CUstream_st;
+
+namespace mt::jit {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// What to compile. For a built-in kernel, name the embedded file and leave source
+// empty: {.name = "silu.cu"}. For your own: {.name = "my_silu.cu", .source = text}.
+struct KernelSpec {
+  std::string name;
+  std::string source;  // empty: embedded_source(name)
+  // Compiled together into one module. Empty: just the one get_kernel asks for.
+  std::vector<std::string> name_expressions;
+  std::vector<std::string> options = default_options();
+  std::vector<Header> headers;  // besides the embedded common.cuh and layout.h
+};
+
+// A loaded __global__ function on one device. Lives until the process ends.
+class Kernel {
+ public:
+  CUfunc_st* function() const { return function_; }
+  int device() const { return device_; }
+  const std::string& name_expression() const { return name_expression_; }
+  const std::string& lowered_name() const { return lowered_name_; }
+  const std::string& target() const { return target_; }  // "sm_90", or "compute_90" (PTX)
+
+  // cuLaunchKernel with the device's context current; args[i] points at the i-th
+  // kernel argument. Throws mt::Error naming the kernel if the launch fails.
+  void launch(Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream_st* stream, void** args) const;
+
+ private:
+  friend const Kernel& get_kernel(int, const KernelSpec&, std::string_view);
+  CUfunc_st* function_ = nullptr;
+  CUmod_st* module_ = nullptr;
+  int device_ = 0;
+  std::string name_expression_, lowered_name_, target_;
+};
+
+// The kernel `name_expression` ("silu_fwd<float>") of `spec` on cuda:device, compiled
+// for sm_{major}{minor} (or PTX for the newest older arch NVRTC knows), loaded once.
+// Thread-safe. The reference stays valid for the life of the process, so callers
+// on a hot path keep it instead of asking again.
+const Kernel& get_kernel(int device, const KernelSpec& spec, std::string_view name_expression);
+
+// The compile request get_kernel makes for a device of compute capability `arch`.
+CompileRequest kernel_request(const KernelSpec& spec, int arch, std::string_view name_expression);
+
+}  // namespace mt::jit
