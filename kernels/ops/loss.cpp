@@ -1,0 +1,61 @@
+// mt::mse_loss(input, target): mean((input - target)^2) as a 0-d tensor, with a
+// gradient for both operands. The shapes must match (broadcasting a loss is usually a
+// bug, which PyTorch only warns about).
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ops/registry.h"
+
+namespace mt {
+namespace ops {
+namespace {
+
+Tensor mse_result(const Tensor& input, const Tensor& target) {
+  MT_CHECK(input.sizes() == target.sizes(),
+           "[mse_loss] input has shape {} but target has shape {}; they must match (reshape "
+           "the target, e.g. target.view(input.sizes()))",
+           input.sizes(), target.sizes());
+  MT_CHECK(input.device() == target.device(),
+           "[mse_loss] the inputs are on different devices ({} and {}); move one with .to()",
+           input.device(), target.device());
+  DType t = float_result(promote_types(input.dtype(), target.dtype()));
+  return empty({}, {.dtype = t, .device = input.device()});
+}
+
+Tensor mse_cpu(const Tensor& input, const Tensor& target) {
+  Tensor out = mse_result(input, target);
+  Tensor squared = empty(input.sizes(), {.dtype = out.dtype()});
+  cpu::squared_diff(input, target, squared);
+  cpu::mean(squared, {}, false, out);  // NaN for empty inputs, as in PyTorch
+  return out;
+}
+
+}  // namespace
+
+void register_loss() {
+  auto op = custom_op("mt::mse_loss", mse_cpu,
+                      {.mutates_args = {}, .schema = "(Tensor self, Tensor target) -> Tensor"});
+  op.register_fake(mse_result);
+  // d/dinput = 2 (input - target) / n * g = -d/dtarget.
+  op.register_autograd(
+      [](AutogradContext& ctx, const Tensor& g) {
+        auto saved = ctx.saved();
+        const Tensor &x = saved[0], &t = saved[1];
+        Tensor d = mul(sub(x, t), mul(g, 2.0 / double(x.numel())));
+        Tensor gx, gt;
+        if (ctx.needs_input_grad(0)) gx = d.dtype() == x.dtype() ? d : d.to(x.dtype());
+        if (ctx.needs_input_grad(1)) gt = neg(d.dtype() == t.dtype() ? d : d.to(t.dtype()));
+        return std::tuple<Tensor, Tensor>(gx, gt);
+      },
+      [](AutogradContext& ctx, const Tensor& x, const Tensor& t, const Tensor&) {
+        ctx.save_for_backward({x, t});
+      });
+  keep(op);
+}
+
+}  // namespace ops
+
+Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  MT_BUILTIN_OP("mt::mse_loss", Tensor(const Tensor&, const Tensor&));
+  return op(input, target);
+}
+
+}  // namespace mt

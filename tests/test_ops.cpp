@@ -1,0 +1,1148 @@
+// One harness for every built-in op (ggml's test-backend-ops idea): a table of sample
+// inputs per registered "mt::" op. Each sample is checked against a float64 reference
+// written here with plain loops, the small ones through mt::opcheck (schema, fake against
+// real, autograd registration, gradcheck in float64), and through gradgradcheck where the
+// op promises double backward. A test fails naming any mt:: op without an entry.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "minitensor.h"
+#include "runtime/view.h"
+#include "tests/helpers.h"
+
+using namespace mt;
+
+namespace {
+
+constexpr DType F32 = DType::Float32, F64 = DType::Float64, F16 = DType::Float16,
+                BF16 = DType::BFloat16, I64 = DType::Int64, BOOL = DType::Bool;
+
+// ---- Dense: a float64 row-major copy of a tensor, what the references compute on ------
+
+struct Dense {
+  Shape shape;
+  std::vector<double> v;
+};
+
+int64_t count(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Dense dense(const Tensor& t) { return {t.sizes(), t.to_vector<double>()}; }
+
+std::vector<int64_t> unravel(int64_t i, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    idx[d] = i % s[d];
+    i /= s[d];
+  }
+  return idx;
+}
+
+// The flat index in shape s of out-index idx, aligned right; size-1 dims broadcast.
+int64_t ravel_broadcast(const std::vector<int64_t>& idx, const Shape& s) {
+  int64_t flat = 0;
+  size_t lead = idx.size() - s.size();
+  for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
+  return flat;
+}
+
+int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) { return ravel_broadcast(idx, s); }
+
+Shape broadcast(const Shape& a, const Shape& b) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+Dense tabulate(const Shape& shape, const std::function<double(const std::vector<int64_t>&)>& f) {
+  Dense d{shape, std::vector<double>(size_t(count(shape)))};
+  for (int64_t i = 0; i < count(shape); ++i) d.v[size_t(i)] = f(unravel(i, shape));
+  return d;
+}
+
+Dense map_values(const Dense& x, const std::function<double(double)>& f) {
+  Dense d = x;
+  for (double& v : d.v) v = f(v);
+  return d;
+}
+
+Dense zip(const Dense& a, const Dense& b, const std::function<double(double, double)>& f) {
+  return tabulate(broadcast(a.shape, b.shape), [&](const std::vector<int64_t>& i) {
+    return f(a.v[size_t(ravel_broadcast(i, a.shape))], b.v[size_t(ravel_broadcast(i, b.shape))]);
+  });
+}
+
+// x's elements grouped by the output element they reduce into.
+struct Groups {
+  Shape out;
+  std::vector<std::vector<double>> members;  // in x's row-major order
+  std::vector<int64_t> group_of;             // for each element of x
+};
+
+std::vector<int64_t> wrap_all(std::vector<int64_t> dims, int64_t ndim) {
+  for (int64_t& d : dims) d = d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
+  return dims;
+}
+
+Groups group(const Dense& x, std::vector<int64_t> dims, bool keepdim) {
+  dims = wrap_all(dims, int64_t(x.shape.size()));
+  auto reduced = [&](size_t d) {
+    return dims.empty() || std::find(dims.begin(), dims.end(), int64_t(d)) != dims.end();
+  };
+  Groups g;
+  Shape kept;  // keepdim form
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    kept.push_back(reduced(d) ? 1 : x.shape[d]);
+    if (!reduced(d) || keepdim) g.out.push_back(reduced(d) ? 1 : x.shape[d]);
+  }
+  g.members.resize(size_t(count(kept)));
+  for (int64_t i = 0; i < count(x.shape); ++i) {
+    int64_t o = ravel_broadcast(unravel(i, x.shape), kept);
+    g.members[size_t(o)].push_back(x.v[size_t(i)]);
+    g.group_of.push_back(o);
+  }
+  return g;
+}
+
+Dense reduce_groups(const Dense& x, const std::vector<int64_t>& dims, bool keepdim,
+                    const std::function<double(const std::vector<double>&)>& f) {
+  Groups g = group(x, dims, keepdim);
+  Dense d{g.out, {}};
+  for (const auto& m : g.members) d.v.push_back(f(m));
+  return d;
+}
+
+double sum_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+double mean_of(const std::vector<double>& v) { return sum_of(v) / double(v.size()); }
+size_t argmax_of(const std::vector<double>& v) {  // the first of ties
+  size_t at = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[at]) at = i;
+  return at;
+}
+
+// ---- sample inputs ---------------------------------------------------------------------
+
+enum class Layout { Contiguous, Transposed, Stepped, Expanded };
+
+uint64_t next_seed() {
+  static uint64_t seed = 20240601;
+  return seed++;
+}
+
+// A tensor of shape s with values uniform in [lo, hi) (integers rounded, bools 0/1) laid
+// out as asked: a transposed view, a slice with step 2, or dim 0 expanded from size 1.
+Tensor make(const Shape& s, DType t = F64, double lo = -2, double hi = 2,
+            Layout layout = Layout::Contiguous) {
+  Shape base = s;
+  if (layout == Layout::Transposed) std::swap(base[s.size() - 2], base[s.size() - 1]);
+  if (layout == Layout::Stepped) base.back() *= 2;
+  if (layout == Layout::Expanded) base[0] = 1;
+  std::mt19937_64 rng(next_seed());
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(size_t(count(base)));
+  for (double& x : v) {
+    x = dist(rng);
+    if (t == BOOL)
+      x = x > (lo + hi) / 2;
+    else if (!is_floating(t))
+      x = std::round(x);
+  }
+  Tensor out = empty(base, {.dtype = t});
+  detail::copy_impl(out, from_vector(v, base, {.dtype = F64}));
+  switch (layout) {
+    case Layout::Contiguous:
+      return out;
+    case Layout::Transposed:
+      return detail::transpose_of(out, -1, -2);
+    case Layout::Stepped:
+      return detail::slice_of(out, -1, 0, base.back(), 2);
+    case Layout::Expanded:
+      return detail::expand_of(out, s);
+  }
+  return out;
+}
+
+Tensor values(const std::vector<double>& v, const Shape& s, DType t = F64) {
+  Tensor out = empty(s, {.dtype = t});
+  detail::copy_impl(out, from_vector(v, s, {.dtype = F64}));
+  return out;
+}
+
+struct Sample {
+  std::string label;
+  Stack args;
+  bool grad = true;  // false: values only (ties, kinks, huge inputs)
+};
+
+// Samples of one tensor in every shape and layout the harness covers, each followed by
+// `extra` arguments. Values in [lo, hi): positive for log, sqrt and pow.
+std::vector<Sample> one_tensor_samples(double lo, double hi, const Stack& extra = {}) {
+  std::vector<std::pair<std::string, Tensor>> ts = {
+      {"0-d float64", make({}, F64, lo, hi)},
+      {"empty [0] float32", make({0}, F32, lo, hi)},
+      {"empty [2, 0] float64", make({2, 0}, F64, lo, hi)},
+      {"odd [7] float64", make({7}, F64, lo, hi)},
+      {"[3, 4] float32", make({3, 4}, F32, lo, hi)},
+      {"transposed [3, 4] float64", make({3, 4}, F64, lo, hi, Layout::Transposed)},
+      {"stepped [5] float64", make({5}, F64, lo, hi, Layout::Stepped)},
+      {"expanded [3, 4] float64", make({3, 4}, F64, lo, hi, Layout::Expanded)},
+      {"[2, 3] float16", make({2, 3}, F16, lo, hi)},
+      {"[5] bfloat16", make({5}, BF16, lo, hi)},
+      {"big [33, 65] float32", make({33, 65}, F32, lo, hi)},
+      {"big [129] float16", make({129}, F16, lo, hi)},
+      {"big transposed [17, 40] float64", make({17, 40}, F64, lo, hi, Layout::Transposed)},
+  };
+  std::vector<Sample> out;
+  for (auto& [label, t] : ts) {
+    Stack args{t};
+    args.insert(args.end(), extra.begin(), extra.end());
+    out.push_back({label, args});
+  }
+  return out;
+}
+
+// Pairs for the binary ops: broadcasting, 0-d, empty, layouts and mixed dtypes. b is in
+// [blo, bhi) (positive for div).
+std::vector<Sample> two_tensor_samples(double blo, double bhi, const Stack& extra = {}) {
+  struct P {
+    std::string label;
+    Tensor a, b;
+  };
+  std::vector<P> ps = {
+      {"[3, 4] and [3, 4]", make({3, 4}), make({3, 4}, F64, blo, bhi)},
+      {"[3, 1] and [1, 4]", make({3, 1}), make({1, 4}, F64, blo, bhi)},
+      {"0-d and [2, 3]", make({}), make({2, 3}, F64, blo, bhi)},
+      {"[2, 3] and 0-d", make({2, 3}), make({}, F64, blo, bhi)},
+      {"empty [0, 3] and [3]", make({0, 3}), make({3}, F64, blo, bhi)},
+      {"transposed [3, 4] and stepped [4]", make({3, 4}, F64, -2, 2, Layout::Transposed),
+       make({4}, F64, blo, bhi, Layout::Stepped)},
+      {"expanded [3, 4] and [3, 4]", make({3, 4}, F64, -2, 2, Layout::Expanded),
+       make({3, 4}, F64, blo, bhi)},
+      {"[2, 1, 3] and [4, 1]", make({2, 1, 3}), make({4, 1}, F64, blo, bhi)},
+      {"int64 [2, 3] and float32 [2, 3]", make({2, 3}, I64, -5, 5), make({2, 3}, F32, blo, bhi)},
+      {"float16 [2, 3] and float32 [3]", make({2, 3}, F16), make({3}, F32, blo, bhi)},
+      {"bfloat16 [5] and bfloat16 [5]", make({5}, BF16), make({5}, BF16, blo, bhi)},
+      {"big [40, 65] float32 and [65]", make({40, 65}, F32), make({65}, F32, blo, bhi)},
+  };
+  std::vector<Sample> out;
+  for (auto& p : ps) {
+    Stack args{p.a, p.b};
+    args.insert(args.end(), extra.begin(), extra.end());
+    out.push_back({p.label, args});
+  }
+  return out;
+}
+
+// ---- the table ---------------------------------------------------------------------------
+
+// A reference gets the float64 values of the op's tensor arguments, in order, and the
+// whole argument stack (for the other arguments); it returns one Dense per output.
+using Reference = std::function<std::vector<Dense>(const std::vector<Dense>&, const Stack&)>;
+
+struct OpEntry {
+  std::vector<Sample> samples;
+  Reference reference;
+  bool double_backward = true;
+};
+
+double arg_double(const Stack& s, size_t i, double fallback) {
+  return i < s.size() ? s[i].to_double() : fallback;
+}
+bool arg_bool(const Stack& s, size_t i, bool fallback) {
+  return i < s.size() ? s[i].to_bool() : fallback;
+}
+std::vector<int64_t> arg_ints(const Stack& s, size_t i) {
+  return i < s.size() ? s[i].to_int_list() : std::vector<int64_t>{};
+}
+
+Reference unary_ref(std::function<double(double)> f) {
+  return [f](const std::vector<Dense>& t, const Stack&) {
+    return std::vector<Dense>{map_values(t[0], f)};
+  };
+}
+
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+double sign_ref(double x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+
+// The shape a view/reshape gives, with one -1 resolved.
+Shape resolve(std::vector<int64_t> shape, int64_t numel) {
+  int64_t known = 1, at = -1;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] == -1)
+      at = int64_t(i);
+    else
+      known *= shape[i];
+  if (at >= 0) shape[size_t(at)] = known == 0 ? 0 : numel / known;
+  return Shape(shape);
+}
+
+Dense same_values(const Dense& x, const Shape& shape) { return {shape, x.v}; }
+
+std::map<std::string, OpEntry> build_table() {
+  std::map<std::string, OpEntry> table;
+  auto positive = one_tensor_samples(0.5, 2);
+  auto any = one_tensor_samples(-2, 2);
+
+  // Elementwise unary.
+  table["mt::neg"] = {any, unary_ref([](double x) { return -x; })};
+  table["mt::exp"] = {any, unary_ref([](double x) { return std::exp(x); })};
+  table["mt::log"] = {positive, unary_ref([](double x) { return std::log(x); })};
+  table["mt::sqrt"] = {positive, unary_ref([](double x) { return std::sqrt(x); })};
+  table["mt::sigmoid"] = {any, unary_ref(sigmoid_ref)};
+  table["mt::tanh"] = {any, unary_ref([](double x) { return std::tanh(x); })};
+  table["mt::silu"] = {any, unary_ref([](double x) { return x * sigmoid_ref(x); })};
+  // abs, sign and relu: integers and exact zeros too (zeros only for values: relu has a
+  // kink there, which central differences see as slope 1/2).
+  auto with_kinks = any;
+  with_kinks.push_back({"int64 [6]", {make({6}, I64, -5, 5)}});
+  with_kinks.push_back(
+      {"zeros [2, 3] float32", {values({0, -0.0, 1, -1, 0, 2}, {2, 3}, F32)}, false});
+  table["mt::abs"] = {with_kinks, unary_ref([](double x) { return std::abs(x); })};
+  table["mt::sign"] = {with_kinks, unary_ref(sign_ref)};
+  table["mt::relu"] = {with_kinks, unary_ref([](double x) { return x > 0 ? x : 0.0; })};
+  std::vector<Sample> pow_samples;
+  for (double p : {2.0, 3.0, 0.5, -1.0, 1.5, 0.0, 1.0})
+    for (auto& s : one_tensor_samples(p == std::trunc(p) ? -2 : 0.5, 2, {p}))
+      pow_samples.push_back({s.label + fmt::format(" ** {}", p), s.args, s.grad});
+  pow_samples.push_back({"int64 ** 2 stays int64", {make({5}, I64, -4, 4), 2.0}});
+  pow_samples.push_back({"int64 ** 0.5 is float32", {make({5}, I64, 1, 9), 0.5}});
+  table["mt::pow"] = {
+      pow_samples, [](const std::vector<Dense>& t, const Stack& a) {
+        double p = a[1].to_double();
+        return std::vector<Dense>{map_values(t[0], [p](double x) { return std::pow(x, p); })};
+      }};
+  table["mt::silu_backward"] = {
+      {{"[3, 4]", {make({3, 4}), make({3, 4})}},
+       {"0-d", {make({}), make({})}},
+       {"transposed and stepped [2, 3]",
+        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({2, 3}, F64, -2, 2, Layout::Stepped)}},
+       {"float32 [7]", {make({7}, F32), make({7}, F32)}},
+       {"big [50, 41] float32", {make({50, 41}, F32), make({50, 41}, F32)}}},
+      [](const std::vector<Dense>& t, const Stack&) {
+        return std::vector<Dense>{zip(t[0], t[1], [](double g, double x) {
+          double s = sigmoid_ref(x);
+          return g * s * (1 + x * (1 - s));
+        })};
+      }};
+
+  // Elementwise binary, tensor and scalar forms.
+  auto binary_ref = [](std::function<double(double, double, double)> f) -> Reference {
+    return [f](const std::vector<Dense>& t, const Stack& a) {
+      double alpha = arg_double(a, 2, 1);
+      return std::vector<Dense>{
+          zip(t[0], t[1], [&](double x, double y) { return f(x, y, alpha); })};
+    };
+  };
+  auto with_alpha = [](std::vector<Sample> s) {
+    s.push_back({"[3, 4] and [4], alpha 2.5", {make({3, 4}), make({4}), 2.5}});
+    s.push_back(
+        {"int64 and int64, alpha 3", {make({2, 3}, I64, -5, 5), make({3}, I64, -5, 5), 3.0}});
+    return s;
+  };
+  table["mt::add"] = {with_alpha(two_tensor_samples(-2, 2)),
+                      binary_ref([](double x, double y, double al) { return x + al * y; })};
+  table["mt::sub"] = {with_alpha(two_tensor_samples(-2, 2)),
+                      binary_ref([](double x, double y, double al) { return x - al * y; })};
+  table["mt::mul"] = {two_tensor_samples(-2, 2),
+                      binary_ref([](double x, double y, double) { return x * y; })};
+  auto div_samples = two_tensor_samples(0.5, 2);
+  div_samples.push_back(
+      {"int64 / int64 is float32", {make({4}, I64, -9, 9), make({4}, I64, 1, 5)}});
+  table["mt::div"] = {div_samples, binary_ref([](double x, double y, double) { return x / y; })};
+  auto scalar_ref = [](std::function<double(double, double)> f) -> Reference {
+    return [f](const std::vector<Dense>& t, const Stack& a) {
+      double s = a[1].to_double();
+      return std::vector<Dense>{map_values(t[0], [&](double x) { return f(x, s); })};
+    };
+  };
+  auto scalar_samples = [](double s) {
+    auto out = one_tensor_samples(-2, 2, {s});
+    out.push_back({"int64 [5]", {make({5}, I64, -5, 5), 3.0}});
+    return out;
+  };
+  table["mt::add.Scalar"] = {scalar_samples(1.5),
+                             scalar_ref([](double x, double s) { return x + s; })};
+  table["mt::sub.Scalar"] = {scalar_samples(-0.75),
+                             scalar_ref([](double x, double s) { return x - s; })};
+  table["mt::mul.Scalar"] = {scalar_samples(2.5),
+                             scalar_ref([](double x, double s) { return x * s; })};
+  table["mt::div.Scalar"] = {scalar_samples(4),
+                             scalar_ref([](double x, double s) { return x / s; })};
+
+  // In place: self keeps its shape, other broadcasts into it.
+  auto inplace_samples = [](bool alpha) {
+    std::vector<Sample> s = {
+        {"[3, 4] and [3, 4]", {make({3, 4}), make({3, 4})}},
+        {"[3, 4] and [4]", {make({3, 4}), make({4})}},
+        {"[2, 3] and 0-d", {make({2, 3}), make({})}},
+        {"transposed [3, 4] and [3, 1]",
+         {make({3, 4}, F64, -2, 2, Layout::Transposed), make({3, 1})}},
+        {"float32 [5] and float64 [5]", {make({5}, F32), make({5})}},
+        {"float16 [2, 3] and [3]", {make({2, 3}, F16), make({3}, F32)}},
+        {"int64 [4] and int64 [4]", {make({4}, I64, -5, 5), make({4}, I64, -5, 5)}},
+        {"big [40, 65] float32 and [65]", {make({40, 65}, F32), make({65}, F32)}},
+    };
+    if (alpha) s.push_back({"[3, 4] and [4], alpha -2", {make({3, 4}), make({4}), -2.0}});
+    return s;
+  };
+  auto inplace_ref = [](std::function<double(double, double, double)> f) -> Reference {
+    return [f](const std::vector<Dense>& t, const Stack& a) {
+      double alpha = arg_double(a, 2, 1);
+      const Dense &self = t[0], &other = t[1];
+      return std::vector<Dense>{tabulate(self.shape, [&](const std::vector<int64_t>& i) {
+        return f(self.v[size_t(ravel(i, self.shape))],
+                 other.v[size_t(ravel_broadcast(i, other.shape))], alpha);
+      })};
+    };
+  };
+  table["mt::add_"] = {inplace_samples(true),
+                       inplace_ref([](double x, double y, double al) { return x + al * y; })};
+  table["mt::sub_"] = {inplace_samples(true),
+                       inplace_ref([](double x, double y, double al) { return x - al * y; })};
+  table["mt::mul_"] = {inplace_samples(false),
+                       inplace_ref([](double x, double y, double) { return x * y; })};
+  table["mt::copy_"] = {
+      {{"[3, 4] from [3, 4]", {make({3, 4}), make({3, 4})}},
+       {"[3, 4] from [4]", {make({3, 4}), make({4})}},
+       {"transposed [3, 4] from 0-d", {make({3, 4}, F64, -2, 2, Layout::Transposed), make({})}},
+       {"float16 [5] from float64 [5]", {make({5}, F16), make({5})}},
+       {"int64 [2, 2] from int64", {make({2, 2}, I64, -5, 5), make({2, 2}, I64, -5, 5)}}},
+      inplace_ref([](double, double y, double) { return y; })};
+  table["mt::fill_"] = {
+      {{"[3, 4] with 1.5", {make({3, 4}), 1.5}},
+       {"0-d with -2", {make({}), -2.0}},
+       {"transposed [2, 3] with 7", {make({2, 3}, F64, -2, 2, Layout::Transposed), 7.0}},
+       {"float16 [5] with 0.25", {make({5}, F16), 0.25}},
+       {"empty [0] with 3", {make({0}), 3.0}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        double v = a[1].to_double();
+        return std::vector<Dense>{map_values(t[0], [v](double) { return v; })};
+      }};
+
+  // Views.
+  table["mt::view"] = {{{"[2, 6] as [3, 4]", {make({2, 6}), std::vector<int64_t>{3, 4}}},
+                        {"[12] as [3, -1]", {make({12}), std::vector<int64_t>{3, -1}}},
+                        {"0-d as [1]", {make({}), std::vector<int64_t>{1}}},
+                        {"[0, 3] as [-1]", {make({0, 3}), std::vector<int64_t>{-1}}},
+                        {"float32 [2, 3] as [6]", {make({2, 3}, F32), std::vector<int64_t>{6}}}},
+                       [](const std::vector<Dense>& t, const Stack& a) {
+                         return std::vector<Dense>{
+                             same_values(t[0], resolve(a[1].to_int_list(), count(t[0].shape)))};
+                       }};
+  table["mt::reshape"] = {
+      {{"[2, 6] as [4, 3]", {make({2, 6}), std::vector<int64_t>{4, 3}}},
+       {"transposed [3, 4] as [12] (copies)",
+        {make({3, 4}, F64, -2, 2, Layout::Transposed), std::vector<int64_t>{12}}},
+       {"stepped [6] as [2, -1]",
+        {make({6}, F64, -2, 2, Layout::Stepped), std::vector<int64_t>{2, -1}}},
+       {"0-d as []", {make({}), std::vector<int64_t>{}}},
+       {"int64 [4] as [2, 2]", {make({4}, I64, -5, 5), std::vector<int64_t>{2, 2}}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        return std::vector<Dense>{
+            same_values(t[0], resolve(a[1].to_int_list(), count(t[0].shape)))};
+      }};
+  table["mt::squeeze"] = {{{"[1, 3, 1]", {make({1, 3, 1})}},
+                           {"0-d", {make({})}},
+                           {"[2, 3]", {make({2, 3})}},
+                           {"expanded [1, 4]", {make({1, 4}, F64, -2, 2, Layout::Expanded)}}},
+                          [](const std::vector<Dense>& t, const Stack&) {
+                            Shape s;
+                            for (int64_t d : t[0].shape)
+                              if (d != 1) s.push_back(d);
+                            return std::vector<Dense>{same_values(t[0], s)};
+                          }};
+  table["mt::squeeze.dim"] = {
+      {{"[1, 3] dim 0", {make({1, 3}), int64_t(0)}},
+       {"[3, 1] dim -1", {make({3, 1}), int64_t(-1)}},
+       {"[2, 3] dim 0 (size 2: no-op)", {make({2, 3}), int64_t(0)}},
+       {"transposed [1, 3] dim 0", {make({1, 3}, F64, -2, 2, Layout::Transposed), int64_t(0)}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        Shape s = t[0].shape;
+        size_t d = size_t(wrap_all({a[1].to_int()}, int64_t(s.size()))[0]);
+        if (!s.empty() && s[d] == 1) s.erase(d);
+        return std::vector<Dense>{same_values(t[0], s)};
+      }};
+  table["mt::unsqueeze"] = {
+      {{"[3] dim 0", {make({3}), int64_t(0)}},
+       {"[3] dim -1", {make({3}), int64_t(-1)}},
+       {"0-d dim 0", {make({}), int64_t(0)}},
+       {"transposed [2, 3] dim 1", {make({2, 3}, F64, -2, 2, Layout::Transposed), int64_t(1)}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        Shape s = t[0].shape;
+        int64_t d = a[1].to_int();
+        if (d < 0) d += int64_t(s.size()) + 1;
+        s.insert(size_t(d), 1);
+        return std::vector<Dense>{same_values(t[0], s)};
+      }};
+  table["mt::transpose"] = {
+      {{"[2, 3] dims 0, 1", {make({2, 3}), int64_t(0), int64_t(1)}},
+       {"[2, 3, 2] dims 0, -1", {make({2, 3, 2}), int64_t(0), int64_t(-1)}},
+       {"[3] dims 0, 0", {make({3}), int64_t(0), int64_t(0)}},
+       {"float32 transposed [3, 4] dims 1, 0",
+        {make({3, 4}, F32, -2, 2, Layout::Transposed), int64_t(1), int64_t(0)}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        const Dense& x = t[0];
+        auto d = wrap_all({a[1].to_int(), a[2].to_int()}, int64_t(x.shape.size()));
+        Shape s = x.shape;
+        std::swap(s[size_t(d[0])], s[size_t(d[1])]);
+        return std::vector<Dense>{tabulate(s, [&](std::vector<int64_t> i) {
+          std::swap(i[size_t(d[0])], i[size_t(d[1])]);
+          return x.v[size_t(ravel(i, x.shape))];
+        })};
+      }};
+  table["mt::permute"] = {
+      {{"[2, 3, 2] as [2, 0, 1]", {make({2, 3, 2}), std::vector<int64_t>{2, 0, 1}}},
+       {"[2, 3] as [-1, 0]", {make({2, 3}), std::vector<int64_t>{-1, 0}}},
+       {"0-d as []", {make({}), std::vector<int64_t>{}}},
+       {"stepped [2, 3] as [1, 0]",
+        {make({2, 3}, F64, -2, 2, Layout::Stepped), std::vector<int64_t>{1, 0}}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        const Dense& x = t[0];
+        auto p = wrap_all(a[1].to_int_list(), int64_t(x.shape.size()));
+        Shape s;
+        for (int64_t d : p) s.push_back(x.shape[size_t(d)]);
+        return std::vector<Dense>{tabulate(s, [&](const std::vector<int64_t>& i) {
+          std::vector<int64_t> src(i.size());
+          for (size_t k = 0; k < p.size(); ++k) src[size_t(p[k])] = i[k];
+          return x.v[size_t(ravel(src, x.shape))];
+        })};
+      }};
+  table["mt::expand"] = {
+      {{"[3, 1] to [3, 4]", {make({3, 1}), std::vector<int64_t>{3, 4}}},
+       {"[4] to [2, 4]", {make({4}), std::vector<int64_t>{2, 4}}},
+       {"0-d to [2, 2]", {make({}), std::vector<int64_t>{2, 2}}},
+       {"[3, 1] to [-1, 4]", {make({3, 1}), std::vector<int64_t>{-1, 4}}},
+       {"float32 [1, 3] to [0, 3]", {make({1, 3}, F32), std::vector<int64_t>{0, 3}}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        const Dense& x = t[0];
+        auto want = a[1].to_int_list();
+        Shape s(want);
+        for (size_t i = 0; i < s.size(); ++i)
+          if (s[i] == -1) s[i] = x.shape[i - (s.size() - x.shape.size())];
+        return std::vector<Dense>{tabulate(s, [&](const std::vector<int64_t>& i) {
+          return x.v[size_t(ravel_broadcast(i, x.shape))];
+        })};
+      }};
+  auto slice = [](int64_t d, int64_t st, int64_t e, int64_t step) {
+    return Stack{Value(d), Value(st), Value(e), Value(step)};
+  };
+  auto with = [](Tensor t, Stack rest) {
+    Stack s{t};
+    s.insert(s.end(), rest.begin(), rest.end());
+    return s;
+  };
+  table["mt::slice"] = {{{"[6] 1:5:2", with(make({6}), slice(0, 1, 5, 2))},
+                         {"[4, 5] dim 1 0:5:2", with(make({4, 5}), slice(1, 0, 5, 2))},
+                         {"[4, 3] dim 0 1:3", with(make({4, 3}), slice(0, 1, 3, 1))},
+                         {"[4] 2:2 (empty)", with(make({4}), slice(0, 2, 2, 1))},
+                         {"transposed [3, 4] dim -1 1:4:2",
+                          with(make({3, 4}, F64, -2, 2, Layout::Transposed), slice(-1, 1, 4, 2))}},
+                        [](const std::vector<Dense>& t, const Stack& a) {
+                          const Dense& x = t[0];
+                          size_t d = size_t(wrap_all({a[1].to_int()}, int64_t(x.shape.size()))[0]);
+                          int64_t start = a[2].to_int(), end = a[3].to_int(), step = a[4].to_int();
+                          Shape s = x.shape;
+                          s[d] = std::max<int64_t>(0, (end - start + step - 1) / step);
+                          return std::vector<Dense>{tabulate(s, [&](std::vector<int64_t> i) {
+                            i[d] = start + i[d] * step;
+                            return x.v[size_t(ravel(i, x.shape))];
+                          })};
+                        }};
+  table["mt::select"] = {{{"[3, 4] dim 0 index 1", {make({3, 4}), int64_t(0), int64_t(1)}},
+                          {"[3, 4] dim 1 index -1", {make({3, 4}), int64_t(1), int64_t(-1)}},
+                          {"[5] dim 0 index 2", {make({5}), int64_t(0), int64_t(2)}},
+                          {"stepped [2, 3] dim 1 index 0",
+                           {make({2, 3}, F64, -2, 2, Layout::Stepped), int64_t(1), int64_t(0)}}},
+                         [](const std::vector<Dense>& t, const Stack& a) {
+                           const Dense& x = t[0];
+                           size_t d = size_t(wrap_all({a[1].to_int()}, int64_t(x.shape.size()))[0]);
+                           int64_t index = a[2].to_int();
+                           if (index < 0) index += x.shape[d];
+                           Shape s = x.shape;
+                           s.erase(d);
+                           return std::vector<Dense>{tabulate(s, [&](std::vector<int64_t> i) {
+                             i.insert(i.begin() + int64_t(d), index);
+                             return x.v[size_t(ravel(i, x.shape))];
+                           })};
+                         }};
+
+  // Copies.
+  auto identity = [](const std::vector<Dense>& t, const Stack&) {
+    return std::vector<Dense>{t[0]};
+  };
+  table["mt::clone"] = {any, identity};
+  table["mt::contiguous"] = {any, identity};
+  table["mt::to.device"] = {one_tensor_samples(-2, 2, {Value(kCPU)}), identity};
+  table["mt::to.dtype"] = {
+      {{"float32 [3, 4] to float64", {make({3, 4}, F32), F64}},
+       {"0-d float64 to float64", {make({}), F64}},
+       {"transposed float64 [2, 3] to float64",
+        {make({2, 3}, F64, -2, 2, Layout::Transposed), F64}},
+       {"float64 [5] to float32", {make({5}), F32}, false},
+       {"float32 [5] to float16", {make({5}, F32), F16}, false},
+       {"float32 [5] to bfloat16", {make({5}, F32), BF16}, false},
+       {"int64 [5] to float32", {make({5}, I64, -9, 9), F32}},
+       {"float64 [6] to int64 (truncates)", {make({6}, F64, -5, 5), I64}, false},
+       {"int64 [6] to bool", {make({6}, I64, -2, 2), BOOL}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        DType to = a[1].to_dtype();
+        if (to == I64)
+          return std::vector<Dense>{map_values(t[0], [](double x) { return std::trunc(x); })};
+        if (to == BOOL)
+          return std::vector<Dense>{map_values(t[0], [](double x) { return x != 0 ? 1.0 : 0.0; })};
+        return std::vector<Dense>{t[0]};
+      }};
+
+  // Reductions.
+  auto reduce_samples = [](bool ints) {
+    using V = std::vector<int64_t>;
+    std::vector<Sample> s = {
+        {"[3, 4] over all", {make({3, 4}), V{}}},
+        {"[3, 4] dim 1", {make({3, 4}), V{1}}},
+        {"[2, 3, 2] dims 0, 2 keepdim", {make({2, 3, 2}), V{2, 0}, true}},
+        {"[3, 4] dim -1 keepdim", {make({3, 4}), V{-1}, true}},
+        {"0-d over all", {make({}), V{}}},
+        {"0-d dim 0", {make({}), V{0}, true}},
+        {"empty [0, 3] dim 0", {make({0, 3}), V{0}}},
+        {"transposed [3, 4] dim 0", {make({3, 4}, F64, -2, 2, Layout::Transposed), V{0}}},
+        {"expanded [3, 4] dim 1", {make({3, 4}, F64, -2, 2, Layout::Expanded), V{1}}},
+        {"float32 stepped [2, 3] over all", {make({2, 3}, F32, -2, 2, Layout::Stepped), V{}}},
+        {"float16 [4, 5] dim 1", {make({4, 5}, F16), V{1}}},
+        {"bfloat16 [6] over all", {make({6}, BF16), V{}}},
+        {"int64 [3, 4] dim 0", {make({3, 4}, I64, -9, 9), V{0}}},
+        {"big [70, 40] float32 dim 0", {make({70, 40}, F32, 0.5, 1.5), V{0}}},
+        {"big [70, 40] float32 dim 1", {make({70, 40}, F32, 0.5, 1.5), V{1}}},
+        {"big transposed [70, 40] float32 over all",
+         {make({70, 40}, F32, 0.5, 1.5, Layout::Transposed), V{}}},
+        {"big [4096] float16 of ones (accumulates in float32)",
+         {values(std::vector<double>(4096, 1.0), {4096}, F16), V{}}},
+    };
+    if (ints) s.push_back({"bool [3, 4] over all", {make({3, 4}, BOOL), V{}}});
+    return s;
+  };
+  auto reduce_ref = [](bool mean) -> Reference {
+    return [mean](const std::vector<Dense>& t, const Stack& a) {
+      return std::vector<Dense>{
+          reduce_groups(t[0], arg_ints(a, 1), arg_bool(a, 2, false), mean ? mean_of : sum_of)};
+    };
+  };
+  table["mt::sum"] = {reduce_samples(true), reduce_ref(false)};
+  table["mt::mean"] = {reduce_samples(false), reduce_ref(true)};
+  table["mt::max"] = {
+      {{"[3, 4]", {make({3, 4})}},
+       {"0-d", {make({})}},
+       {"odd [7] float32", {make({7}, F32)}},
+       {"transposed [3, 4]", {make({3, 4}, F64, -2, 2, Layout::Transposed)}},
+       {"float16 [2, 3]", {make({2, 3}, F16)}},
+       {"int64 [5]", {make({5}, I64, -9, 9)}},
+       {"ties [1, 3, 3, 2]", {values({1, 3, 3, 2}, {4})}, false},
+       {"big [70, 40] float32", {make({70, 40}, F32)}}},
+      [](const std::vector<Dense>& t, const Stack&) {
+        return std::vector<Dense>{reduce_groups(
+            t[0], {}, false, [](const std::vector<double>& v) { return v[argmax_of(v)]; })};
+      }};
+  table["mt::max.dim"] = {
+      {{"[3, 4] dim 1", {make({3, 4}), int64_t(1)}},
+       {"[3, 4] dim 0 keepdim", {make({3, 4}), int64_t(0), true}},
+       {"[2, 3, 2] dim -1", {make({2, 3, 2}), int64_t(-1)}},
+       {"0-d dim 0", {make({}), int64_t(0)}},
+       {"transposed [3, 4] dim 1", {make({3, 4}, F64, -2, 2, Layout::Transposed), int64_t(1)}},
+       {"float32 [5] dim 0", {make({5}, F32), int64_t(0)}},
+       {"int64 [3, 4] dim 1", {make({3, 4}, I64, -2, 2), int64_t(1)}, false},
+       {"ties [2, 3] dim 1", {values({1, 5, 5, 2, 2, 0}, {2, 3}), int64_t(1)}, false},
+       {"big [70, 40] float32 dim 0", {make({70, 40}, F32), int64_t(0)}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        std::vector<int64_t> dim{a[1].to_int()};
+        bool keepdim = arg_bool(a, 2, false);
+        return std::vector<Dense>{
+            reduce_groups(t[0], dim, keepdim,
+                          [](const std::vector<double>& v) { return v[argmax_of(v)]; }),
+            reduce_groups(t[0], dim, keepdim,
+                          [](const std::vector<double>& v) { return double(argmax_of(v)); })};
+      }};
+  table["mt::sum_to"] = {
+      {{"[3, 4] to [1, 4]", {make({3, 4}), std::vector<int64_t>{1, 4}}},
+       {"[3, 4] to [4]", {make({3, 4}), std::vector<int64_t>{4}}},
+       {"[2, 3, 2] to [3, 1]", {make({2, 3, 2}), std::vector<int64_t>{3, 1}}},
+       {"[3, 4] to [3, 4] (a copy)", {make({3, 4}), std::vector<int64_t>{3, 4}}},
+       {"[2, 3] to []", {make({2, 3}), std::vector<int64_t>{}}},
+       {"0-d to []", {make({}), std::vector<int64_t>{}}},
+       {"expanded [3, 4] to [3, 1]",
+        {make({3, 4}, F64, -2, 2, Layout::Expanded), std::vector<int64_t>{3, 1}}},
+       {"float32 transposed [3, 4] to [1, 4]",
+        {make({3, 4}, F32, -2, 2, Layout::Transposed), std::vector<int64_t>{1, 4}}},
+       {"big [70, 40] float32 to [40]", {make({70, 40}, F32, 0.5, 1.5), std::vector<int64_t>{40}}}},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        const Dense& x = t[0];
+        Shape to(a[1].to_int_list());
+        Dense d{to, std::vector<double>(size_t(count(to)), 0.0)};
+        for (int64_t i = 0; i < count(x.shape); ++i)
+          d.v[size_t(ravel_broadcast(unravel(i, x.shape), to))] += x.v[size_t(i)];
+        return std::vector<Dense>{d};
+      }};
+
+  // matmul: 2-d, batched with broadcast batch dims, 1-d operands.
+  table["mt::matmul"] = {
+      {{"[2, 3] @ [3, 4]", {make({2, 3}), make({3, 4})}},
+       {"[3] @ [3, 2]", {make({3}), make({3, 2})}},
+       {"[2, 3] @ [3]", {make({2, 3}), make({3})}},
+       {"[3] @ [3]", {make({3}), make({3})}},
+       {"[2, 2, 3] @ [3, 2]", {make({2, 2, 3}), make({3, 2})}},
+       {"[2, 1, 2, 3] @ [3, 3, 2]", {make({2, 1, 2, 3}), make({3, 3, 2})}},
+       {"[4] @ [2, 4, 2]", {make({4}), make({2, 4, 2})}},
+       {"transposed [2, 3] @ stepped [3, 2]",
+        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({3, 2}, F64, -2, 2, Layout::Stepped)}},
+       {"[2, 0] @ [0, 3] (zeros)", {make({2, 0}), make({0, 3})}},
+       {"float32 [3, 4] @ float64 [4, 2]", {make({3, 4}, F32), make({4, 2})}},
+       {"float16 [2, 3] @ float16 [3, 2]", {make({2, 3}, F16), make({3, 2}, F16)}},
+       {"int64 [2, 3] @ int64 [3, 2]", {make({2, 3}, I64, -5, 5), make({3, 2}, I64, -5, 5)}},
+       {"big [33, 65] @ [65, 17] float32",
+        {make({33, 65}, F32, 0.5, 1.5), make({65, 17}, F32, 0.5, 1.5)}}},
+      [](const std::vector<Dense>& t, const Stack&) {
+        Dense a = t[0], b = t[1];
+        bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
+        if (a_vec) a.shape.insert(0, 1);
+        if (b_vec) b.shape.push_back(1);
+        int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
+        Shape ba(std::span<const int64_t>(a.shape.begin(), a.shape.size() - 2));
+        Shape bb(std::span<const int64_t>(b.shape.begin(), b.shape.size() - 2));
+        Shape out = broadcast(ba, bb), result = out;
+        out.push_back(m), out.push_back(n);
+        if (!a_vec) result.push_back(m);
+        if (!b_vec) result.push_back(n);
+        Dense d = tabulate(out, [&](const std::vector<int64_t>& i) {
+          std::vector<int64_t> ia(i), ib(i);
+          double s = 0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            ia.back() = kk, ib[ib.size() - 2] = kk;
+            s += a.v[size_t(ravel_broadcast(ia, a.shape))] *
+                 b.v[size_t(ravel_broadcast(ib, b.shape))];
+          }
+          return s;
+        });
+        return std::vector<Dense>{same_values(d, result)};
+      }};
+  table["mt::mse_loss"] = {
+      {{"[3, 4]", {make({3, 4}), make({3, 4})}},
+       {"0-d", {make({}), make({})}},
+       {"odd [7] float32", {make({7}, F32), make({7}, F32)}},
+       {"transposed [2, 3] and contiguous",
+        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({2, 3})}},
+       {"float16 [2, 3] and float32 [2, 3]", {make({2, 3}, F16), make({2, 3}, F32)}},
+       {"empty [0] (NaN)", {make({0}), make({0})}},
+       {"big [70, 40] float32", {make({70, 40}, F32), make({70, 40}, F32)}}},
+      [](const std::vector<Dense>& t, const Stack&) {
+        Dense sq = zip(t[0], t[1], [](double x, double y) { return (x - y) * (x - y); });
+        return std::vector<Dense>{reduce_groups(sq, {}, false, mean_of)};
+      }};
+  auto softmax_samples = std::vector<Sample>{
+      {"[3, 4] dim 1", {make({3, 4}), int64_t(1)}},
+      {"[3, 4] dim 0", {make({3, 4}), int64_t(0)}},
+      {"[2, 3, 2] dim -1", {make({2, 3, 2}), int64_t(-1)}},
+      {"[2, 3, 2] dim 1", {make({2, 3, 2}), int64_t(1)}},
+      {"0-d dim 0", {make({}), int64_t(0)}},
+      {"empty [0, 3] dim 1", {make({0, 3}), int64_t(1)}},
+      {"transposed [3, 4] dim 1", {make({3, 4}, F64, -2, 2, Layout::Transposed), int64_t(1)}},
+      {"float32 [7] dim 0", {make({7}, F32), int64_t(0)}},
+      {"float16 [2, 5] dim 1", {make({2, 5}, F16), int64_t(1)}},
+      {"int64 [2, 3] dim 1 is float32", {make({2, 3}, I64, -3, 3), int64_t(1)}},
+      {"large [4] near 1000 (stable)",
+       {values({1000, 999, 1001, 998}, {4}, F32), int64_t(0)},
+       false},
+      {"big [33, 65] float32 dim 0", {make({33, 65}, F32), int64_t(0)}}};
+  auto softmax_ref = [](bool log) -> Reference {
+    return [log](const std::vector<Dense>& t, const Stack& a) {
+      const Dense& x = t[0];
+      Groups g = group(x, {a[1].to_int()}, true);
+      std::vector<double> mx, total;
+      for (const auto& m : g.members) {
+        double top = m.empty() ? 0 : *std::max_element(m.begin(), m.end());
+        double s = 0;
+        for (double v : m) s += std::exp(v - top);
+        mx.push_back(top), total.push_back(s);
+      }
+      Dense y = x;
+      for (size_t i = 0; i < y.v.size(); ++i) {
+        size_t o = size_t(g.group_of[i]);
+        double z = x.v[i] - mx[o];
+        y.v[i] = log ? z - std::log(total[o]) : std::exp(z) / total[o];
+      }
+      return std::vector<Dense>{y};
+    };
+  };
+  table["mt::softmax"] = {softmax_samples, softmax_ref(false)};
+  table["mt::log_softmax"] = {softmax_samples, softmax_ref(true)};
+  return table;
+}
+
+const std::map<std::string, OpEntry>& op_table() {
+  static const auto* table = new std::map<std::string, OpEntry>(build_table());
+  return *table;
+}
+
+// ---- the checks ---------------------------------------------------------------------------
+
+struct Tol {
+  double rtol, atol;
+};
+Tol tol_for(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return {2e-5, 2e-5};
+    case DType::Float64:
+      return {1e-10, 1e-12};
+    case DType::Float16:
+      return {2e-3, 2e-3};
+    case DType::BFloat16:
+      return {1.6e-2, 1e-2};
+    default:
+      return {0, 0};
+  }
+}
+
+std::vector<Tensor> tensors_of(const Stack& s) {
+  std::vector<Tensor> out;
+  for (const Value& v : s)
+    if (v.is_tensor()) out.push_back(v.to_tensor());
+  return out;
+}
+
+bool is_small(const Sample& s) {
+  for (const Tensor& t : tensors_of(s.args))
+    if (t.numel() > 24) return false;
+  return true;
+}
+
+// Where the first element that differs is, or "" when all are within tolerance.
+std::string compare(const Tensor& got, const Dense& want) {
+  if (got.sizes() != want.shape)
+    return fmt::format("shape {} but the reference has {}", got.sizes(), want.shape);
+  Tol tol = tol_for(got.dtype());
+  std::vector<double> g = got.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    double a = g[i], b = want.v[i];
+    if (std::isnan(a) && std::isnan(b)) continue;
+    if (a == b) continue;  // also equal infinities
+    if (std::abs(a - b) <= tol.atol + tol.rtol * std::abs(b)) continue;
+    return fmt::format("element {} is {} but the float64 reference is {} ({} tolerance)", i, a, b,
+                       got.dtype());
+  }
+  return "";
+}
+
+// Runs the op on the sample itself (in-place ops write into the sample's tensors).
+void check_values(const OperatorHandle& op, const OpEntry& e, const Sample& s) {
+  std::vector<Dense> ins;
+  for (const Tensor& t : tensors_of(s.args)) ins.push_back(dense(t));
+  std::vector<Dense> want = e.reference(ins, s.args);
+  bool inplace = op.schema().is_mutable();
+  Tensor self = inplace ? s.args[0].to_tensor() : Tensor();
+  uint32_t version = inplace ? self.version() : 0;
+  Stack out = s.args;
+  op.call_boxed(&out);
+  std::vector<Tensor> got = tensors_of(out);
+  REQUIRE(got.size() == want.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    CAPTURE(o);
+    std::string why = compare(got[o], want[o]);
+    CHECK_MESSAGE(why.empty(), why);
+  }
+  if (inplace) {
+    CHECK_MESSAGE(got[0].is_same(self), "an in-place op returns self");
+    CHECK_MESSAGE(self.version() > version, "an in-place op bumps self's version counter");
+    CHECK(compare(self, want[0]).empty());
+  }
+}
+
+// gradgradcheck of x -> op(x)^2 (every floating output squared): the square makes the
+// incoming gradient depend on x, so a backward that is not itself differentiable in its
+// gradient (one that writes it with a raw copy, say) fails too.
+void check_double_backward(const OperatorHandle& op, const Sample& s) {
+  std::vector<size_t> slots;
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < s.args.size(); ++i) {
+    const Value& v = s.args[i];
+    if (!v.is_tensor() || !is_floating(v.to_tensor().dtype())) continue;
+    Tensor x = v.to_tensor().detach().to(F64).clone();
+    x.requires_grad_(true);
+    inputs.push_back(x);
+    slots.push_back(i);
+  }
+  if (inputs.empty()) return;
+  DifferentiableFn fn = [&](const std::vector<Tensor>& xs) {
+    EnableGradGuard grad_on;  // gradgradcheck's finite differences run fn under no_grad
+    Stack args = s.args;
+    for (size_t k = 0; k < slots.size(); ++k) args[slots[k]] = xs[k];
+    op.call_boxed(&args);
+    std::vector<Tensor> outs;
+    for (const Tensor& t : tensors_of(args))
+      if (is_floating(t.dtype())) outs.push_back(mul(t, t));
+    return outs;
+  };
+  GradcheckResult r = gradgradcheck(fn, inputs);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+// Every check, for each named op of the table.
+void check_ops(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    auto it = op_table().find(name);
+    REQUIRE_MESSAGE(it != op_table().end(), "no table entry");
+    const OpEntry& e = it->second;
+    OperatorHandle op = dispatcher().find_or_throw(name);
+    std::vector<Stack> small;
+    for (const Sample& s : e.samples) {
+      CAPTURE(s.label);
+      check_values(op, e, s);
+      if (s.grad && is_small(s)) small.push_back(s.args);
+    }
+    REQUIRE_MESSAGE(!small.empty(), "give the op at least one small sample for opcheck");
+    OpCheckReport report = opcheck(op, small);
+    CHECK_MESSAGE(report.ok(), report.str());
+    if (!e.double_backward || op.schema().is_mutable()) continue;
+    for (const Sample& s : e.samples) {
+      if (!s.grad || !is_small(s)) continue;
+      CAPTURE(s.label);
+      check_double_backward(op, s);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- the harness --------------------------------------------------------------------------
+
+TEST_CASE("ops table: every registered mt:: op has samples, and every entry is an op") {
+  std::set<std::string> registered;
+  for (const OperatorName& n : dispatcher().all_ops())
+    if (n.ns == "mt") registered.insert(n.str());
+  std::vector<std::string> missing, stale;
+  for (const std::string& n : registered)
+    if (!op_table().count(n)) missing.push_back(n);
+  for (const auto& [n, e] : op_table())
+    if (!registered.count(n)) stale.push_back(n);
+  CHECK_MESSAGE(missing.empty(),
+                fmt::format("these mt:: ops have no samples in tests/test_ops.cpp: "
+                            "{}; add an entry to build_table()",
+                            fmt::join(missing, ", ")));
+  CHECK_MESSAGE(stale.empty(), fmt::format("these table entries name no registered op: {}",
+                                           fmt::join(stale, ", ")));
+}
+
+TEST_CASE("ops unary: values, opcheck and double backward") {
+  check_ops({"mt::neg", "mt::exp", "mt::log", "mt::sqrt", "mt::pow", "mt::abs", "mt::sign",
+             "mt::sigmoid", "mt::tanh", "mt::relu", "mt::silu", "mt::silu_backward"});
+}
+
+TEST_CASE("ops binary: values, opcheck and double backward") {
+  check_ops({"mt::add", "mt::sub", "mt::mul", "mt::div", "mt::add.Scalar", "mt::sub.Scalar",
+             "mt::mul.Scalar", "mt::div.Scalar"});
+}
+
+TEST_CASE("ops in place: values, version bumps and opcheck") {
+  check_ops({"mt::add_", "mt::sub_", "mt::mul_", "mt::copy_", "mt::fill_"});
+}
+
+TEST_CASE("ops views: values, opcheck and double backward") {
+  check_ops({"mt::view", "mt::reshape", "mt::squeeze", "mt::squeeze.dim", "mt::unsqueeze",
+             "mt::transpose", "mt::permute", "mt::expand"});
+}
+
+TEST_CASE("ops slice and select: values, opcheck and double backward") {
+  check_ops({"mt::slice", "mt::select"});
+}
+
+TEST_CASE("ops copies: values, opcheck and double backward") {
+  check_ops({"mt::clone", "mt::contiguous", "mt::to.dtype", "mt::to.device"});
+}
+
+TEST_CASE("ops reductions: values, opcheck and double backward") {
+  check_ops({"mt::sum", "mt::mean", "mt::max", "mt::sum_to"});
+}
+
+TEST_CASE("ops max.dim: values and indices, opcheck and double backward") {
+  check_ops({"mt::max.dim"});
+}
+
+TEST_CASE("ops matmul, mse_loss, softmax, log_softmax: values, opcheck and double backward") {
+  check_ops({"mt::matmul", "mt::mse_loss", "mt::softmax", "mt::log_softmax"});
+}
+
+static std::vector<Tensor> grad_of(const Tensor& loss, const std::vector<Tensor>& xs) {
+  return grad({loss}, xs);
+}
+
+// ---- what the table does not show -------------------------------------------------------
+
+TEST_CASE("ops broadcasting: gradients sum back to each input's shape") {
+  Tensor a = make({3, 1}).requires_grad_(), b = make({1, 4}).requires_grad_();
+  auto g = grad_of(sum(add(a, b)), {a, b});
+  CHECK(g[0].sizes() == Shape{3, 1});
+  CHECK(g[1].sizes() == Shape{1, 4});
+  CHECK(allclose(g[0], full({3, 1}, 4, {.dtype = F64})));
+  CHECK(allclose(g[1], full({1, 4}, 3, {.dtype = F64})));
+  // mul: d/da sum(a * b) = sum of b over the broadcast dim.
+  g = grad_of(sum(mul(a, b)), {a, b});
+  CHECK(allclose(g[0], sum(b.detach(), {1}, true).expand({3, 1})));
+  CHECK(allclose(g[1], sum(a.detach(), {0}, true).expand({1, 4})));
+  // Leading dims: [4] against [2, 3, 4].
+  Tensor c = make({4}).requires_grad_();
+  auto gc = grad_of(sum(mul(make({2, 3, 4}), c)), {c});
+  CHECK(gc[0].sizes() == Shape{4});
+}
+
+TEST_CASE("ops type promotion: result dtypes follow PyTorch") {
+  Tensor i = make({3}, I64, -5, 5), f = make({3}, F32), h = make({3}, F16), b = make({3}, BF16);
+  CHECK(add(i, f).dtype() == F32);
+  CHECK(mul(h, f).dtype() == F32);
+  CHECK(add(h, b).dtype() == F32);
+  CHECK(mul(h, h).dtype() == F16);
+  CHECK(div(i, i).dtype() == F32);
+  CHECK(add(i, i).dtype() == I64);
+  CHECK(add(make({3}, F64), f).dtype() == F64);
+  CHECK(exp(i).dtype() == F32);
+  CHECK(sigmoid(i).dtype() == F32);
+  CHECK(neg(i).dtype() == I64);
+  CHECK(abs(i).dtype() == I64);
+  CHECK(relu(i).dtype() == I64);
+  CHECK(pow(i, 2).dtype() == I64);
+  CHECK(pow(i, 0.5).dtype() == F32);
+  CHECK(sum(i).dtype() == I64);
+  CHECK(sum(make({3}, BOOL)).dtype() == I64);
+  CHECK(sum(h).dtype() == F16);
+  CHECK(mean(i).dtype() == F32);
+  CHECK(softmax(i, 0).dtype() == F32);
+  CHECK(matmul(make({2, 3}, I64, -3, 3), make({3, 2}, I64, -3, 3)).dtype() == I64);
+  CHECK(matmul(make({2, 3}, F32), make({3, 2})).dtype() == F64);
+  CHECK(mse_loss(i, f).dtype() == F32);
+  CHECK(std::get<1>(max(f, 0)).dtype() == I64);
+  // Values: int64 + float32 is computed in float32.
+  CHECK(compare(add(i, f), zip(dense(i), dense(f), [](double x, double y) { return x + y; }))
+            .empty());
+}
+
+TEST_CASE("ops float16 and bfloat16: computed in float32, rounded once") {
+  // 4096 ones: a float16 accumulator would stop at 2048.
+  Tensor ones16 = values(std::vector<double>(4096, 1.0), {4096}, F16);
+  CHECK(sum(ones16).item<double>() == 4096);
+  CHECK(mean(ones16).item<double>() == 1);
+  // Each op computes in float32 and rounds once: within the 16-bit tolerance of float64.
+  for (DType t : {F16, BF16}) {
+    CAPTURE(t);
+    Tensor a = make({4, 8}, t), b = make({8, 3}, t), c = make({4, 8}, t, 0.5, 2);
+    const auto& table = op_table();
+    auto reference = [&](const char* op, const Stack& args) {
+      std::vector<Dense> ins;
+      for (const Tensor& x : tensors_of(args)) ins.push_back(dense(x));
+      return table.at(op).reference(ins, args)[0];
+    };
+    Tensor m = matmul(a, b);
+    CHECK(m.dtype() == t);
+    CHECK(compare(m, reference("mt::matmul", {a, b})).empty());
+    CHECK(compare(div(a, c), reference("mt::div", {a, c})).empty());
+    CHECK(compare(sum(c, {1}), reference("mt::sum", {c, std::vector<int64_t>{1}})).empty());
+    CHECK(compare(softmax(a, 1), reference("mt::softmax", {a, int64_t(1)})).empty());
+    CHECK(compare(exp(a), reference("mt::exp", {a})).empty());
+  }
+}
+
+TEST_CASE("ops errors: shape mismatches name the op and the shapes, on CPU and Fake") {
+  Tensor a = make({2, 3}), b = make({4});
+  const char* add_msg =
+      "[add] shapes [2, 3] and [4] cannot be broadcast: dimension 1 has sizes 3 and 4; sizes "
+      "must match or one of them must be 1";
+  CHECK_THROWS_WITH_AS(add(a, b), add_msg, Error);
+  CHECK_THROWS_WITH_AS(add(fake_like(a), fake_like(b)), add_msg, Error);
+  const char* matmul_msg =
+      "[matmul] shapes [2, 3] and [4, 5] cannot be multiplied: a has 3 columns but b has 4 "
+      "rows; transpose one of them or check the order of the operands";
+  CHECK_THROWS_WITH_AS(matmul(a, make({4, 5})), matmul_msg, Error);
+  CHECK_THROWS_WITH_AS(matmul(fake_like(a), fake_like(make({4, 5}))), matmul_msg, Error);
+  CHECK_THROWS_WITH_AS(matmul(make({2, 2, 3}), make({3, 3, 2})),
+                       "[matmul] shapes [2, 2, 3] and [3, 3, 2] cannot be multiplied: their batch "
+                       "dims [2] and [3] do not broadcast (sizes must match or one must be 1)",
+                       Error);
+  CHECK_THROWS_WITH_AS(matmul(scalar_tensor(2.0), a),
+                       "[matmul] both operands need at least 1 dim, got shapes [] and [2, 3]; use "
+                       "mul for a scalar factor",
+                       Error);
+  CHECK_THROWS_WITH_AS(mse_loss(a, make({3, 2})),
+                       "[mse_loss] input has shape [2, 3] but target has shape [3, 2]; they must "
+                       "match (reshape the target, e.g. target.view(input.sizes()))",
+                       Error);
+  CHECK_THROWS_WITH_AS(sum(a, {1, -1}),
+                       "[sum] dim 1 appears more than once in dims; list each dim once", Error);
+  CHECK_THROWS_WITH_AS(sum(a, {2}),
+                       "[sum] dimension 2 is out of range for a 2-d tensor (expected a value in "
+                       "[-2, 1])",
+                       Error);
+  CHECK_THROWS_WITH_AS(max(make({0})),
+                       "[max] the input has no elements (shape [0]), and the max of nothing is "
+                       "undefined; give it at least one element, or use max(x, dim) over a "
+                       "non-empty dim",
+                       Error);
+  CHECK_THROWS_WITH_AS(sum_to(a, {2}),
+                       "[sum_to] cannot sum a tensor of shape [2, 3] to shape [2]: the target "
+                       "must broadcast to it (same sizes or 1, aligned from the right)",
+                       Error);
+  CHECK_THROWS_WITH_AS(softmax(a, 2),
+                       "[softmax] dimension 2 is out of range for a 2-d tensor (expected a value "
+                       "in [-2, 1])",
+                       Error);
+}
+
+TEST_CASE("ops training: a 2-layer MLP's gradients match finite differences") {
+  // x [4, 3] -> tanh(x W1 + b1) [4, 3] -> W2 [3, 2] + b2 -> mse against a target.
+  Tensor x = make({4, 3}), target = make({4, 2});
+  std::vector<Tensor> params = {
+      make({3, 3}, F64, -1, 1).requires_grad_(), make({3}, F64, -1, 1).requires_grad_(),
+      make({3, 2}, F64, -1, 1).requires_grad_(), make({2}, F64, -1, 1).requires_grad_()};
+  auto loss_of = [&](const std::vector<Tensor>& p) {
+    Tensor h = tanh(add(matmul(x, p[0]), p[1]));
+    return mse_loss(add(matmul(h, p[2]), p[3]), target);
+  };
+  GradcheckResult r = gradcheck(loss_of, params);
+  CHECK_MESSAGE(r.ok, r.message);
+  // The same with relu and a softmax head, and double backward through it all.
+  auto relu_loss = [&](const std::vector<Tensor>& p) {
+    Tensor h = relu(add(matmul(x, p[0]), p[1]));
+    Tensor logp = log_softmax(add(matmul(h, p[2]), p[3]), 1);
+    return neg(mean(mul(logp, softmax(target, 1))));
+  };
+  r = gradcheck(relu_loss, params);
+  CHECK_MESSAGE(r.ok, r.message);
+  r = gradgradcheck(
+      [&](const std::vector<Tensor>& p) {
+        EnableGradGuard grad_on;  // see check_double_backward
+        return loss_of(p);
+      },
+      params);
+  CHECK_MESSAGE(r.ok, r.message);
+  // backward() fills .grad with the same values mt::grad returns.
+  Tensor loss = loss_of(params);
+  auto g = grad({loss}, params, {}, {.retain_graph = true});
+  backward(loss);
+  for (size_t i = 0; i < params.size(); ++i) CHECK(allclose(params[i].grad(), g[i]));
+}
