@@ -2,6 +2,11 @@
 // This umbrella header brings in the whole public API.
 #pragma once
 
+#include "autograd/autograd.h"
+#include "dispatcher/dispatcher.h"
+#include "dispatcher/library.h"
+#include "kernels/ops.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"

@@ -478,12 +478,21 @@ namespace detail {
 void register_builtins();  // kernels/register_builtins.cpp
 }
 
+// Note [Built-in registration]
+// The built-in ops register on the first call of dispatcher(), from any thread; other
+// threads wait for it. The registering thread itself reaches dispatcher() again (the
+// ops register through custom_op like a user's would) and must not wait for itself.
 Dispatcher& dispatcher() {
-  static Dispatcher& d = [] () -> Dispatcher& {
-    Dispatcher& s = Dispatcher::singleton();
-    detail::register_builtins();
-    return s;
-  }();
+  static std::once_flag once;
+  thread_local bool registering = false;
+  Dispatcher& d = Dispatcher::singleton();
+  if (!registering) {
+    std::call_once(once, [] {
+      registering = true;
+      detail::register_builtins();
+      registering = false;
+    });
+  }
   return d;
 }
 

@@ -1,9 +1,49 @@
 // Registers the built-in op library on the dispatcher's first use (not from static
 // initializers, which static libraries drop and which run in no defined order).
 #include "dispatcher/dispatcher.h"
+#include "kernels/ops/registry.h"
 
-namespace mt::detail {
+namespace mt {
+namespace detail {
+void install_autograd_fallback();  // autograd/function.cpp
+void install_trace_fallback();     // autograd/trace.cpp
+}
 
-void register_builtins() {}
+namespace ops {
+namespace {
+std::mutex g_keep_mutex;
+std::vector<std::shared_ptr<void>>& kept() {
+  static auto* v = new std::vector<std::shared_ptr<void>>();  // never destroyed
+  return *v;
+}
+}  // namespace
 
-}  // namespace mt::detail
+void keep_alive(std::shared_ptr<void> registrations) {
+  std::lock_guard<std::mutex> lock(g_keep_mutex);
+  kept().push_back(std::move(registrations));
+}
+
+DType float_result(DType t) { return is_floating(t) ? t : DType::Float32; }
+
+void check_floating(const Tensor& t, const char* op) {
+  MT_CHECK(is_floating(t.dtype()), "[{}] expects a floating-point tensor, got {}; convert it with "
+           ".to(mt::DType::Float32)", op, t.dtype());
+}
+}  // namespace ops
+
+namespace detail {
+void register_builtins() {
+  install_autograd_fallback();
+  install_trace_fallback();
+  ops::register_binary();
+  ops::register_unary();
+  ops::register_silu();
+  ops::register_views();
+  ops::register_copy();
+  ops::register_reduce();
+  ops::register_matmul();
+  ops::register_loss();
+  ops::register_softmax();
+}
+}  // namespace detail
+}  // namespace mt

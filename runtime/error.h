@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <source_location>
 #include <stdexcept>
 #include <string>
 
@@ -25,7 +24,7 @@ class InternalError : public Error {
 
 namespace detail {
 [[noreturn]] void throw_error(std::string msg);
-[[noreturn]] void throw_internal(const char* cond, std::string msg, std::source_location loc);
+[[noreturn]] void throw_internal(const char* cond, std::string msg, const char* file, int line);
 
 template <typename... Args>
 std::string format_msg(fmt::format_string<Args...> f, Args&&... args) {
@@ -51,5 +50,5 @@ inline std::string format_msg() { return {}; }
   do {                                                                               \
     if (!(cond)) [[unlikely]]                                                        \
       ::mt::detail::throw_internal(#cond, ::mt::detail::format_msg(__VA_ARGS__),     \
-                                   std::source_location::current());                 \
+                                   __FILE__, __LINE__);                              \
   } while (0)

@@ -136,7 +136,7 @@ AutogradMeta& Tensor::ensure_autograd_meta() const {
   return *t->autograd;
 }
 
-Tensor& Tensor::requires_grad_(bool requires_grad) {
+const Tensor& Tensor::requires_grad_(bool requires_grad) const {
   TensorImpl* t = checked();
   MT_CHECK(!requires_grad || is_floating(t->dtype),
            "[requires_grad_] only floating-point tensors can require gradients, but this "

@@ -98,7 +98,7 @@ class Tensor {
 
   // Autograd slot. The engine is in autograd/.
   bool requires_grad() const;
-  Tensor& requires_grad_(bool requires_grad = true);
+  const Tensor& requires_grad_(bool requires_grad = true) const;
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
   bool is_leaf() const;

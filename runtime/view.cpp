@@ -32,7 +32,7 @@ bool compute_view_strides(const Shape& sizes, const Shape& strides, const Shape&
                           Shape* out) {
   Shape result(shape.size(), 1);
   int64_t numel = shape_numel(sizes);
-  if (numel == 0) {
+  if (numel == 0 || sizes.empty()) {  // empty, or 0-d: any shape of the same numel is a view
     *out = contiguous_strides(shape);
     return true;
   }

@@ -1,0 +1,65 @@
+#include "autograd/custom_op.h"
+
+#include <algorithm>
+
+namespace mt::detail {
+
+FunctionSchema custom_op_schema(std::string_view name, FunctionSchema inferred,
+                                const CustomOpOptions& opts) {
+  FunctionSchema s = inferred;
+  if (!opts.schema.empty()) {
+    s = parse_schema(std::string(name) + opts.schema);
+    InferredSignature sig;
+    for (auto& a : inferred.arguments) sig.args.push_back(a.type);
+    for (auto& r : inferred.returns) sig.returns.push_back(r.type);
+    MT_CHECK(sig.matches(s),
+             "[custom_op] the schema {} given for '{}' does not match the C++ signature of the "
+             "function, {}; change one of them",
+             s.str(), name, sig.str());
+  }
+  int set = 0;
+  for (const std::string& m : opts.mutates_args) {
+    auto it = std::find_if(s.arguments.begin(), s.arguments.end(),
+                           [&](const Argument& a) { return a.name == m; });
+    MT_CHECK(it != s.arguments.end(),
+             "[custom_op] mutates_args names '{}', which is not an argument of {}; the "
+             "arguments are named as in the schema (_0, _1, ... when it is inferred)",
+             m, s.str());
+    MT_CHECK(it->type.kind == TypeKind::Tensor,
+             "[custom_op] mutates_args names '{}', but only Tensor arguments can be mutated", m);
+    if (!it->alias) it->alias = AliasInfo{fmt::format("a{}", set++), true};
+    it->alias->is_write = true;
+  }
+  return s;
+}
+
+void custom_op_post_call(const FunctionSchema& schema, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& outputs) {
+  // Inputs in schema order: Tensor arguments only (lists flattened), as collected.
+  size_t ti = 0;
+  std::vector<const Argument*> tensor_args;
+  for (const Argument& a : schema.arguments)
+    if (a.type.kind == TypeKind::Tensor && !a.type.is_list) tensor_args.push_back(&a);
+  for (const Argument* a : tensor_args) {
+    if (ti >= inputs.size()) break;
+    const Tensor& t = inputs[ti++];
+    if (a->alias && a->alias->is_write && t.defined()) t.bump_version();
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const Tensor& out = outputs[o];
+    if (!out.defined() || out.is_fake()) continue;
+    bool annotated = o < schema.returns.size() && schema.returns[o].alias.has_value();
+    if (annotated) continue;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& in = inputs[i];
+      if (!in.defined() || in.is_fake() || !in.storage() || !out.storage()) continue;
+      MT_CHECK(in.storage() != out.storage(),
+               "[custom_op] '{}' returned a tensor that shares memory with its input {} (output "
+               "{}), but the schema {} declares no alias. Return a fresh tensor (for example "
+               "x.clone()), or declare the alias with Tensor(a) in an explicit schema",
+               schema.full_name(), i, o, schema.str());
+    }
+  }
+}
+
+}  // namespace mt::detail

@@ -1,0 +1,79 @@
+#include "autograd/function.h"
+
+#include <algorithm>
+
+#include "dispatcher/library.h"
+
+namespace mt {
+
+void AutogradContext::save_for_backward(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors) {
+    bool is_output = std::any_of(outputs_.begin(), outputs_.end(),
+                                 [&](const Tensor& o) { return t.defined() && o.is_same(t); });
+    saved_.emplace_back(t, is_output);
+  }
+}
+
+std::vector<Tensor> AutogradContext::saved() const {
+  MT_CHECK(node_ != nullptr,
+           "[{}] ctx.saved() is only available in backward; in setup_context use the inputs "
+           "and output directly",
+           op_);
+  std::shared_ptr<autograd::Node> owner = node_->shared_from_this();
+  std::vector<Tensor> out;
+  out.reserve(saved_.size());
+  for (const auto& s : saved_) out.push_back(s.unpack(owner, op_));
+  return out;
+}
+
+namespace detail {
+
+// Note [Autograd fallback]
+// Every op without an Autograd kernel gets this boxed fallback at the Autograd key. It
+// runs the op below Autograd; if an input requires grad, the outputs get a tape entry
+// whose backward raises an error naming the op, so a missing formula is never a
+// silently wrong (or silently zero) gradient. Ops that mutate their inputs are refused
+// at once, since there is no history to rewrite.
+void install_autograd_fallback() {
+  static Library lib(Library::Kind::Impl, "_", DispatchKey::Autograd);
+  lib.fallback([](const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+    const FunctionSchema& schema = op.schema();
+    size_t n = schema.arguments.size();
+    std::vector<Tensor> inputs;
+    for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+      const Value& v = (*stack)[i];
+      if (v.is_tensor()) inputs.push_back(v.to_tensor());
+      if (v.is_tensor_list()) for (const Tensor& t : v.to_tensor_list()) inputs.push_back(t);
+    }
+    bool needs = autograd::any_requires_grad(inputs);
+    if (needs && schema.is_mutable()) {
+      MT_ERROR("[autograd] '{}' modifies its inputs in place, and one of them requires grad; "
+               "in-place ops cannot be recorded on the tape. Run it under mt::NoGradGuard (as "
+               "an optimizer step does), or use the out-of-place op",
+               op.name().str());
+    }
+    {
+      ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
+      op.redispatch_boxed(ks.below(DispatchKey::Autograd), stack);
+    }
+    if (!needs) return;
+    std::string name = op.name().str();
+    auto node = autograd::make_node(name, inputs);
+    node->backward = [name](autograd::Node&, const std::vector<Tensor>&) -> std::vector<Tensor> {
+      MT_ERROR("[backward] '{}' has no autograd formula, but an input of it requires grad, so "
+               "its gradient is unknown. Register one with register_autograd(backward, "
+               "setup_context) on the custom op (or an MT_LIBRARY_IMPL(ns, Autograd, m) kernel)",
+               name);
+    };
+    uint32_t nr = 0;
+    for (size_t i = stack->size() - schema.returns.size(); i < stack->size(); ++i) {
+      const Value& v = (*stack)[i];
+      if (v.is_tensor() && is_floating(v.to_tensor().dtype()))
+        autograd::set_history(v.to_tensor(), node, nr);
+      ++nr;
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace mt

@@ -1,0 +1,173 @@
+#include "autograd/node.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace mt::autograd {
+namespace {
+
+struct Tape {
+  uint64_t next_sequence_nr = 0;
+  std::vector<std::weak_ptr<Node>> entries;
+  size_t prune_at = 1024;
+
+  void append(const std::shared_ptr<Node>& n) {
+    if (entries.size() >= prune_at) {  // drop entries whose graphs are gone
+      std::erase_if(entries, [](const std::weak_ptr<Node>& w) { return w.expired(); });
+      prune_at = std::max<size_t>(1024, 2 * entries.size());
+    }
+    entries.push_back(n);
+  }
+};
+
+thread_local Tape t_tape;
+
+std::string meta_str(const Shape& s, DType t) { return fmt::format("{} {}", s, t); }
+
+}  // namespace
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {
+  if (!t.defined()) return;
+  version_ = t.version();
+  requires_grad_ = t.requires_grad();
+  if (is_output) {
+    data_ = t.detach();  // no grad_fn: a saved output must not keep its own node alive
+    output_nr_ = t.autograd_meta() ? t.autograd_meta()->output_nr : 0;
+  } else {
+    data_ = t;
+  }
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, std::string_view op) const {
+  MT_CHECK(data_.defined() || !is_output_,
+           "[backward] a tensor saved by '{}' was already freed; this is a bug", op);
+  if (!data_.defined()) return data_;
+  MT_CHECK(data_.version() == version_,
+           "[backward] a tensor that '{}' saved for backward was modified by an in-place "
+           "operation: it was at version {} when saved and is at version {} now. The gradient "
+           "needs the old values; use an out-of-place op instead, or .clone() the tensor before "
+           "changing it in place",
+           op, version_, data_.version());
+  if (!is_output_ || !requires_grad_) return data_;
+  Tensor alias = detail::make_view(data_, data_.sizes(), data_.strides(), data_.storage_offset());
+  AutogradMeta& m = alias.ensure_autograd_meta();
+  m.requires_grad = true;
+  m.grad_fn = owner;
+  m.output_nr = output_nr_;
+  alias.impl()->refresh_keys();
+  return alias;
+}
+
+void Node::release() {
+  released = true;
+  backward = nullptr;
+  saved.clear();
+  context.reset();
+}
+
+bool any_requires_grad(const std::vector<Tensor>& ts) {
+  for (const Tensor& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+std::shared_ptr<Node> make_node(std::string name, const std::vector<Tensor>& inputs) {
+  auto n = std::make_shared<Node>();
+  n->name = std::move(name);
+  n->sequence_nr = t_tape.next_sequence_nr++;
+  n->inputs.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    InputSlot& s = n->inputs[i];
+    if (!t.defined()) continue;
+    s.sizes = t.sizes();
+    s.dtype = t.dtype();
+    s.device = t.device();
+    s.requires_grad = t.requires_grad();
+    if (!s.requires_grad) continue;
+    const AutogradMeta* m = t.autograd_meta();
+    if (m->grad_fn) {
+      s.producer = m->grad_fn;
+      s.output_nr = m->output_nr;
+    } else {
+      s.leaf = t.impl_ptr();
+    }
+  }
+  t_tape.append(n);
+  return n;
+}
+
+void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
+  if (node->outputs.size() <= nr) node->outputs.resize(nr + 1);
+  if (!out.defined() || !is_floating(out.dtype())) return;  // e.g. max's indices: no gradient
+  AutogradMeta& m = out.ensure_autograd_meta();
+  m.requires_grad = true;
+  m.grad_fn = node;
+  m.output_nr = nr;
+  out.impl()->refresh_keys();
+  node->outputs[nr] = OutputMeta{out.sizes(), out.dtype(), out.device(), out.is_fake()};
+}
+
+std::vector<std::shared_ptr<Node>> tape_entries() {
+  std::vector<std::shared_ptr<Node>> out;
+  for (auto& w : t_tape.entries)
+    if (auto n = w.lock()) out.push_back(std::move(n));
+  return out;
+}
+
+std::string dump_tape() {
+  auto entries = tape_entries();
+  std::unordered_map<const Node*, size_t> index;
+  std::string out;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Node& n = *entries[i];
+    index[&n] = i;
+    std::vector<std::string> ins, outs;
+    for (const InputSlot& s : n.inputs) {
+      if (!s.requires_grad) {
+        ins.push_back(fmt::format("const {}", meta_str(s.sizes, s.dtype)));
+      } else if (s.producer) {
+        auto it = index.find(s.producer.get());
+        ins.push_back(it != index.end() ? fmt::format("#{}.{}", it->second, s.output_nr)
+                                        : fmt::format("{}.{}", s.producer->name, s.output_nr));
+      } else {
+        ins.push_back(fmt::format("leaf {}", meta_str(s.sizes, s.dtype)));
+      }
+    }
+    for (const OutputMeta& o : n.outputs) outs.push_back(meta_str(o.sizes, o.dtype));
+    out += fmt::format("#{} {}({}) -> ({}){}{}\n", i, n.name, fmt::join(ins, ", "),
+                       fmt::join(outs, ", "),
+                       n.saved.empty() ? "" : fmt::format(" saved={}", n.saved.size()),
+                       n.released ? " [released]" : "");
+  }
+  return out;
+}
+
+std::string dump_tape_dot() {
+  auto entries = tape_entries();
+  std::unordered_map<const Node*, size_t> index;
+  std::unordered_map<const TensorImpl*, size_t> leaves;
+  std::string out = "digraph tape {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Node& n = *entries[i];
+    index[&n] = i;
+    out += fmt::format("  n{} [shape=box, label=\"#{} {}\"];\n", i, i, n.name);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const InputSlot& s = n.inputs[k];
+      if (!s.requires_grad) continue;
+      if (s.producer) {
+        auto it = index.find(s.producer.get());
+        if (it != index.end()) out += fmt::format("  n{} -> n{};\n", it->second, i);
+      } else if (auto leaf = s.leaf.lock()) {
+        auto [it, fresh] = leaves.emplace(leaf.get(), leaves.size());
+        if (fresh)
+          out += fmt::format("  l{} [shape=ellipse, label=\"leaf {}\"];\n", it->second,
+                             meta_str(leaf->sizes, leaf->dtype));
+        out += fmt::format("  l{} -> n{};\n", it->second, i);
+      }
+    }
+  }
+  return out + "}\n";
+}
+
+}  // namespace mt::autograd

@@ -1,0 +1,91 @@
+// The tape: one Node per recorded op call, holding the backward closure, the saved
+// tensors with their versions, and where each input's gradient goes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace mt::autograd {
+
+struct Node;
+
+// Note [Saved tensor versions]
+// A tensor saved for backward remembers its storage's version counter. Every in-place
+// op bumps the counter, so at backward a different version means the values the
+// gradient formula needs were overwritten; the engine then refuses with an error that
+// names the op that saved the tensor, rather than computing a wrong gradient.
+// A saved *output* of the node is kept without its grad_fn (that would be a cycle)
+// and gets it back on unpack, so double backward through it still works.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  SavedTensor(const Tensor& t, bool is_output);
+  // The tensor as saved; throws if it was modified in place since (op names the saver).
+  Tensor unpack(const std::shared_ptr<Node>& owner, std::string_view op) const;
+  bool defined() const { return data_.defined(); }
+
+ private:
+  Tensor data_;  // detached: shares storage and version counter
+  uint32_t version_ = 0;
+  bool is_output_ = false;
+  bool requires_grad_ = false;
+  uint32_t output_nr_ = 0;
+  std::weak_ptr<Node> grad_fn_;  // for saved inputs that are themselves non-leaf
+};
+
+// Where the gradient for one tensor input of a node goes.
+struct InputSlot {
+  bool requires_grad = false;
+  std::shared_ptr<Node> producer;   // the node that made the input, or null for a leaf
+  uint32_t output_nr = 0;
+  std::weak_ptr<TensorImpl> leaf;   // the leaf to accumulate .grad into
+  Shape sizes;                      // for checking the gradient's shape
+  DType dtype = DType::Float32;
+  Device device;
+};
+
+// Metadata of one output, to make zeros when no gradient reaches it.
+struct OutputMeta {
+  Shape sizes;
+  DType dtype = DType::Float32;
+  Device device;
+  bool fake = false;
+};
+
+struct Node : std::enable_shared_from_this<Node> {
+  // Given one gradient per output (zeros where none arrived), returns one gradient per
+  // tensor input (undefined where the input needs none).
+  using BackwardFn = std::function<std::vector<Tensor>(Node&, const std::vector<Tensor>&)>;
+
+  std::string name;  // the op, e.g. "mt::silu"
+  uint64_t sequence_nr = 0;
+  std::vector<InputSlot> inputs;
+  std::vector<OutputMeta> outputs;
+  BackwardFn backward;
+  std::vector<SavedTensor> saved;
+  std::shared_ptr<void> context;  // the custom op's ctx, freed with the graph
+  bool released = false;
+
+  // Frees saved tensors and the closure (after a backward without retain_graph).
+  void release();
+};
+
+// Makes a node for `name` with an input slot per tensor in `inputs` and `num_outputs`
+// outputs, appends it to this thread's tape, and returns it.
+std::shared_ptr<Node> make_node(std::string name, const std::vector<Tensor>& inputs);
+// Marks `out` as output `nr` of `node` (requires grad, grad_fn = node).
+void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr);
+// Whether any of the tensors requires grad.
+bool any_requires_grad(const std::vector<Tensor>& ts);
+
+// The live entries of this thread's tape, oldest first.
+std::vector<std::shared_ptr<Node>> tape_entries();
+// The tape as text (one line an entry) and as a Graphviz DOT graph.
+std::string dump_tape();
+std::string dump_tape_dot();
+
+}  // namespace mt::autograd

@@ -1,0 +1,76 @@
+// The built-in op library: each is a dispatched op "mt::<name>" (kernels/ops/*.cpp),
+// with CPU, CUDA and Fake kernels and a backward written with dispatched ops.
+#pragma once
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace mt {
+
+// Elementwise, with broadcasting and type promotion.
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor abs(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor silu(const Tensor& x);
+// The fused SiLU gradient: grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.
+Tensor silu_backward(const Tensor& grad, const Tensor& x);
+
+// In place (bump the version counter; refused on tensors that need grad while recording).
+const Tensor& add_(const Tensor& self, const Tensor& other, double alpha = 1);
+const Tensor& sub_(const Tensor& self, const Tensor& other, double alpha = 1);
+const Tensor& mul_(const Tensor& self, const Tensor& other);
+const Tensor& mul_(const Tensor& self, double other);
+
+// Reductions. Empty dims reduce over everything.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x);
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+// Sums a broadcast gradient back down to `shape`.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// The gradients of Tensor::slice and Tensor::select: grad written into zeros of input_sizes.
+Tensor slice_backward(const Tensor& grad, const std::vector<int64_t>& input_sizes, int64_t dim,
+                      int64_t start, int64_t end, int64_t step);
+Tensor select_backward(const Tensor& grad, const std::vector<int64_t>& input_sizes, int64_t dim,
+                       int64_t index);
+
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor mse_loss(const Tensor& input, const Tensor& target);  // mean reduction
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+
+}  // namespace mt
+
+namespace mt {
+// -1, 0 or 1 elementwise (NaN stays NaN), in x's dtype; its gradient is 0.
+Tensor sign(const Tensor& x);
+}  // namespace mt

@@ -1,0 +1,172 @@
+// mt::add, sub, mul, div (tensor and scalar forms) and the in-place add_, sub_, mul_.
+// Broadcasting and type promotion happen here; kernels/cpu computes.
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ops/registry.h"
+#include "runtime/view.h"
+
+namespace mt {
+namespace ops {
+namespace {
+
+using cpu::BinaryOp;
+
+const char* name_of(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "?";
+}
+
+// The output of `a op b`: the broadcast shape and the promoted dtype (div of integers is
+// float, as in PyTorch). Under FakeMode (the Fake kernel) this makes a fake tensor.
+Tensor binary_result(const Tensor& a, const Tensor& b, BinaryOp op) {
+  MT_CHECK(a.device() == b.device(),
+           "[{}] the inputs are on different devices ({} and {}); move one with .to()",
+           name_of(op), a.device(), b.device());
+  Shape shape = detail::broadcast_shapes(a.sizes(), b.sizes(), name_of(op));
+  DType t = promote_types(a.dtype(), b.dtype());
+  if (op == BinaryOp::Div) t = float_result(t);
+  return empty(shape, {.dtype = t, .device = a.device()});
+}
+
+Tensor scalar_result(const Tensor& a, BinaryOp op) {
+  DType t = op == BinaryOp::Div ? float_result(a.dtype()) : a.dtype();
+  return empty(a.sizes(), {.dtype = t, .device = a.device()});
+}
+
+// The gradient for an input of shape/dtype `like` from a broadcast gradient.
+Tensor reduce_grad(const Tensor& g, const Tensor& like) {
+  Tensor r = g.sizes() == like.sizes() ? g : sum_to(g, like.sizes());
+  return r.dtype() == like.dtype() ? r : r.to(like.dtype());
+}
+
+template <BinaryOp Op>
+void register_tensor_form(const char* name, const char* schema) {
+  auto op = custom_op(
+      name,
+      [](const Tensor& a, const Tensor& b, double alpha) {
+        Tensor out = binary_result(a, b, Op);
+        cpu::binary(Op, a, b, out, alpha);
+        return out;
+      },
+      {.schema = schema});
+  op.register_fake([](const Tensor& a, const Tensor& b, double) { return binary_result(a, b, Op); });
+  op.register_autograd(
+      [](AutogradContext& ctx, const Tensor& g) {
+        auto s = ctx.saved();
+        const Tensor &a = s[0], &b = s[1];
+        double alpha = std::any_cast<double>(ctx.data["alpha"]);
+        Tensor ga, gb;
+        if constexpr (Op == BinaryOp::Add || Op == BinaryOp::Sub) {
+          if (ctx.needs_input_grad(0)) ga = reduce_grad(g, a);
+          double k = Op == BinaryOp::Add ? alpha : -alpha;
+          if (ctx.needs_input_grad(1)) gb = reduce_grad(k == 1 ? g : mul(g, k), b);
+        } else if constexpr (Op == BinaryOp::Mul) {
+          if (ctx.needs_input_grad(0)) ga = reduce_grad(mul(g, b), a);
+          if (ctx.needs_input_grad(1)) gb = reduce_grad(mul(g, a), b);
+        } else {
+          if (ctx.needs_input_grad(0)) ga = reduce_grad(div(g, b), a);
+          if (ctx.needs_input_grad(1)) gb = reduce_grad(neg(div(mul(g, a), mul(b, b))), b);
+        }
+        return std::tuple<Tensor, Tensor>(ga, gb);
+      },
+      [](AutogradContext& ctx, const Tensor& a, const Tensor& b, double alpha, const Tensor&) {
+        ctx.save_for_backward({a, b});
+        ctx.data["alpha"] = alpha;
+      });
+  keep(op);
+}
+
+template <BinaryOp Op>
+void register_scalar_form(const char* name) {
+  auto op = custom_op(
+      name,
+      [](const Tensor& a, double s) {
+        Tensor out = scalar_result(a, Op);
+        cpu::binary_scalar(Op, a, s, out);
+        return out;
+      },
+      {.schema = "(Tensor self, float other) -> Tensor"});
+  op.register_fake([](const Tensor& a, double) { return scalar_result(a, Op); });
+  op.register_autograd(
+      [](AutogradContext& ctx, const Tensor& g) {
+        double s = std::any_cast<double>(ctx.data["other"]);
+        if constexpr (Op == BinaryOp::Mul) return mul(g, s);
+        else if constexpr (Op == BinaryOp::Div) return div(g, s);
+        else return g;
+      },
+      [](AutogradContext& ctx, const Tensor&, double s, const Tensor&) { ctx.data["other"] = s; });
+  keep(op);
+}
+
+template <BinaryOp Op>
+void register_inplace(const char* name, const char* schema) {
+  auto op = custom_op(
+      name,
+      [](const Tensor& self, const Tensor& other, double alpha) {
+        Shape b = detail::broadcast_shapes(self.sizes(), other.sizes(), name_of(Op));
+        MT_CHECK(b == self.sizes(),
+                 "[{}_] cannot write the result of shape {} into self of shape {}; in-place ops "
+                 "keep self's shape",
+                 name_of(Op), b, self.sizes());
+        cpu::binary(Op, self, other, self, alpha);
+        return self;
+      },
+      {.schema = schema});
+  op.register_fake([](const Tensor& self, const Tensor&, double) { return self; });
+  keep(op);
+}
+
+}  // namespace
+
+void register_binary() {
+  register_tensor_form<BinaryOp::Add>("mt::add", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_tensor_form<BinaryOp::Sub>("mt::sub", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_tensor_form<BinaryOp::Mul>("mt::mul", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_tensor_form<BinaryOp::Div>("mt::div", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_scalar_form<BinaryOp::Add>("mt::add.Scalar");
+  register_scalar_form<BinaryOp::Sub>("mt::sub.Scalar");
+  register_scalar_form<BinaryOp::Mul>("mt::mul.Scalar");
+  register_scalar_form<BinaryOp::Div>("mt::div.Scalar");
+  register_inplace<BinaryOp::Add>("mt::add_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Sub>("mt::sub_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Mul>("mt::mul_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+}
+
+}  // namespace ops
+
+using TensorTensorOp = Tensor(const Tensor&, const Tensor&, double);
+using TensorScalarOp = Tensor(const Tensor&, double);
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::add", TensorTensorOp); return op(a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::sub", TensorTensorOp); return op(a, b, alpha); }
+Tensor mul(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::mul", TensorTensorOp); return op(a, b, 1.0); }
+Tensor div(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::div", TensorTensorOp); return op(a, b, 1.0); }
+Tensor add(const Tensor& a, double b) { MT_BUILTIN_OP("mt::add.Scalar", TensorScalarOp); return op(a, b); }
+Tensor sub(const Tensor& a, double b) { MT_BUILTIN_OP("mt::sub.Scalar", TensorScalarOp); return op(a, b); }
+Tensor mul(const Tensor& a, double b) { MT_BUILTIN_OP("mt::mul.Scalar", TensorScalarOp); return op(a, b); }
+Tensor div(const Tensor& a, double b) { MT_BUILTIN_OP("mt::div.Scalar", TensorScalarOp); return op(a, b); }
+
+const Tensor& add_(const Tensor& self, const Tensor& other, double alpha) {
+  MT_BUILTIN_OP("mt::add_", TensorTensorOp);
+  op(self, other, alpha);
+  return self;
+}
+const Tensor& sub_(const Tensor& self, const Tensor& other, double alpha) {
+  MT_BUILTIN_OP("mt::sub_", TensorTensorOp);
+  op(self, other, alpha);
+  return self;
+}
+const Tensor& mul_(const Tensor& self, const Tensor& other) {
+  MT_BUILTIN_OP("mt::mul_", TensorTensorOp);
+  op(self, other, 1.0);
+  return self;
+}
+const Tensor& mul_(const Tensor& self, double other) {
+  return mul_(self, scalar_tensor(other, {.dtype = self.dtype(), .device = self.device()}));
+}
+
+}  // namespace mt

@@ -1,0 +1,39 @@
+// How the built-in op files register: each defines register_<family>(), called once
+// from kernels/register_builtins.cpp, and keeps its custom_op handles alive here.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "autograd/custom_op.h"
+#include "kernels/ops.h"
+
+namespace mt::ops {
+
+// Keeps a built-in op's registrations for the life of the process.
+void keep_alive(std::shared_ptr<void> registrations);
+template <typename Op>
+void keep(const Op& op) {
+  keep_alive(std::make_shared<Op>(op));
+}
+
+// A typed handle to a built-in op, looked up once per call site.
+#define MT_BUILTIN_OP(name, Sig)                                                           \
+  static const auto op = ::mt::dispatcher().find_or_throw(name).typed<Sig>()
+
+// The family registrations (one per file in kernels/ops/).
+void register_binary();
+void register_unary();
+void register_silu();
+void register_views();
+void register_copy();
+void register_reduce();
+void register_matmul();
+void register_loss();
+void register_softmax();
+
+// Helpers shared by op files.
+DType float_result(DType t);  // int64/bool inputs of float ops compute in float32
+void check_floating(const Tensor& t, const char* op);
+
+}  // namespace mt::ops

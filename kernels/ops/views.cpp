@@ -1,0 +1,211 @@
+// The view ops (view, reshape, transpose, permute, slice, select, expand, squeeze,
+// unsqueeze) and the Tensor methods that call them. A view is metadata only, so one
+// function serves CPU, CUDA and Fake; autograd maps the gradient back through it.
+#include "kernels/ops/registry.h"
+#include "runtime/view.h"
+
+namespace mt {
+namespace ops {
+namespace {
+
+// Registers fn for CPU, CUDA and Fake, and the given backward.
+template <typename F, typename Backward, typename Setup>
+void register_view(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
+  auto op = custom_op(name, fn, {.schema = schema});
+  op.register_kernel(DeviceType::CUDA, fn);
+  op.register_fake(fn);
+  op.register_autograd(bw, setup);
+  keep(op);
+}
+
+std::vector<int64_t> vec(const Shape& s) { return s.vec(); }
+
+// For ops that compute (not views): fn for CPU, CUDA and Fake (zeros() is fake under FakeMode).
+template <typename F, typename Backward, typename Setup>
+void register_everywhere_fn(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
+  auto op = custom_op(name, fn, {.schema = schema});
+  op.register_kernel(DeviceType::CUDA, fn);
+  op.register_fake(fn);
+  op.register_autograd(bw, setup);
+  keep(op);
+}
+Shape shape_of(AutogradContext& ctx) { return Shape(std::any_cast<std::vector<int64_t>>(ctx.data["sizes"])); }
+void save_sizes(AutogradContext& ctx, const Tensor& x) { ctx.data["sizes"] = vec(x.sizes()); }
+
+Tensor reshape_impl(const Tensor& x, const std::vector<int64_t>& shape) {
+  Shape sizes = detail::infer_size(Shape(shape), x.numel(), "reshape");
+  Shape strides;
+  if (detail::compute_view_strides(x.sizes(), x.strides(), sizes, &strides))
+    return detail::make_view(x, sizes, strides, x.storage_offset());
+  return detail::view_of(x.contiguous(), sizes);
+}
+
+}  // namespace
+
+void register_views() {
+  auto reshape_back = [](AutogradContext& ctx, const Tensor& g) { return g.reshape(shape_of(ctx)); };
+  auto keep_sizes = [](AutogradContext& ctx, const Tensor& x, auto&&...) { save_sizes(ctx, x); };
+
+  register_view("mt::view", "(Tensor(a) self, int[] size) -> Tensor(a)",
+                [](const Tensor& x, const std::vector<int64_t>& size) { return detail::view_of(x, Shape(size)); },
+                reshape_back, keep_sizes);
+  register_view("mt::reshape", "(Tensor(a) self, int[] shape) -> Tensor(a)", reshape_impl,
+                reshape_back, keep_sizes);
+  register_view("mt::squeeze", "(Tensor(a) self) -> Tensor(a)",
+                [](const Tensor& x) { return detail::squeeze_of(x); }, reshape_back, keep_sizes);
+  register_view("mt::squeeze.dim", "(Tensor(a) self, int dim) -> Tensor(a)",
+                [](const Tensor& x, int64_t d) { return detail::squeeze_of(x, d); }, reshape_back, keep_sizes);
+  register_view("mt::unsqueeze", "(Tensor(a) self, int dim) -> Tensor(a)",
+                [](const Tensor& x, int64_t d) { return detail::unsqueeze_of(x, d); }, reshape_back, keep_sizes);
+
+  register_view(
+      "mt::transpose", "(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
+      [](const Tensor& x, int64_t a, int64_t b) { return detail::transpose_of(x, a, b); },
+      [](AutogradContext& ctx, const Tensor& g) {
+        return g.transpose(std::any_cast<int64_t>(ctx.data["dim0"]), std::any_cast<int64_t>(ctx.data["dim1"]));
+      },
+      [](AutogradContext& ctx, const Tensor&, int64_t a, int64_t b, const Tensor&) {
+        ctx.data["dim0"] = a;
+        ctx.data["dim1"] = b;
+      });
+
+  register_view(
+      "mt::permute", "(Tensor(a) self, int[] dims) -> Tensor(a)",
+      [](const Tensor& x, const std::vector<int64_t>& dims) { return detail::permute_of(x, Shape(dims)); },
+      [](AutogradContext& ctx, const Tensor& g) {
+        auto dims = std::any_cast<std::vector<int64_t>>(ctx.data["dims"]);
+        Shape inverse(dims.size());
+        for (size_t i = 0; i < dims.size(); ++i)
+          inverse[size_t(wrap_dim(dims[i], int64_t(dims.size()), "permute"))] = int64_t(i);
+        return g.permute(inverse);
+      },
+      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>& dims, const Tensor&) {
+        ctx.data["dims"] = dims;
+      });
+
+  register_view(
+      "mt::expand", "(Tensor(a) self, int[] size) -> Tensor(a)",
+      [](const Tensor& x, const std::vector<int64_t>& size) { return detail::expand_of(x, Shape(size)); },
+      [](AutogradContext& ctx, const Tensor& g) { return sum_to(g, shape_of(ctx)); }, keep_sizes);
+
+  register_view(
+      "mt::slice", "(Tensor(a) self, int dim, int start, int end, int step=1) -> Tensor(a)",
+      [](const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) { return detail::slice_of(x, d, s, e, st); },
+      [](AutogradContext& ctx, const Tensor& g) {
+        return slice_backward(g, shape_of(ctx).vec(), std::any_cast<int64_t>(ctx.data["dim"]),
+                              std::any_cast<int64_t>(ctx.data["start"]),
+                              std::any_cast<int64_t>(ctx.data["end"]),
+                              std::any_cast<int64_t>(ctx.data["step"]));
+      },
+      [](AutogradContext& ctx, const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st, const Tensor&) {
+        save_sizes(ctx, x);
+        ctx.data["dim"] = d;
+        ctx.data["start"] = s;
+        ctx.data["end"] = e;
+        ctx.data["step"] = st;
+      });
+
+  register_view(
+      "mt::select", "(Tensor(a) self, int dim, int index) -> Tensor(a)",
+      [](const Tensor& x, int64_t d, int64_t i) { return detail::select_of(x, d, i); },
+      [](AutogradContext& ctx, const Tensor& g) {
+        return select_backward(g, shape_of(ctx).vec(), std::any_cast<int64_t>(ctx.data["dim"]),
+                               std::any_cast<int64_t>(ctx.data["index"]));
+      },
+      [](AutogradContext& ctx, const Tensor& x, int64_t d, int64_t i, const Tensor&) {
+        save_sizes(ctx, x);
+        ctx.data["dim"] = d;
+        ctx.data["index"] = i;
+      });
+
+  // The gradients of slice and select: the gradient written into zeros of the input's
+  // shape. Ops of their own, so that their own gradient (slice/select again) is known.
+  auto slice_bwd = [](const Tensor& g, const std::vector<int64_t>& sizes, int64_t d, int64_t s,
+                      int64_t e, int64_t st) {
+    Tensor gi = zeros(Shape(sizes), {.dtype = g.dtype(), .device = g.device()});
+    if (!gi.is_fake()) detail::copy_impl(detail::slice_of(gi, d, s, e, st), g);
+    return gi;
+  };
+  register_everywhere_fn(
+      "mt::slice_backward",
+      "(Tensor grad_output, int[] input_sizes, int dim, int start, int end, int step) -> Tensor",
+      slice_bwd,
+      [](AutogradContext& ctx, const Tensor& gg) {
+        return gg.slice(std::any_cast<int64_t>(ctx.data["dim"]), std::any_cast<int64_t>(ctx.data["start"]),
+                        std::any_cast<int64_t>(ctx.data["end"]), std::any_cast<int64_t>(ctx.data["step"]));
+      },
+      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>&, int64_t d, int64_t s, int64_t e,
+         int64_t st, const Tensor&) {
+        ctx.data["dim"] = d;
+        ctx.data["start"] = s;
+        ctx.data["end"] = e;
+        ctx.data["step"] = st;
+      });
+  auto select_bwd = [](const Tensor& g, const std::vector<int64_t>& sizes, int64_t d, int64_t i) {
+    Tensor gi = zeros(Shape(sizes), {.dtype = g.dtype(), .device = g.device()});
+    if (!gi.is_fake()) detail::copy_impl(detail::select_of(gi, d, i), g);
+    return gi;
+  };
+  register_everywhere_fn(
+      "mt::select_backward", "(Tensor grad_output, int[] input_sizes, int dim, int index) -> Tensor",
+      select_bwd,
+      [](AutogradContext& ctx, const Tensor& gg) {
+        return gg.select(std::any_cast<int64_t>(ctx.data["dim"]), std::any_cast<int64_t>(ctx.data["index"]));
+      },
+      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>&, int64_t d, int64_t i, const Tensor&) {
+        ctx.data["dim"] = d;
+        ctx.data["index"] = i;
+      });
+}
+
+}  // namespace ops
+
+Tensor slice_backward(const Tensor& grad, const std::vector<int64_t>& input_sizes, int64_t dim,
+                      int64_t start, int64_t end, int64_t step) {
+  MT_BUILTIN_OP("mt::slice_backward", Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t, int64_t, int64_t));
+  return op(grad, input_sizes, dim, start, end, step);
+}
+Tensor select_backward(const Tensor& grad, const std::vector<int64_t>& input_sizes, int64_t dim,
+                       int64_t index) {
+  MT_BUILTIN_OP("mt::select_backward", Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t));
+  return op(grad, input_sizes, dim, index);
+}
+
+// ---- Tensor's view methods -----------------------------------------------------------
+
+using ShapeOp = Tensor(const Tensor&, const std::vector<int64_t>&);
+
+Tensor Tensor::view(const Shape& shape) const { MT_BUILTIN_OP("mt::view", ShapeOp); return op(*this, shape.vec()); }
+Tensor Tensor::reshape(const Shape& shape) const { MT_BUILTIN_OP("mt::reshape", ShapeOp); return op(*this, shape.vec()); }
+Tensor Tensor::permute(const Shape& dims) const { MT_BUILTIN_OP("mt::permute", ShapeOp); return op(*this, dims.vec()); }
+Tensor Tensor::expand(const Shape& shape) const { MT_BUILTIN_OP("mt::expand", ShapeOp); return op(*this, shape.vec()); }
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  MT_BUILTIN_OP("mt::transpose", Tensor(const Tensor&, int64_t, int64_t));
+  return op(*this, a, b);
+}
+Tensor Tensor::t() const {
+  MT_CHECK(dim() <= 2, "[t] expects a tensor with at most 2 dimensions, got {}-d; use transpose",
+           dim());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st) const {
+  MT_BUILTIN_OP("mt::slice", Tensor(const Tensor&, int64_t, int64_t, int64_t, int64_t));
+  return op(*this, d, s, e, st);
+}
+Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const {
+  Tensor checked = detail::narrow_of(*this, d, s, l);  // validates start and length
+  (void)checked;
+  int64_t dim = wrap_dim(d, this->dim(), "narrow");
+  if (s < 0) s += sizes()[size_t(dim)];
+  return slice(dim, s, s + l, 1);
+}
+Tensor Tensor::select(int64_t d, int64_t i) const {
+  MT_BUILTIN_OP("mt::select", Tensor(const Tensor&, int64_t, int64_t));
+  return op(*this, d, i);
+}
+Tensor Tensor::squeeze() const { MT_BUILTIN_OP("mt::squeeze", Tensor(const Tensor&)); return op(*this); }
+Tensor Tensor::squeeze(int64_t d) const { MT_BUILTIN_OP("mt::squeeze.dim", Tensor(const Tensor&, int64_t)); return op(*this, d); }
+Tensor Tensor::unsqueeze(int64_t d) const { MT_BUILTIN_OP("mt::unsqueeze", Tensor(const Tensor&, int64_t)); return op(*this, d); }
+Tensor Tensor::flatten(int64_t s, int64_t e) const { return reshape(detail::flatten_shape(sizes(), s, e)); }
+
+}  // namespace mt
