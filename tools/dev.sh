@@ -94,13 +94,12 @@ case "$cmd" in
   demo)
     install_missing
     configure "$builddir" "${build_opts[@]}"
-    if [ -x "$builddir/tools/minitensor" ]; then
-      "$builddir/tools/minitensor" demo
-    else
-      for e in "$builddir"/examples/silu_custom_op "$builddir"/examples/mlp_train; do
-        [ -x "$e" ] && { say "running $e"; "$e"; }
-      done
-    fi
+    say "running $builddir/tools/minitensor demo"
+    "$builddir/tools/minitensor" demo
+    for e in "$builddir"/examples/silu_custom_op "$builddir"/examples/mlp_train; do
+      say "running $e"
+      "$e"
+    done
     ;;
   *)
     echo "usage: tools/dev.sh demo | test [--sanitize] | build [--sanitize]" >&2
