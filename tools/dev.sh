@@ -57,7 +57,7 @@ builddir=build
 build_opts=()
 if [ $sanitize -eq 1 ]; then
   builddir=build-asan
-  build_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Doptimization=1)
+  build_opts=(-Db_sanitize=address,undefined -Db_lundef=false)
 fi
 
 case "$cmd" in
