@@ -44,6 +44,7 @@ void register_builtins() {
   ops::register_matmul();
   ops::register_loss();
   ops::register_softmax();
+  ops::register_cuda_kernels();
 }
 }  // namespace detail
 }  // namespace mt

@@ -31,6 +31,7 @@ void register_reduce();
 void register_matmul();
 void register_loss();
 void register_softmax();
+void register_cuda_kernels();  // kernels/ops/cuda_silu.cpp: CUDA silu kernels, device copy/fill hooks
 
 // Helpers shared by op files.
 DType float_result(DType t);  // int64/bool inputs of float ops compute in float32

@@ -1,0 +1,82 @@
+#!/bin/bash
+# The whole GPU check, for the offline GPU host (see ../shared/gpu/README.md), from the
+# project's root:  bash tools/gpu_check.sh
+# Builds build-gpu with CUDA, runs every test suite (CUDA cases enabled), the SiLU
+# benchmark with the PyTorch/Triton comparison, then compute-sanitizer memcheck and
+# racecheck over the CUDA test cases. Logs and JSON go under $OUT (or /tmp/mt-gpu-check);
+# a short summary table is printed last. Each step is time-boxed to keep the whole run
+# under 9 minutes.
+set -u
+OUT=${OUT:-/tmp/mt-gpu-check}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH
+export PYTHONUNBUFFERED=1
+BUDGET=${BUDGET:-530}  # seconds for the whole script
+declare -A STATUS TIME
+
+left() { echo $((BUDGET - SECONDS)); }
+# step NAME CAP LOG cmd...: runs cmd with a timeout of min(CAP, time left - reserve).
+step() {
+  local name=$1 cap=$2 log=$3; shift 3
+  local l=$(( $(left) - 10 ))
+  (( l < cap )) && cap=$l
+  if (( cap < 15 )); then STATUS[$name]="skipped (no time)"; TIME[$name]=0; echo "== $name skipped" | tee -a "$log"; return 1; fi
+  echo "== $name (timeout ${cap}s): $*" | tee -a "$log"
+  local t0=$SECONDS
+  timeout -k 5 "$cap" "$@" >>"$log" 2>&1
+  local rc=$?
+  TIME[$name]=$((SECONDS - t0))
+  if (( rc == 0 )); then STATUS[$name]=ok; elif (( rc == 124 || rc == 137 )); then STATUS[$name]="TIMEOUT"; else STATUS[$name]="FAIL rc=$rc"; fi
+  echo "== $name: ${STATUS[$name]} in ${TIME[$name]}s" | tee -a "$log"
+  tail -n 25 "$log"
+  return $rc
+}
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  ls .offline/debs
+  source .offline/env.sh
+} >"$OUT/build.log" 2>&1
+
+if [ ! -f build-gpu/build.ninja ]; then
+  step setup 90 "$OUT/build.log" meson setup build-gpu -Dcuda=enabled -Dwerror=false
+fi
+step build 240 "$OUT/build.log" ninja -C build-gpu -j16 -k 0
+if [ "${STATUS[build]:-}" != ok ]; then
+  grep -n "error" "$OUT/build.log" | head -40
+fi
+
+if [ -x build-gpu/tests/mt_tests ]; then
+  step tests 150 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro
+  grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log"
+fi
+
+if [ -x build-gpu/tools/bench_silu ]; then
+  step bench+torch 150 "$OUT/bench.log" python3 tools/compare_torch.py \
+      --bench build-gpu/tools/bench_silu --json "$OUT/compare.json"
+fi
+
+if [ -x build-gpu/tests/mt_tests ]; then
+  step memcheck 90 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*'
+  step racecheck 60 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*'
+fi
+
+{
+  echo
+  echo "=================== SUMMARY ==================="
+  printf "| step | status | s |\n|---|---|---|\n"
+  for s in setup build tests bench+torch memcheck racecheck; do
+    [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
+  done
+  echo
+  echo "tests:"; grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log" 2>/dev/null
+  echo "memcheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/memcheck.log" 2>/dev/null
+  echo "racecheck:"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/racecheck.log" 2>/dev/null
+  echo
+  echo "bench + torch comparison:"
+  sed -n '/^| dtype | pass | n | ms/,$p' "$OUT/bench.log" 2>/dev/null
+  echo "total ${SECONDS}s"
+} | tee "$OUT/summary.txt"
