@@ -4,8 +4,13 @@
 //
 // Note [Elementwise loops]
 // A kernel is f(C* out, const C* const* in, int64_t n): a loop over raw pointers that
-// the compiler vectorizes (MT_SIMD; checked with g++ 12 -O2 -fopenmp -fopt-info-vec:
-// every kernel loop in elementwise.cpp reports "loop vectorized using 16 byte vectors").
+// the compiler vectorizes. MT_SIMD (OpenMP's simd) is what makes GCC do it at -O2, whose
+// cost model otherwise skips loops of unknown length, and it also says that out may be
+// an input. Checked with g++ 12 -O2 -fopenmp -fopt-info-vec-optimized: the float and
+// double loops of neg, abs, relu, exp, sigmoid, silu, add/sub/mul/div and their scalar
+// forms, pow by 0/1/2/3/-1/-2, silu_backward and the mse pieces report "loop vectorized
+// using 16 byte vectors" (32 in the x86-64-v3 clones); log, sqrt, tanh and a general pow
+// call libm and stay scalar, as do where and int64 relu (SSE2 has no 64-bit compare).
 // for_each_block calls it
 //  - on whole chunks of the raw tensors when every operand is contiguous with out's
 //    dtype (the fast path: no copies, no index math), else
@@ -33,14 +38,15 @@
 
 // Note [ISA clones]
 // Loops whose cost is arithmetic rather than memory (exp, sigmoid, SiLU and its backward,
-// the blocked matmul's inner kernel) are compiled twice, for x86-64-v3 (AVX2: 8 float
-// lanes, and the integer min/max that exp_f32's clamps use) and for the baseline; the
-// dynamic loader picks one for the CPU it runs on (GCC's target_clones, an ifunc). That
-// is about 3x for SiLU on an AVX2 machine; elsewhere the baseline runs. Memory-bound
-// loops keep one version. Define MT_NO_ISA_CLONES to build the baseline only.
+// the blocked matmul's inner kernel) are compiled three times, for x86-64-v4 (AVX-512),
+// x86-64-v3 (AVX2: 8 float lanes, and the integer min/max that exp_f32's clamps use)
+// and the baseline (SSE2); the dynamic loader picks one for the CPU it runs on (GCC's
+// target_clones, an ifunc). SiLU on one core of a 2-core AMD EPYC VM, in cache: about
+// 2.6 ns/element for SSE2, 0.7 for v3, 0.45 for v4.
+// Memory-bound loops keep one version. Define MT_NO_ISA_CLONES for the baseline only.
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(MT_NO_ISA_CLONES)
-#define MT_ISA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MT_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MT_ISA_CLONES
 #endif
