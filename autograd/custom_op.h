@@ -17,9 +17,9 @@ namespace mt {
 struct CustomOpOptions {
   // Names of the arguments fn writes to (inferred schemas name them _0, _1, ...). They
   // get Tensor(aN!) annotations and their version counters are bumped after each call.
-  std::vector<std::string> mutates_args;
+  std::vector<std::string> mutates_args = {};
   // An explicit schema "(Tensor x, float alpha) -> Tensor" (names, defaults); else inferred.
-  std::string schema;
+  std::string schema = {};
 };
 
 namespace detail {

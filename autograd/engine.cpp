@@ -48,7 +48,10 @@ void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, b
   Tensor t(leaf);
   Tensor have = t.grad();
   Tensor next = accumulate(have, g);
-  t.set_grad(create_graph ? next : next.detach());
+  if (!create_graph) next = next.detach();
+  // .grad owns contiguous memory: not an expanded view, nor the caller's grad_output
+  if (!have.defined() || !next.is_contiguous()) next = next.clone();
+  t.set_grad(next);
 }
 
 void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create_graph,

@@ -125,6 +125,9 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           ctx->op_ = name;
           for (const Tensor& t : inputs) ctx->needs_input_grad_.push_back(t.defined() && t.requires_grad());
           ctx->outputs_ = flatten_outputs(out);
+          // history first, so a saved output remembers it requires grad (double backward)
+          for (size_t i = 0; i < ctx->outputs_.size(); ++i)
+            autograd::set_history(ctx->outputs_[i], node, uint32_t(i));
           {
             NoGradGuard no_grad;
             setup(*ctx, args..., out);
@@ -138,8 +141,6 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
               return gradients_to_vector(backward(c, grads[I]...));
             }(std::make_index_sequence<output_count<Ret>>{});
           };
-          std::vector<Tensor> outs = flatten_outputs(out);
-          for (size_t i = 0; i < outs.size(); ++i) autograd::set_history(outs[i], node, uint32_t(i));
           return out;
         });
   }

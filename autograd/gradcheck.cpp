@@ -36,16 +36,6 @@ Prepared prepare(const std::vector<Tensor>& inputs) {
   return p;
 }
 
-std::vector<double> flat(const std::vector<Tensor>& outs) {
-  std::vector<double> v;
-  for (const Tensor& o : outs) {
-    if (!o.defined()) continue;
-    auto d = o.to_vector<double>();
-    v.insert(v.end(), d.begin(), d.end());
-  }
-  return v;
-}
-
 }  // namespace
 
 GradcheckResult gradcheck(const DifferentiableFn& fn, const std::vector<Tensor>& inputs,
