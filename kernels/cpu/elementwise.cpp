@@ -19,11 +19,11 @@ MT_ISA_CLONES void silu_f32_loop(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = silu_of(x[i]);
 }
 
-// A NaN x makes s a number but x * (1 - s) NaN, so exp's NaN mask is not needed.
+// exp_f32_sat: a NaN x makes s a number, but x * (1 - s) is NaN.
 template <typename C>
 [[gnu::always_inline]] inline void silu_backward_loop(C* o, const C* g, const C* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) {
-    C s = C(1) / (C(1) + exp_f32_no_nan(-x[i]));
+    C s = C(1) / (C(1) + exp_f32_sat(-x[i]));
     o[i] = g[i] * s * (C(1) + x[i] * (C(1) - s));
   }
 }

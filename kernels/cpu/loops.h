@@ -42,7 +42,7 @@
 // x86-64-v3 (AVX2: 8 float lanes, and the integer min/max that exp_f32's clamps use)
 // and the baseline (SSE2); the dynamic loader picks one for the CPU it runs on (GCC's
 // target_clones, an ifunc). SiLU on one core of a 2-core AMD EPYC VM, in cache: about
-// 2.6 ns/element for SSE2, 0.7 for v3, 0.45 for v4.
+// 2.6 ns/element for SSE2, 0.7 for v3, 0.35 for v4.
 // Memory-bound loops keep one version. Define MT_NO_ISA_CLONES for the baseline only.
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(MT_NO_ISA_CLONES)
