@@ -134,7 +134,15 @@ int main(int argc, char** argv) {
   int max_log2 = 28;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--child-first-launch") return child_first_launch();
+    if (a == "--child-first-launch") {
+      try {
+        return child_first_launch();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_silu child: %s\n", e.what());
+        std::printf("-1\n");
+        return 1;
+      }
+    }
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--repeats" && i + 1 < argc) g_repeats = std::atoi(argv[++i]);
     else if (a == "--max-log2" && i + 1 < argc) max_log2 = std::atoi(argv[++i]);
