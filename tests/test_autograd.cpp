@@ -391,3 +391,24 @@ TEST_CASE("trace_fake: shapes of every call without computing, on a fake cuda:0 
       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::silu(in[0])}; }, {fake_gpu});
   CHECK(g.calls.at(0).results.at(0) == "Tensor[2, 2] float32 cuda:0 fake");
 }
+
+TEST_CASE("autograd: .grad owns contiguous memory, and saved outputs keep their gradient path") {
+  Tensor x = from_vector<float>({1, 2, 3});
+  x.requires_grad_();
+  backward(sum(x));  // sum's gradient is an expanded view of one value
+  CHECK(x.grad().is_contiguous());
+  {
+    NoGradGuard no_grad;
+    mul_(x.grad(), 2.0);  // clipping in place works
+  }
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 2, 2});
+  // an op whose backward uses its saved output: double backward must flow through it
+  auto op = custom_op("triton_demo::exp_saving_output", [](const Tensor& t) { return mt::exp(t); });
+  op.register_fake([](const Tensor& t) { return empty_like(t); });
+  op.register_autograd([](AutogradContext& ctx, const Tensor& g) { return mul(g, ctx.saved()[0]); },
+                       [](AutogradContext& ctx, const Tensor&, const Tensor& out) { ctx.save_for_backward({out}); });
+  Tensor z = from_vector<double>({0.2, -0.7});
+  z.requires_grad_();
+  GradcheckResult r = gradgradcheck([&](const std::vector<Tensor>& in) { return mul(op(in[0]), op(in[0])); }, {z});
+  CHECK_MESSAGE(r.ok, r.message);
+}

@@ -27,9 +27,9 @@ struct KernelSpec {
   std::string name;
   std::string source;  // empty: embedded_source(name)
   // Compiled together into one module. Empty: just the one get_kernel asks for.
-  std::vector<std::string> name_expressions;
+  std::vector<std::string> name_expressions = {};
   std::vector<std::string> options = default_options();
-  std::vector<Header> headers;  // besides the embedded common.cuh and layout.h
+  std::vector<Header> headers = {};  // besides the embedded common.cuh and layout.h
 };
 
 // A loaded __global__ function on one device. Lives until the process ends.
