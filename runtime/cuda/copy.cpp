@@ -13,7 +13,7 @@
 namespace mt::cuda {
 namespace {
 
-std::atomic<CopyKernel> copy_kernel{nullptr};
+std::atomic<CopyKernel> copy_kernel{nullptr};  // installed by kernels/ops/cuda_silu.cpp
 std::atomic<FillKernel> fill_kernel{nullptr};
 
 CUdeviceptr device_ptr(const Tensor& t) { return reinterpret_cast<CUdeviceptr>(t.data_ptr()); }
@@ -39,6 +39,10 @@ void copy(const Tensor& dst, const Tensor& src) {
              src.device(), dst.device());
     if (!plain) {
       CopyKernel k = copy_kernel.load();
+      if (!k) {
+        mt::detail::install_device_kernels();
+        k = copy_kernel.load();
+      }
       MT_CHECK(k,
                "[cuda::copy] not yet supported on {}: a {} copy ({} {} -> {} {}); no "
                "device copy kernel is installed yet",
@@ -82,6 +86,10 @@ void fill(const Tensor& t, double value) {
     return;
   }
   FillKernel k = fill_kernel.load();
+  if (!k) {
+    mt::detail::install_device_kernels();
+    k = fill_kernel.load();
+  }
   MT_CHECK(k,
            "[cuda::fill] not yet supported on {}: filling a {} {} tensor with {}; only a "
            "contiguous fill with zero works until a device fill kernel is installed",

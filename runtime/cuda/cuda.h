@@ -18,6 +18,12 @@ namespace mt {
 class Tensor;
 }
 
+namespace mt::detail {
+// The device copy and fill kernels live in kernels/ (they are JIT-compiled): this
+// registers the built-in ops, which installs them (kernels/register_builtins.cpp).
+void install_device_kernels();
+}  // namespace mt::detail
+
 namespace mt::cuda {
 
 // False where the build has no CUDA backend, or the driver is missing, fails to
