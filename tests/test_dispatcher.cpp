@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -419,11 +420,16 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
       }
     });
   }
-  for (int i = 0; i < 300; ++i) {
+  while (calls.load() == 0) std::this_thread::yield();  // the dispatching threads are running
+  int64_t before = calls.load();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  // at least 300 registrations, and until the other threads dispatched during them
+  for (int i = 0; i < 300 || (calls.load() < before + 1000 && std::chrono::steady_clock::now() < deadline); ++i) {
     Library over(Library::Kind::Impl, "test_threads", DispatchKey::CPU);
     over.impl("op", [](const Tensor& x) { return full_like(x, 7); });
   }
+  int64_t during = calls.load() - before;
   stop.store(true);
   for (auto& t : threads) t.join();
-  CHECK(calls.load() > 0);
+  CHECK(during > 0);
 }
