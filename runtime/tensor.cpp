@@ -354,6 +354,19 @@ void manual_seed(uint64_t seed) {
   default_generator().manual_seed(seed);
 }
 
+// A draw made on the GPU by the kernel library's random kernel (the same values as the
+// host's); undefined when the tensor is not a real CUDA tensor or there is no kernel.
+static Tensor device_random(const Shape& shape, const TensorOptions& opts, uint64_t seed, uint64_t base,
+                     bool normal) {
+  if (!opts.device.is_cuda() || t_fake_mode) return Tensor();
+  cuda::RandomKernel k = cuda::random_kernel();
+  if (!k) return Tensor();
+  check_sizes(shape, normal ? "randn" : "rand");
+  Tensor out = empty(shape, {.dtype = opts.dtype, .device = opts.device});
+  k(out, seed, base, normal);
+  return finish(out, opts);
+}
+
 Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
   MT_CHECK(is_floating(opts.dtype), "[rand] needs a floating dtype, got {}", opts.dtype);
   Generator& g = gen ? *gen : default_generator();
@@ -363,6 +376,7 @@ Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
     seed = g.seed();
     base = g.advance(uint64_t(shape_numel(shape)));
   }
+  if (Tensor t = device_random(shape, opts, seed, base, false); t.defined()) return t;
   return generate(shape, opts, "rand",
                   [&](int64_t i) { return uniform01(philox_like_hash(seed, base + uint64_t(i))); });
 }
@@ -376,6 +390,7 @@ Tensor randn(const Shape& shape, const TensorOptions& opts, Generator* gen) {
     seed = g.seed();
     base = g.advance(2 * uint64_t(shape_numel(shape)));
   }
+  if (Tensor t = device_random(shape, opts, seed, base, true); t.defined()) return t;
   return generate(shape, opts, "randn", [&](int64_t i) {
     // Box-Muller on two counters per element
     double u1 = uniform01(philox_like_hash(seed, base + 2 * uint64_t(i)));

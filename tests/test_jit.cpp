@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "kernels/cuda/layout.h"
+#include "kernels/gpu/names.h"
+#include "runtime/tensor.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/embedded.h"
@@ -52,10 +54,18 @@ using ::mt::kMaxKernelDims;
 using ::mt::kMaxKernelOperands;
 using ::mt::StridedLayout;
 }  // namespace mt
+// Warp shuffles exist only on the GPU: reduce_rows compiles here but is not run.
+template <typename T>
+T __shfl_down_sync(unsigned, T v, int) {
+  return v;
+}
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #include "kernels/cuda/copy.cu"
+#include "kernels/cuda/elementwise.cu"
+#include "kernels/cuda/random.cu"
+#include "kernels/cuda/reduce.cu"
 #include "kernels/cuda/silu.cu"
 #undef __global__
 #undef __device__
@@ -1052,6 +1062,176 @@ TEST_SUITE("jit") {
   TEST_CASE_TEMPLATE("jit emu: copy_cast converts from every dtype, contiguous and strided", Dst,
                      float, double, mt::Half, mt::BFloat16, int64_t, bool) {
     check_copy_cast_from_all<Dst>();
+  }
+
+  namespace {
+  // Runs the elementwise templates of elementwise.cu on the CPU: contiguous (scalar and
+  // 16-byte packs) and strided with a broadcast operand, against f in float64.
+  template <typename T, typename Functor, typename Ref>
+  void check_elementwise(int arity, double a, Ref ref, double lo, double hi) {
+    using E = emu_t<T>;
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    const int64_t rows = 5, cols = 37, n = rows * cols;
+    alignas(16) static T x[5 * 37 + 8], y[5 * 37 + 8], out[5 * 37 + 8];
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = T(dist(gen));
+      y[i] = T(dist(gen));
+    }
+    const emu::mt::OpScalars sc{a, 0};
+    auto want = [&](int64_t i, int64_t j) {
+      return arity == 1 ? ref(to_double(x[i]), a) : ref(to_double(x[i]), to_double(y[j]), a);
+    };
+    for (int vec : {0, 1}) {
+      CAPTURE(vec);
+      std::fill(out, out + n + 8, T(-777.0f));
+      const LaunchShape shape = elementwise_launch_shape(vec ? (n + 3) / 4 : n, 1);
+      emu::launch(shape, [&] {
+        if (arity == 1)
+          emu::unary_op<E, Functor>(as_emu(out), as_emu(x), n, sc, vec);
+        else
+          emu::binary_op<E, Functor>(as_emu(out), as_emu(x), as_emu(y), n, sc, vec);
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        const double w = want(i, i);
+        if (std::isnan(w)) continue;
+        CHECK_MESSAGE(std::abs(to_double(out[i]) - w) <= tolerance<T>(w, 1), "element " << i);
+      }
+      CHECK(to_double(out[n]) == to_double(T(-777.0f)));
+    }
+    // Strided: out transposed (column-major), x row-major, y one row broadcast (stride 0).
+    const int64_t sizes[] = {rows, cols}, so[] = {1, rows}, sx[] = {cols, 1}, sy[] = {0, 1};
+    const StridedLayout l = arity == 1 ? make_strided_layout(sizes, {so, sx})
+                                       : make_strided_layout(sizes, {so, sx, sy});
+    emu::launch(LaunchShape{{2, 1, 1}, {32, 1, 1}}, [&] {
+      if (arity == 1)
+        emu::unary_op_strided<E, Functor>(as_emu(out), as_emu(x), n, sc, l);
+      else
+        emu::binary_op_strided<E, Functor>(as_emu(out), as_emu(x), as_emu(y), n, sc, l);
+    });
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const double w = want(r * cols + c, c);
+        if (std::isnan(w)) continue;
+        CHECK(std::abs(to_double(out[c * rows + r]) - w) <= tolerance<T>(w, 1));
+      }
+  }
+  }  // namespace
+
+  TEST_CASE_TEMPLATE("jit emu: the elementwise templates compute each functor, contiguous and strided",
+                     T, float, double, mt::Half, mt::BFloat16) {
+    namespace op = emu::mt::op;
+    check_elementwise<T, op::Add>(2, 0.5, [](double x, double y, double a) { return x + a * y; }, -4, 4);
+    check_elementwise<T, op::Div>(2, 0, [](double x, double y, double) { return x / y; }, 0.5, 4);
+    check_elementwise<T, op::SquaredDiff>(2, 0, [](double x, double y, double) { return (x - y) * (x - y); }, -4, 4);
+    check_elementwise<T, op::Exp>(1, 0, [](double x, double) { return std::exp(x); }, -4, 4);
+    check_elementwise<T, op::Sigmoid>(1, 0, [](double x, double) { return 1 / (1 + std::exp(-x)); }, -8, 8);
+    check_elementwise<T, op::Tanh>(1, 0, [](double x, double) { return std::tanh(x); }, -4, 4);
+    check_elementwise<T, op::Relu>(1, 0, [](double x, double) { return x < 0 ? 0 : x; }, -4, 4);
+    check_elementwise<T, op::Sign>(1, 0, [](double x, double) { return double((x > 0) - (x < 0)); }, -4, 4);
+    check_elementwise<T, op::Pow>(1, 3, [](double x, double p) { return std::pow(x, p); }, -3, 3);
+    check_elementwise<T, op::DivS>(1, 4, [](double x, double s) { return x / s; }, -4, 4);
+  }
+
+  TEST_CASE("jit emu: int64 elementwise kernels compute in int64, powers by squaring") {
+    using emu::mt::OpScalars;
+    const int64_t n = 9;
+    HostArray<long long> x(n), y(n), out(n);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = i - 4, y[size_t(i)] = 3 * i;
+    emu::launch(elementwise_launch_shape(n, 1), [&] {
+      emu::binary_op<long long, emu::mt::op::Sub>(out.data(), x.data(), y.data(), n, OpScalars{2, 0}, 0);
+    });
+    for (int64_t i = 0; i < n; ++i) CHECK(out[size_t(i)] == (i - 4) - 2 * 3 * i);
+    emu::launch(elementwise_launch_shape(n, 1), [&] {
+      emu::unary_op<long long, emu::mt::op::Pow>(out.data(), x.data(), n, OpScalars{3, 0}, 0);
+    });
+    for (int64_t i = 0; i < n; ++i) CHECK(out[size_t(i)] == (i - 4) * (i - 4) * (i - 4));
+    emu::launch(elementwise_launch_shape(n, 1), [&] {
+      emu::unary_op<long long, emu::mt::op::Abs>(out.data(), x.data(), n, OpScalars{0, 0}, 0);
+    });
+    for (int64_t i = 0; i < n; ++i) CHECK(out[size_t(i)] == std::abs(i - 4));
+  }
+
+  TEST_CASE("jit emu: reduce_cols sums and takes the max with its first index, over chunks") {
+    using A = emu::mt::Acc<float>;
+    // x: [O=3, R=50, I=7]; a few NaN-free ties for max; chunked in 4 chunks of 13.
+    const long long O = 3, R = 50, I = 7, chunks = 4, chunk_len = 13;
+    std::vector<float> x(size_t(O * R * I));
+    std::mt19937 gen(5);
+    for (auto& v : x) v = float(int(gen() % 21) - 10) / 4;  // many equal values: ties
+    std::vector<A> partial(size_t(O * chunks * I));
+    std::vector<float> out(size_t(O * I));
+    std::vector<long long> idx(size_t(O * I));
+    for (int kind = 0; kind < 2; ++kind) {
+      CAPTURE(kind);
+      emu::launch(elementwise_launch_shape(O * chunks * I, 1), [&] {
+        if (kind == 0)
+          emu::reduce_cols<float, float, emu::mt::SumR, false>(x.data(), out.data(), nullptr,
+                                                               partial.data(), O, R, I, chunk_len, chunks, 1.0);
+        else
+          emu::reduce_cols<float, float, emu::mt::MaxR, false>(x.data(), out.data(), nullptr,
+                                                               partial.data(), O, R, I, chunk_len, chunks, 1.0);
+      });
+      // The second pass reads the partials as [O, chunks, I], scaled (a mean) for sum.
+      const double scale = kind == 0 ? 1.0 / double(R) : 1.0;
+      emu::launch(LaunchShape{{1, 1, 1}, {8, 1, 1}}, [&] {
+        if (kind == 0)
+          emu::reduce_cols<float, float, emu::mt::SumR, true>(partial.data(), out.data(), idx.data(),
+                                                              nullptr, O, chunks, I, chunks, 1, scale);
+        else
+          emu::reduce_cols<float, float, emu::mt::MaxR, true>(partial.data(), out.data(), idx.data(),
+                                                              nullptr, O, chunks, I, chunks, 1, scale);
+      });
+      for (long long o = 0; o < O; ++o)
+        for (long long i = 0; i < I; ++i) {
+          double s = 0, m = -1e30;
+          long long at = -1;
+          for (long long r = 0; r < R; ++r) {
+            const double v = x[size_t((o * R + r) * I + i)];
+            s += v;
+            if (v > m) m = v, at = r;
+          }
+          const size_t k = size_t(o * I + i);
+          if (kind == 0) {
+            CHECK(out[k] == doctest::Approx(s / double(R)).epsilon(1e-6));
+          } else {
+            CHECK(out[k] == float(m));
+            CHECK(idx[k] == at);  // the first of equal maxima
+          }
+        }
+    }
+  }
+
+  TEST_CASE("jit emu: reduce_cols lets NaN win a max and sums bool into int64") {
+    const float nan = std::nanf("");
+    std::vector<float> x = {1, nan, 3, 2};  // [O=1, R=4, I=1]
+    float out = 0;
+    long long idx = -1;
+    emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] {
+      emu::reduce_cols<float, float, emu::mt::MaxR, false>(x.data(), &out, &idx, nullptr, 1, 4, 1, 4, 1, 1.0);
+    });
+    CHECK(std::isnan(out));
+    CHECK(idx == 1);
+    HostArray<bool> b(5, true);
+    b[2] = false;
+    long long count = 0;
+    emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] {
+      emu::reduce_cols<bool, long long, emu::mt::SumR, false>(b.data(), &count, nullptr, nullptr, 1, 5, 1, 5, 1, 1.0);
+    });
+    CHECK(count == 4);
+  }
+
+  TEST_CASE("jit emu: the random kernels draw exactly the host generator's stream") {
+    const int64_t n = 1000;
+    mt::Generator g(1234);
+    mt::Tensor u = mt::rand({n}, {.dtype = DType::Float64}, &g);
+    mt::Tensor z = mt::randn({n}, {.dtype = DType::Float64}, &g);
+    std::vector<double> du(n), dz(n);
+    // rand took counters [0, n), randn [n, 3n).
+    emu::launch(LaunchShape{{3, 1, 1}, {64, 1, 1}}, [&] { emu::random_uniform<double>(du.data(), n, 1234, 0); });
+    emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] { emu::random_normal<double>(dz.data(), n, 1234, n); });
+    CHECK(du == u.to_vector<double>());
+    CHECK(dz == z.to_vector<double>());
   }
 
   TEST_CASE_TEMPLATE("jit emu: fill writes every element of a contiguous or strided tensor", T,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -977,6 +978,128 @@ void check_ops(const std::vector<std::string>& names) {
   }
 }
 
+// ---- the same table on CUDA ----------------------------------------------------------------
+
+const Device kGpu{DeviceType::CUDA, 0};
+bool no_gpu() { return !cuda::is_available(); }
+
+// t on the GPU with t's own sizes and strides (a transposed view stays transposed, an
+// expanded one keeps its zero strides), `shift` elements into its storage: shift 1 puts
+// a float32 tensor off its 16-byte alignment, so the kernels' scalar paths run too.
+Tensor on_gpu(const Tensor& t, int64_t shift) {
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+  if (t.numel() == 0) extent = 0;
+  Tensor base = empty({extent + shift}, {.dtype = t.dtype(), .device = kGpu});
+  base.fill_(std::numeric_limits<double>::quiet_NaN());  // what a kernel must not read
+  Tensor view = detail::make_view(base, t.sizes(), t.strides(), shift);
+  // Through a contiguous device copy and the strided device copy kernel (host<->device
+  // copies move contiguous memory only). An expanded view's elements share addresses,
+  // all written with one value.
+  if (t.numel() > 0) detail::copy_impl(view, t.contiguous().to(kGpu));
+  return t.requires_grad() ? view.detach().requires_grad_(true) : view;
+}
+
+// The GPU hands recently freed blocks out again: fill blocks of the output sizes with NaN
+// and free them, so an output element a kernel forgets to write shows up as NaN.
+void poison_gpu(const std::vector<Dense>& outputs) {
+  for (const Dense& d : outputs)
+    for (DType t : {F32, F64, F16, I64}) {
+      if (d.v.empty()) continue;
+      Tensor p = full({int64_t(d.v.size())}, std::numeric_limits<double>::quiet_NaN(),
+                      {.dtype = t, .device = kGpu});
+    }
+}
+
+Stack stack_on_gpu(const Stack& args, int64_t shift) {
+  Stack g = args;
+  for (Value& v : g)
+    if (v.is_tensor()) v = on_gpu(v.to_tensor(), shift);
+  return g;
+}
+
+// What the CUDA kernels refuse by design, with the message they must give; anything else
+// that throws fails the test.
+std::string expected_gpu_refusal(const std::string& op, const Stack& args) {
+  for (const Tensor& t : tensors_of(args))
+    if (op == "mt::matmul" && !is_floating(t.dtype()))
+      return "the CUDA kernel (cuBLAS) takes float32, float64, float16 or bfloat16";
+  return "";
+}
+
+// One sample on the GPU, aligned and shifted, against the float64 reference of the CPU
+// inputs. Returns the GPU stack of the aligned run (for opcheck), or an empty one when
+// the op refuses the sample as expected.
+Stack check_values_gpu(const std::string& name, const OperatorHandle& op, const OpEntry& e,
+                       const Sample& s) {
+  std::vector<Dense> ins;
+  for (const Tensor& t : tensors_of(s.args)) ins.push_back(dense(t));
+  const std::vector<Dense> want = e.reference(ins, s.args);
+  const bool inplace = op.schema().is_mutable();
+  Stack first;
+  for (int64_t shift : {int64_t(0), int64_t(1)}) {
+    CAPTURE(shift);
+    Stack args = stack_on_gpu(s.args, shift);
+    if (shift == 0) first = args;
+    Tensor self = inplace ? args[0].to_tensor() : Tensor();
+    const uint32_t version = inplace ? self.version() : 0;
+    poison_gpu(want);
+    Stack out = args;
+    const std::string refusal = expected_gpu_refusal(name, s.args);
+    if (!refusal.empty()) {
+      std::string msg;
+      try {
+        op.call_boxed(&out);
+      } catch (const Error& err) {
+        msg = err.what();
+      }
+      CHECK_MESSAGE(msg.find(refusal) != std::string::npos, "expected the refusal '" << refusal << "', got '" << msg << "'");
+      return {};
+    }
+    op.call_boxed(&out);
+    std::vector<Tensor> got = tensors_of(out);
+    REQUIRE(got.size() == want.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      CAPTURE(o);
+      const bool to_cpu = name == "mt::to.device";
+      CHECK_MESSAGE((got[o].is_cuda() || to_cpu), "the result of a CUDA op is on ", got[o].device());
+      std::string why = compare(got[o].cpu(), want[o]);
+      CHECK_MESSAGE(why.empty(), why);
+    }
+    if (inplace) {
+      CHECK_MESSAGE(got[0].is_same(self), "an in-place op returns self");
+      CHECK_MESSAGE(self.version() > version, "an in-place op bumps self's version counter");
+      CHECK(compare(self.cpu(), want[0]).empty());
+    }
+  }
+  return first;
+}
+
+void check_ops_gpu(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    const OpEntry& e = op_table().at(name);
+    OperatorHandle op = dispatcher().find_or_throw(name);
+    std::vector<Stack> small;
+    for (const Sample& s : e.samples) {
+      CAPTURE(s.label);
+      Stack g = check_values_gpu(name, op, e, s);
+      if (!g.empty() && s.grad && is_small(s)) small.push_back(s.args);
+    }
+    if (small.empty()) continue;
+    // opcheck on CUDA inputs (contiguous copies; fake against real, gradcheck on the GPU).
+    std::vector<Stack> gpu_small;
+    for (const Stack& a : small) {
+      Stack g = a;
+      for (Value& v : g)
+        if (v.is_tensor()) v = v.to_tensor().to(kGpu);
+      gpu_small.push_back(g);
+    }
+    OpCheckReport report = opcheck(op, gpu_small);
+    CHECK_MESSAGE(report.ok(), report.str());
+  }
+}
+
 // Which test case checks which ops; every table entry is in exactly one family.
 const std::map<std::string, std::vector<std::string>>& families() {
   static const auto* f = new std::map<std::string, std::vector<std::string>>{
@@ -1047,6 +1170,14 @@ TEST_CASE("ops max.dim: values and indices, opcheck and double backward") {
 }
 TEST_CASE("ops matmul, mse_loss, softmax, log_softmax: values, opcheck and double backward") {
   check_family("nn");
+}
+
+TEST_CASE("ops on cuda (gpu): every op and sample against the float64 reference, and opcheck" *
+          doctest::skip(no_gpu())) {
+  for (const auto& [family, names] : families()) {
+    CAPTURE(family);
+    check_ops_gpu(names);
+  }
 }
 
 static std::vector<Tensor> grad_of(const Tensor& loss, const std::vector<Tensor>& xs) {

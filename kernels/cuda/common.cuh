@@ -44,6 +44,13 @@ __device__ __forceinline__ float bits_to_float(unsigned u) {
   return __builtin_bit_cast(float, u);
 #endif
 }
+__device__ __forceinline__ double bits_to_double(unsigned long long u) {
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double((long long)u);
+#else
+  return __builtin_bit_cast(double, u);
+#endif
+}
 __device__ __forceinline__ unsigned float_to_bits(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);
@@ -150,9 +157,36 @@ __device__ __forceinline__ T store_compute(compute_t<T> v) {
     return v;
 }
 
+// -inf for the floating types, the smallest value for int64.
+template <typename C>
+__device__ __forceinline__ C lowest_value() {
+  if constexpr (is_same_v<C, float>)
+    return bits_to_float(0xff800000u);
+  else if constexpr (is_same_v<C, double>)
+    return bits_to_double(0xfff0000000000000ull);
+  else
+    return (long long)(-9223372036854775807LL - 1);
+}
+
 // Precise exponentials (no --use_fast_math): expf is within 2 ulp over its range.
 __device__ __forceinline__ float exp_(float x) { return expf(x); }
 __device__ __forceinline__ double exp_(double x) { return exp(x); }
+__device__ __forceinline__ float log_(float x) { return logf(x); }
+__device__ __forceinline__ double log_(double x) { return log(x); }
+__device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
+__device__ __forceinline__ double sqrt_(double x) { return sqrt(x); }
+__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
+__device__ __forceinline__ float pow_(float x, float p) { return powf(x, p); }
+__device__ __forceinline__ double pow_(double x, double p) { return pow(x, p); }
+// Integer powers by squaring, for int64 tensors (non-negative exponents only).
+// Unsigned arithmetic, so an overflow wraps as two's complement instead of being undefined.
+__device__ __forceinline__ long long pow_(long long x, long long p) {
+  unsigned long long r = 1, b = (unsigned long long)x;
+  for (; p > 0; p >>= 1, b *= b)
+    if (p & 1) r *= b;
+  return (long long)r;
+}
 
 // Any dtype to any dtype, as PyTorch converts: 16-bit floats go through float
 // (double -> half rounds twice, like c10::Half), to bool is "nonzero" (NaN is true).

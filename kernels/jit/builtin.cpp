@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/gpu/names.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
 
@@ -77,7 +78,9 @@ std::vector<EmbeddedKernelFile> embedded_kernels() {
     for (int s = 0; s < kNumDTypes; ++s)
       for (bool strided : {false, true})
         copy.name_expressions.push_back(copy_cast_name_expression(DType(d), DType(s), strided));
-  return {silu, copy};
+  std::vector<EmbeddedKernelFile> files = {silu, copy};
+  for (auto& f : gpu::kernel_files()) files.push_back(std::move(f));
+  return files;
 }
 
 KernelSpec builtin_spec(std::string_view file) {
@@ -141,23 +144,6 @@ bool aligned16(std::initializer_list<const void*> ptrs) {
 
 namespace {
 
-// Kernel pointers per (device, slot), filled on first use: a launch after the
-// first costs one atomic load instead of a get_kernel lookup.
-constexpr int kCachedDevices = 16;
-template <int N>
-struct KernelTable {
-  std::atomic<const Kernel*> slots[kCachedDevices][N] = {};
-  template <typename NameFn>
-  const Kernel& get(int device, int slot, std::string_view file, NameFn&& name) {
-    const bool cached = device >= 0 && device < kCachedDevices;
-    if (cached)
-      if (const Kernel* k = slots[device][slot].load(std::memory_order_acquire)) return *k;
-    const Kernel& k = get_kernel(device, builtin_spec(file), name());
-    if (cached) slots[device][slot].store(&k, std::memory_order_release);
-    return k;
-  }
-};
-
 constexpr int kNumSiluKernels = 6;
 KernelTable<kNumSiluKernels * kNumDTypes> g_silu;
 KernelTable<2 * kNumDTypes> g_fill;
@@ -175,9 +161,9 @@ const Kernel& silu_kernel(int device, SiluKernel k, DType t) {
                     [&] { return silu_name_expression(k, t); });
 }
 
-int sm_count(int device) { return cuda::device_props(device).sm_count; }
-
 }  // namespace
+
+int sm_count(int device) { return cuda::device_props(device).sm_count; }
 
 void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, void* y, int64_t n,
                      const StridedLayout* layout) {

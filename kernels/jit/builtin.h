@@ -3,6 +3,7 @@
 // the ops (kernels/ops/silu.cpp) and the runtime's copies (runtime/cuda/copy.cpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -57,6 +58,27 @@ struct LaunchShape {
 LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count);
 // True when every pointer is 16-byte aligned (the vec kernels' condition).
 bool aligned16(std::initializer_list<const void*> ptrs);
+
+// The SM count of cuda:device (queried once).
+int sm_count(int device);
+
+// Kernel pointers per (device, slot), filled on first use: a launch after the first
+// costs one atomic load instead of a get_kernel lookup (which builds a key string).
+// A slot stands for one name expression of one embedded file.
+inline constexpr int kCachedDevices = 16;
+template <int N>
+struct KernelTable {
+  std::atomic<const Kernel*> slots[kCachedDevices][N] = {};
+  template <typename NameFn>
+  const Kernel& get(int device, int slot, std::string_view file, NameFn&& name) {
+    const bool cached = device >= 0 && device < kCachedDevices;
+    if (cached)
+      if (const Kernel* k = slots[device][slot].load(std::memory_order_acquire)) return *k;
+    const Kernel& k = get_kernel(device, builtin_spec(file), name());
+    if (cached) slots[device][slot].store(&k, std::memory_order_release);
+    return k;
+  }
+};
 
 // Launchers on device pointers of cuda:device, on `stream`. n is the element count;
 // a null layout means every operand is contiguous (then the vec kernel runs when all

@@ -1,6 +1,7 @@
 // mt::add, sub, mul, div (tensor and scalar forms) and the in-place add_, sub_, mul_.
 // Broadcasting and type promotion happen here; kernels/cpu computes.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"
 
@@ -43,16 +44,36 @@ Tensor reduce_grad(const Tensor& g, const Tensor& like) {
   return r.dtype() == like.dtype() ? r : r.to(like.dtype());
 }
 
+// The kernels of one op: Compute is cpu::binary or gpu::binary (likewise below).
+template <BinaryOp Op, auto Compute>
+Tensor tensor_form(const Tensor& a, const Tensor& b, double alpha) {
+  Tensor out = binary_result(a, b, Op);
+  Compute(Op, a, b, out, alpha);
+  return out;
+}
+
+template <BinaryOp Op, auto Compute>
+Tensor scalar_form(const Tensor& a, double s) {
+  Tensor out = scalar_result(a, Op);
+  Compute(Op, a, s, out);
+  return out;
+}
+
+template <BinaryOp Op, auto Compute>
+Tensor inplace_form(const Tensor& self, const Tensor& other, double alpha) {
+  Shape b = detail::broadcast_shapes(self.sizes(), other.sizes(), name_of(Op));
+  MT_CHECK(b == self.sizes(),
+           "[{}_] cannot write the result of shape {} into self of shape {}; in-place ops "
+           "keep self's shape",
+           name_of(Op), b, self.sizes());
+  Compute(Op, self, other, self, alpha);
+  return self;
+}
+
 template <BinaryOp Op>
 void register_tensor_form(const char* name, const char* schema) {
-  auto op = custom_op(
-      name,
-      [](const Tensor& a, const Tensor& b, double alpha) {
-        Tensor out = binary_result(a, b, Op);
-        cpu::binary(Op, a, b, out, alpha);
-        return out;
-      },
-      {.schema = schema});
+  auto op = custom_op(name, tensor_form<Op, cpu::binary>, {.schema = schema});
+  op.register_kernel(DeviceType::CUDA, tensor_form<Op, gpu::binary>);
   op.register_fake([](const Tensor& a, const Tensor& b, double) { return binary_result(a, b, Op); });
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
@@ -82,14 +103,9 @@ void register_tensor_form(const char* name, const char* schema) {
 
 template <BinaryOp Op>
 void register_scalar_form(const char* name) {
-  auto op = custom_op(
-      name,
-      [](const Tensor& a, double s) {
-        Tensor out = scalar_result(a, Op);
-        cpu::binary_scalar(Op, a, s, out);
-        return out;
-      },
-      {.schema = "(Tensor self, float other) -> Tensor"});
+  auto op = custom_op(name, scalar_form<Op, cpu::binary_scalar>,
+                      {.schema = "(Tensor self, float other) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, scalar_form<Op, gpu::binary_scalar>);
   op.register_fake([](const Tensor& a, double) { return scalar_result(a, Op); });
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
@@ -104,18 +120,8 @@ void register_scalar_form(const char* name) {
 
 template <BinaryOp Op>
 void register_inplace(const char* name, const char* schema) {
-  auto op = custom_op(
-      name,
-      [](const Tensor& self, const Tensor& other, double alpha) {
-        Shape b = detail::broadcast_shapes(self.sizes(), other.sizes(), name_of(Op));
-        MT_CHECK(b == self.sizes(),
-                 "[{}_] cannot write the result of shape {} into self of shape {}; in-place ops "
-                 "keep self's shape",
-                 name_of(Op), b, self.sizes());
-        cpu::binary(Op, self, other, self, alpha);
-        return self;
-      },
-      {.schema = schema});
+  auto op = custom_op(name, inplace_form<Op, cpu::binary>, {.schema = schema});
+  op.register_kernel(DeviceType::CUDA, inplace_form<Op, gpu::binary>);
   op.register_fake([](const Tensor& self, const Tensor&, double) { return self; });
   keep(op);
 }

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "dispatcher/library.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/ops/registry.h"
 #include "runtime/cuda/cuda.h"
@@ -144,6 +145,7 @@ void register_cuda_kernels() {
 #if MT_HAVE_CUDA
   cuda::set_copy_kernel(&copy_kernel);
   cuda::set_fill_kernel(&fill_kernel);
+  cuda::set_random_kernel(&gpu::random);
 #endif
 }
 

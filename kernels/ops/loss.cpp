@@ -2,6 +2,7 @@
 // gradient for both operands. The shapes must match (broadcasting a loss is usually a
 // bug, which PyTorch only warns about).
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {
@@ -20,19 +21,22 @@ Tensor mse_result(const Tensor& input, const Tensor& target) {
   return empty({}, {.dtype = t, .device = input.device()});
 }
 
-Tensor mse_cpu(const Tensor& input, const Tensor& target) {
+// SquaredDiff: cpu::squared_diff or gpu::squared_diff; Mean likewise.
+template <auto SquaredDiff, auto Mean>
+Tensor mse_kernel(const Tensor& input, const Tensor& target) {
   Tensor out = mse_result(input, target);
-  Tensor squared = empty(input.sizes(), {.dtype = out.dtype()});
-  cpu::squared_diff(input, target, squared);
-  cpu::mean(squared, {}, false, out);  // NaN for empty inputs, as in PyTorch
+  Tensor squared = empty(input.sizes(), {.dtype = out.dtype(), .device = input.device()});
+  SquaredDiff(input, target, squared);
+  Mean(squared, {}, false, out);  // NaN for empty inputs, as in PyTorch
   return out;
 }
 
 }  // namespace
 
 void register_loss() {
-  auto op = custom_op("mt::mse_loss", mse_cpu,
+  auto op = custom_op("mt::mse_loss", mse_kernel<cpu::squared_diff, cpu::mean>,
                       {.mutates_args = {}, .schema = "(Tensor self, Tensor target) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, mse_kernel<gpu::squared_diff, gpu::mean>);
   op.register_fake(mse_result);
   // d/dinput = 2 (input - target) / n * g = -d/dtarget.
   op.register_autograd(

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"
 
@@ -59,7 +60,8 @@ Tensor matmul_result(const Tensor& a, const Tensor& b) {
   return empty(matmul_shapes(a, b).result, {.dtype = t, .device = a.device()});
 }
 
-Tensor matmul_cpu(const Tensor& a, const Tensor& b) {
+template <auto Compute>  // cpu::matmul or gpu::matmul
+Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   MatmulShapes s = matmul_shapes(a, b);
   Tensor like = matmul_result(a, b);
   // The kernel takes matrices: the 1-d operands as [1, k] and [k, 1], the output in
@@ -67,7 +69,7 @@ Tensor matmul_cpu(const Tensor& a, const Tensor& b) {
   Tensor a2 = a.dim() == 1 ? detail::unsqueeze_of(a, 0) : a;
   Tensor b2 = b.dim() == 1 ? detail::unsqueeze_of(b, 1) : b;
   Tensor out = empty(s.out, {.dtype = like.dtype(), .device = like.device()});
-  cpu::matmul(a2, b2, out);
+  Compute(a2, b2, out);
   if (s.out == s.result) return out;
   return detail::make_view(out, s.result, contiguous_strides(s.result), 0);
 }
@@ -83,8 +85,9 @@ Tensor operand_grad(const Tensor& product, const Shape& matrix_shape, const Tens
 }  // namespace
 
 void register_matmul() {
-  auto op = custom_op("mt::matmul", matmul_cpu,
+  auto op = custom_op("mt::matmul", matmul_kernel<cpu::matmul>,
                       {.mutates_args = {}, .schema = "(Tensor self, Tensor other) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, matmul_kernel<gpu::matmul>);
   op.register_fake(matmul_result);
   // ga = g @ b^T, gb = a^T @ g, on the promoted (matrix) forms.
   op.register_autograd(

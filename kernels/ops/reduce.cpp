@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 #include "runtime/fake.h"
 
@@ -56,18 +57,20 @@ void save_reduction(AutogradContext& ctx, const Tensor& x, const std::vector<int
   ctx.data["keepdim"] = keepdim;
 }
 
+// Compute: cpu::sum, cpu::mean, gpu::sum or gpu::mean.
+template <bool Mean, auto Compute>
+Tensor sum_or_mean(const Tensor& x, const std::vector<int64_t>& dim, bool keepdim) {
+  auto dims = normalize_dims(x, dim, Mean ? "mean" : "sum");
+  Tensor out = reduce_result(x, dims, keepdim, Mean);
+  Compute(x, dims, keepdim, out);
+  return out;
+}
+
 template <bool Mean>
 void register_sum_or_mean(const char* name) {
-  auto op = custom_op(
-      name,
-      [](const Tensor& x, const std::vector<int64_t>& dim, bool keepdim) {
-        auto dims = normalize_dims(x, dim, Mean ? "mean" : "sum");
-        Tensor out = reduce_result(x, dims, keepdim, Mean);
-        if (Mean) cpu::mean(x, dims, keepdim, out);
-        else cpu::sum(x, dims, keepdim, out);
-        return out;
-      },
+  auto op = custom_op(name, sum_or_mean<Mean, Mean ? cpu::mean : cpu::sum>,
       {.mutates_args = {}, .schema = "(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, sum_or_mean<Mean, Mean ? gpu::mean : gpu::sum>);
   op.register_fake([](const Tensor& x, const std::vector<int64_t>& dim, bool keepdim) {
     return reduce_result(x, normalize_dims(x, dim, Mean ? "mean" : "sum"), keepdim, Mean);
   });
@@ -131,38 +134,43 @@ std::tuple<Tensor, Tensor> max_dim_result(const Tensor& x, int64_t dim, bool kee
           empty(s, {.dtype = DType::Int64, .device = x.device()})};
 }
 
+template <auto Compute>  // cpu::max or gpu::max
+Tensor max_all(const Tensor& x) {
+  Tensor out = max_all_result(x);
+  Compute(x, {}, false, out, Tensor());
+  return out;
+}
+
+template <auto Compute>
+std::tuple<Tensor, Tensor> max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  auto out = max_dim_result(x, dim, keepdim);
+  int64_t d = wrap_dim(dim, x.dim(), "max");
+  Compute(x, std::vector<int64_t>{d}, keepdim, std::get<0>(out), std::get<1>(out));
+  return out;
+}
+
 void register_max() {
-  auto all = custom_op(
-      "mt::max",
-      [](const Tensor& x) {
-        Tensor out = max_all_result(x);
-        cpu::max(x, {}, false, out, Tensor());
-        return out;
-      },
-      {.mutates_args = {}, .schema = "(Tensor self) -> Tensor"});
+  auto all = custom_op("mt::max", max_all<cpu::max>,
+                       {.mutates_args = {}, .schema = "(Tensor self) -> Tensor"});
+  all.register_kernel(DeviceType::CUDA, max_all<gpu::max>);
   all.register_fake(max_all_result);
   all.register_autograd(  // Note [max backward]; the kernel's index is row-major flat
       [](AutogradContext& ctx, const Tensor& g) {
         Tensor x = ctx.saved()[0];
         if (x.is_fake())
           return mul(fake_empty(x.sizes(), {.dtype = g.dtype(), .device = x.device()}), g);
-        Tensor index = empty({}, {.dtype = DType::Int64, .device = x.device()});
-        cpu::max(x, {}, false, empty({}, {.dtype = x.dtype(), .device = x.device()}), index);
+        // The flat index of the max, from max.dim over x flattened (on x's device).
+        Tensor index = std::get<1>(max(x.reshape({x.numel()}), 0, false));
         return mul(argmax_mask({x.numel()}, index, 0, g.dtype()).reshape(x.sizes()), g);
       },
       [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); });
   keep(all);
 
   auto by_dim = custom_op(
-      "mt::max.dim",
-      [](const Tensor& x, int64_t dim, bool keepdim) {
-        auto out = max_dim_result(x, dim, keepdim);
-        int64_t d = wrap_dim(dim, x.dim(), "max");
-        cpu::max(x, std::vector<int64_t>{d}, keepdim, std::get<0>(out), std::get<1>(out));
-        return out;
-      },
+      "mt::max.dim", max_dim<cpu::max>,
       {.mutates_args = {},
        .schema = "(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"});
+  by_dim.register_kernel(DeviceType::CUDA, max_dim<gpu::max>);
   by_dim.register_fake(max_dim_result);
   by_dim.register_autograd(  // Note [max backward]
       [](AutogradContext& ctx, const Tensor& g, const Tensor&) {
@@ -201,15 +209,17 @@ Tensor sum_to_result(const Tensor& x, const std::vector<int64_t>& size) {
   return empty(shape, {.dtype = x.dtype(), .device = x.device()});
 }
 
+template <auto Compute>  // cpu::sum_to or gpu::sum_to
+Tensor sum_to_kernel(const Tensor& x, const std::vector<int64_t>& size) {
+  Tensor out = sum_to_result(x, size);
+  Compute(x, out.sizes(), out);
+  return out;
+}
+
 void register_sum_to() {
-  auto op = custom_op(
-      "mt::sum_to",
-      [](const Tensor& x, const std::vector<int64_t>& size) {
-        Tensor out = sum_to_result(x, size);
-        cpu::sum_to(x, out.sizes(), out);
-        return out;
-      },
-      {.mutates_args = {}, .schema = "(Tensor self, int[] size) -> Tensor"});
+  auto op = custom_op("mt::sum_to", sum_to_kernel<cpu::sum_to>,
+                      {.mutates_args = {}, .schema = "(Tensor self, int[] size) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, sum_to_kernel<gpu::sum_to>);
   op.register_fake(sum_to_result);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {

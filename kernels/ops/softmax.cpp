@@ -3,6 +3,7 @@
 // (recomputed from the saved input: Note [Saved inputs, not outputs] in unary.cpp):
 // softmax: y * (g - sum(g * y)), log_softmax: g - exp(y) * sum(g), sums along dim.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {
@@ -15,17 +16,19 @@ Tensor softmax_result(const Tensor& x, int64_t dim) {
   return empty(x.sizes(), {.dtype = float_result(x.dtype()), .device = x.device()});
 }
 
+// Compute: cpu::softmax, cpu::log_softmax, or their gpu:: twins.
+template <bool Log, auto Compute>
+Tensor softmax_kernel(const Tensor& x, int64_t dim) {
+  Tensor out = softmax_result<Log>(x, dim);
+  Compute(x, dim, out);
+  return out;
+}
+
 template <bool Log>
 void register_softmax_op(const char* name) {
-  auto op = custom_op(
-      name,
-      [](const Tensor& x, int64_t dim) {
-        Tensor out = softmax_result<Log>(x, dim);
-        if (Log) cpu::log_softmax(x, dim, out);
-        else cpu::softmax(x, dim, out);
-        return out;
-      },
-      {.mutates_args = {}, .schema = "(Tensor self, int dim) -> Tensor"});
+  auto op = custom_op(name, softmax_kernel<Log, Log ? cpu::log_softmax : cpu::softmax>,
+                      {.mutates_args = {}, .schema = "(Tensor self, int dim) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, softmax_kernel<Log, Log ? gpu::log_softmax : gpu::softmax>);
   op.register_fake(softmax_result<Log>);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {
@@ -34,6 +35,11 @@ void register_unary_op(const char* name, UnaryOp kind, bool keeps_dtype, Backwar
         return out;
       },
       {.mutates_args = {}, .schema = "(Tensor self) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, [kind, keeps_dtype](const Tensor& x) {
+    Tensor out = unary_result(x, keeps_dtype);
+    gpu::unary(kind, x, out);
+    return out;
+  });
   op.register_fake([keeps_dtype](const Tensor& x) { return unary_result(x, keeps_dtype); });
   op.register_autograd(
       [backward](AutogradContext& ctx, const Tensor& g) { return backward(g, ctx.saved()[0]); },
@@ -60,15 +66,17 @@ Tensor sign_cpu(const Tensor& x) {
   return out;
 }
 
+template <auto Compute>  // cpu::pow_scalar or gpu::pow_scalar
+Tensor pow_kernel(const Tensor& x, double e) {
+  Tensor out = pow_result(x, e);
+  Compute(x, e, out);
+  return out;
+}
+
 void register_pow() {
-  auto op = custom_op(
-      "mt::pow",
-      [](const Tensor& x, double e) {
-        Tensor out = pow_result(x, e);
-        cpu::pow_scalar(x, e, out);
-        return out;
-      },
-      {.mutates_args = {}, .schema = "(Tensor self, float exponent) -> Tensor"});
+  auto op = custom_op("mt::pow", pow_kernel<cpu::pow_scalar>,
+                      {.mutates_args = {}, .schema = "(Tensor self, float exponent) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, pow_kernel<gpu::pow_scalar>);
   op.register_fake([](const Tensor& x, double e) { return pow_result(x, e); });
   // d/dx x^p = p x^(p-1); the p == 0 case is exactly 0 (not 0 * x^-1, NaN at x = 0).
   op.register_autograd(
@@ -89,6 +97,11 @@ void register_pow() {
 void register_sign() {
   auto op = custom_op("mt::sign", sign_cpu,
                       {.mutates_args = {}, .schema = "(Tensor self) -> Tensor"});
+  op.register_kernel(DeviceType::CUDA, [](const Tensor& x) {
+    Tensor out = empty_like(x);
+    gpu::sign(x, out);
+    return out;
+  });
   op.register_fake([](const Tensor& x) { return empty_like(x); });
   op.register_autograd([](AutogradContext&, const Tensor& g) { return mul(g, 0.0); },
                        [](AutogradContext&, const Tensor&, const Tensor&) {});

@@ -15,6 +15,7 @@ namespace {
 
 std::atomic<CopyKernel> copy_kernel{nullptr};  // installed by kernels/ops/cuda_silu.cpp
 std::atomic<FillKernel> fill_kernel{nullptr};
+std::atomic<RandomKernel> g_random_kernel{nullptr};
 
 CUdeviceptr device_ptr(const Tensor& t) { return reinterpret_cast<CUdeviceptr>(t.data_ptr()); }
 
@@ -22,6 +23,12 @@ CUdeviceptr device_ptr(const Tensor& t) { return reinterpret_cast<CUdeviceptr>(t
 
 CopyKernel set_copy_kernel(CopyKernel fn) { return copy_kernel.exchange(fn); }
 FillKernel set_fill_kernel(FillKernel fn) { return fill_kernel.exchange(fn); }
+RandomKernel set_random_kernel(RandomKernel fn) { return g_random_kernel.exchange(fn); }
+RandomKernel random_kernel() {
+  if (RandomKernel k = g_random_kernel.load()) return k;
+  mt::detail::install_device_kernels();
+  return g_random_kernel.load();
+}
 
 void copy(const Tensor& dst, const Tensor& src) {
   MT_CHECK(dst.is_cuda() || src.is_cuda(),

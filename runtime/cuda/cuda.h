@@ -87,6 +87,13 @@ using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
 using FillKernel = void (*)(const Tensor& t, double value);
 CopyKernel set_copy_kernel(CopyKernel fn);
 FillKernel set_fill_kernel(FillKernel fn);
+// Fills a contiguous CUDA tensor with the counter-based generator's stream (mt::rand,
+// or mt::randn when normal) from counter `base` of `seed`. random_kernel() installs the
+// kernel library's on first use; nullptr where there is none (then rand/randn draw on
+// the host and copy).
+using RandomKernel = void (*)(const Tensor& t, uint64_t seed, uint64_t base, bool normal);
+RandomKernel set_random_kernel(RandomKernel fn);
+RandomKernel random_kernel();
 
 // Times work on the current stream of one device with a pair of events:
 //   EventTimer t(0); t.start(); launch(); t.stop(); float ms = t.elapsed_ms();

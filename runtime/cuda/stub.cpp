@@ -33,6 +33,8 @@ void fill(const Tensor&, double) { unavailable(); }
 void synchronize(int) { unavailable(); }
 CopyKernel set_copy_kernel(CopyKernel) { return nullptr; }
 FillKernel set_fill_kernel(FillKernel) { return nullptr; }
+RandomKernel set_random_kernel(RandomKernel) { return nullptr; }
+RandomKernel random_kernel() { return nullptr; }
 
 EventTimer::EventTimer(int index) : index_(index) { unavailable(); }
 EventTimer::~EventTimer() = default;

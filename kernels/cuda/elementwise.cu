@@ -1,0 +1,149 @@
+// The elementwise ops on the GPU from four templates: unary and binary, each contiguous
+// (16-byte packs when every pointer is aligned) and strided (views and broadcasts read in
+// place; a broadcast dim has stride 0). An op is one functor below: one line of math on
+// the compute type C (float for the 16-bit types), with the op's two scalars a and b
+// (alpha, the scalar operand, the exponent) already converted to C.
+// All operands of one launch share the dtype T; the host converts mixed inputs first.
+#include "common.cuh"
+
+namespace mt {
+
+// The scalars of an op, passed by value: add's alpha, add.Scalar's other, pow's exponent.
+struct OpScalars {
+  double a, b;
+};
+
+namespace op {
+// clang-format off
+struct Neg     { template <class C> __device__ C operator()(C x, C, C) const { return -x; } };
+struct Exp     { template <class C> __device__ C operator()(C x, C, C) const { return exp_(x); } };
+struct Log     { template <class C> __device__ C operator()(C x, C, C) const { return log_(x); } };
+struct Sqrt    { template <class C> __device__ C operator()(C x, C, C) const { return sqrt_(x); } };
+struct Abs     { template <class C> __device__ C operator()(C x, C, C) const { return x < C(0) ? -x : x + C(0); } };
+struct Sign    { template <class C> __device__ C operator()(C x, C, C) const { return x > C(0) ? C(1) : x < C(0) ? C(-1) : x * C(0); } };
+struct Sigmoid { template <class C> __device__ C operator()(C x, C, C) const { return C(1) / (C(1) + exp_(-x)); } };
+struct Tanh    { template <class C> __device__ C operator()(C x, C, C) const { return tanh_(x); } };
+struct Relu    { template <class C> __device__ C operator()(C x, C, C) const { return x < C(0) ? C(0) : x; } };
+struct Pow     { template <class C> __device__ C operator()(C x, C p, C) const { return pow_(x, p); } };
+struct AddS    { template <class C> __device__ C operator()(C x, C s, C) const { return x + s; } };
+struct SubS    { template <class C> __device__ C operator()(C x, C s, C) const { return x - s; } };
+struct MulS    { template <class C> __device__ C operator()(C x, C s, C) const { return x * s; } };
+struct DivS    { template <class C> __device__ C operator()(C x, C s, C) const { return x / s; } };
+
+struct Add         { template <class C> __device__ C operator()(C x, C y, C alpha, C) const { return x + alpha * y; } };
+struct Sub         { template <class C> __device__ C operator()(C x, C y, C alpha, C) const { return x - alpha * y; } };
+struct Mul         { template <class C> __device__ C operator()(C x, C y, C, C) const { return x * y; } };
+struct Div         { template <class C> __device__ C operator()(C x, C y, C, C) const { return x / y; } };
+struct SquaredDiff { template <class C> __device__ C operator()(C x, C y, C, C) const { return (x - y) * (x - y); } };
+struct ScaledDiff  { template <class C> __device__ C operator()(C x, C y, C s, C) const { return s * (x - y); } };
+// clang-format on
+}  // namespace op
+
+template <typename T>
+__device__ __forceinline__ compute_t<T> scalar_as(double v) {
+  return compute_t<T>(v);
+}
+
+}  // namespace mt
+
+// out[i] = f(x[i]). `vec`: every pointer is 16-byte aligned, so whole packs move at once
+// (the n % pack tail goes to the grid's first threads). Exact in place (out == x) is fine.
+template <typename T, typename Op>
+__global__ void unary_op(T* out, const T* x, long long n, mt::OpScalars s, int vec) {
+  using C = mt::compute_t<T>;
+  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+  const Op f{};
+  const long long stride = mt::grid_stride();
+  long long done = 0;
+  if (vec) {
+    using P = mt::Pack16<T>;
+    const long long npack = n / P::size;
+    const P* xp = reinterpret_cast<const P*>(x);
+    P* op = reinterpret_cast<P*>(out);
+    for (long long i = mt::global_thread_index(); i < npack; i += stride) {
+      P v = xp[i];
+      MT_UNROLL
+      for (int k = 0; k < P::size; ++k)
+        v.v[k] = mt::store_compute<T>(f(mt::load_compute(v.v[k]), a, b));
+      op[i] = v;
+    }
+    done = npack * P::size;
+  }
+  for (long long i = done + mt::global_thread_index(); i < n; i += stride)
+    out[i] = mt::store_compute<T>(f(mt::load_compute(x[i]), a, b));
+}
+
+template <typename T, typename Op, typename Index>
+__device__ __forceinline__ void unary_strided_loop(T* out, const T* x, long long n,
+                                                   mt::OpScalars s, const mt::StridedLayout& l) {
+  using C = mt::compute_t<T>;
+  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+  const Op f{};
+  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
+    long long off[2];
+    mt::strided_offsets<2>(l, (Index)i, off);
+    out[off[0]] = mt::store_compute<T>(f(mt::load_compute(x[off[1]]), a, b));
+  }
+}
+
+// layout.strides[0] belongs to out, [1] to x.
+template <typename T, typename Op>
+__global__ void unary_op_strided(T* out, const T* x, long long n, mt::OpScalars s,
+                                 mt::StridedLayout layout) {
+  if (n <= 0xffffffffLL)
+    unary_strided_loop<T, Op, unsigned>(out, x, n, s, layout);
+  else
+    unary_strided_loop<T, Op, unsigned long long>(out, x, n, s, layout);
+}
+
+// out[i] = f(x[i], y[i]), all contiguous; `vec` as in unary_op.
+template <typename T, typename Op>
+__global__ void binary_op(T* out, const T* x, const T* y, long long n, mt::OpScalars s, int vec) {
+  using C = mt::compute_t<T>;
+  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+  const Op f{};
+  const long long stride = mt::grid_stride();
+  long long done = 0;
+  if (vec) {
+    using P = mt::Pack16<T>;
+    const long long npack = n / P::size;
+    const P* xp = reinterpret_cast<const P*>(x);
+    const P* yp = reinterpret_cast<const P*>(y);
+    P* op = reinterpret_cast<P*>(out);
+    for (long long i = mt::global_thread_index(); i < npack; i += stride) {
+      P u = xp[i];
+      const P v = yp[i];
+      MT_UNROLL
+      for (int k = 0; k < P::size; ++k)
+        u.v[k] = mt::store_compute<T>(f(mt::load_compute(u.v[k]), mt::load_compute(v.v[k]), a, b));
+      op[i] = u;
+    }
+    done = npack * P::size;
+  }
+  for (long long i = done + mt::global_thread_index(); i < n; i += stride)
+    out[i] = mt::store_compute<T>(f(mt::load_compute(x[i]), mt::load_compute(y[i]), a, b));
+}
+
+template <typename T, typename Op, typename Index>
+__device__ __forceinline__ void binary_strided_loop(T* out, const T* x, const T* y, long long n,
+                                                    mt::OpScalars s, const mt::StridedLayout& l) {
+  using C = mt::compute_t<T>;
+  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+  const Op f{};
+  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
+    long long off[3];
+    mt::strided_offsets<3>(l, (Index)i, off);
+    out[off[0]] =
+        mt::store_compute<T>(f(mt::load_compute(x[off[1]]), mt::load_compute(y[off[2]]), a, b));
+  }
+}
+
+// layout.strides[0] belongs to out, [1] to x, [2] to y (0 along a broadcast dim).
+template <typename T, typename Op>
+__global__ void binary_op_strided(T* out, const T* x, const T* y, long long n, mt::OpScalars s,
+                                  mt::StridedLayout layout) {
+  if (n <= 0xffffffffLL)
+    binary_strided_loop<T, Op, unsigned>(out, x, y, n, s, layout);
+  else
+    binary_strided_loop<T, Op, unsigned long long>(out, x, y, n, s, layout);
+}
