@@ -1,0 +1,12 @@
+// Mistake: backward returns 1 gradient for an op with 2 Tensor inputs.
+#include "tests/compile_fail/op.h"
+
+using namespace mt;
+
+void register_it() {
+  make_mul2().register_autograd(
+      [](AutogradContext& ctx, const Tensor& g) { return ctx.saved()[1]; },
+      [](AutogradContext& ctx, const Tensor& a, const Tensor& b, const Tensor&) {
+        ctx.save_for_backward({a, b});
+      });
+}
