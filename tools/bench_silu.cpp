@@ -27,6 +27,7 @@
 #include "minitensor.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
+#include "tools/bench/silu.h"
 
 using namespace mt;
 using Clock = std::chrono::steady_clock;
@@ -34,65 +35,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 const Device kGpu{DeviceType::CUDA, 0};
-int g_repeats = 50;
-int g_warmup = 5;
-
-const char* kUnfusedSource = R"(
-#include "common.cuh"
-template <typename T>
-__global__ void sigmoid_k(const T* x, T* s, long long n) {
-  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
-    auto v = mt::load_compute(x[i]);
-    s[i] = mt::store_compute<T>(1 / (1 + mt::exp_(-v)));
-  }
-}
-template <typename T>
-__global__ void mul_k(const T* a, const T* b, T* out, long long n) {
-  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride())
-    out[i] = mt::store_compute<T>(mt::load_compute(a[i]) * mt::load_compute(b[i]));
-}
-// The backward's second pass: grad * s * (1 + x * (1 - s)) from a stored sigmoid.
-template <typename T>
-__global__ void silu_grad_from_s_k(const T* g, const T* x, const T* s, T* out, long long n) {
-  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
-    auto sv = mt::load_compute(s[i]);
-    auto xv = mt::load_compute(x[i]);
-    out[i] = mt::store_compute<T>(mt::load_compute(g[i]) * sv * (1 + xv * (1 - sv)));
-  }
-}
-)";
-
-const jit::Kernel& user_kernel(const std::string& name, DType t) {
-  jit::KernelSpec spec{.name = "bench_unfused.cu", .source = kUnfusedSource};
-  return jit::get_kernel(0, spec, fmt::format("{}<{}>", name, jit::kernel_type_name(t)));
-}
-
-struct Flusher {
-  Tensor buf = empty({64 << 20}, {.dtype = DType::Float32, .device = kGpu});  // 256 MiB
-  void flush() { buf.fill_(1.0); }
-};
-
-template <typename F>
-double bench_ms(Flusher& fl, F&& fn) {
-  cuda::EventTimer timer(0);
-  for (int i = 0; i < g_warmup; ++i) fn();
-  std::vector<float> ms;
-  for (int i = 0; i < g_repeats; ++i) {
-    fl.flush();
-    timer.start();
-    fn();
-    timer.stop();
-    ms.push_back(timer.elapsed_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-struct Row {
-  std::string dtype, pass;
-  int log2n;
-  double ms, gbps, pct_copy, copy_ms, unfused_ms, speedup;
-};
+bench::CudaTiming g_timing;  // 5 warm-up runs, 50 repeats, L2 flushed before each
 
 double host_us_per_call(int calls, const std::function<void()>& fn) {
   for (int i = 0; i < 100; ++i) fn();
@@ -144,7 +87,7 @@ int main(int argc, char** argv) {
       }
     }
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--repeats" && i + 1 < argc) g_repeats = std::atoi(argv[++i]);
+    else if (a == "--repeats" && i + 1 < argc) g_timing.repeats = std::atoi(argv[++i]);
     else if (a == "--max-log2" && i + 1 < argc) max_log2 = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: bench_silu [--json FILE] [--repeats N] [--max-log2 K]\n");
@@ -167,71 +110,10 @@ int main(int argc, char** argv) {
   double warm_ms = run_child(cache_dir);
   std::filesystem::remove_all(cache_dir);
 
-  Flusher fl;
+  bench::Progress quiet;
+  const std::vector<bench::SiluCudaRow> rows =
+      bench::silu_cuda_sweep(0, {DType::Float32, DType::BFloat16}, 12, max_log2, g_timing, quiet);
   CUstream stream = cuda::current_stream(0);
-  const auto& drv = cuda::driver();
-  std::vector<Row> rows;
-  for (DType t : {DType::Float32, DType::BFloat16}) {
-    const size_t es = dtype_size(t);
-    const jit::Kernel *k_sig = nullptr, *k_mul = nullptr, *k_gs = nullptr;
-    try {
-      k_sig = &user_kernel("sigmoid_k", t);
-      k_mul = &user_kernel("mul_k", t);
-      k_gs = &user_kernel("silu_grad_from_s_k", t);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "unfused baseline unavailable for %s: %s\n", dtype_name(t).data(), e.what());
-      k_sig = nullptr;
-    }
-    for (int lg = 12; lg <= max_log2; lg += 2) {
-      long long n = 1LL << lg;
-      // Random values (randn of at most 2^20 on the host), tiled on the device.
-      auto tiled = [&](uint64_t seed) {
-        Generator gen(seed);
-        const long long chunk = std::min(n, 1LL << 20);
-        Tensor base = randn({chunk}, {}, &gen).to(t).to(kGpu);
-        Tensor out = empty({n}, {.dtype = t, .device = kGpu});
-        for (long long off = 0; off < n; off += chunk)
-          MT_CU_CHECK(cuda::driver().cuMemcpyDtoDAsync(
-              reinterpret_cast<CUdeviceptr>(static_cast<char*>(out.data_ptr()) + off * es),
-              reinterpret_cast<CUdeviceptr>(base.data_ptr()), size_t(chunk) * es,
-              cuda::current_stream(0)));
-        cuda::synchronize(0);
-        return out;
-      };
-      Tensor x = tiled(1), g = tiled(2);
-      Tensor y = empty({n}, {.dtype = t, .device = kGpu}), s = empty_like(y);
-      Tensor cpy = empty({3 * n}, {.dtype = t, .device = kGpu}), cpy2 = empty_like(cpy);
-      void *px = x.data_ptr(), *pg = g.data_ptr(), *py = y.data_ptr(), *ps = s.data_ptr();
-      auto shape = jit::elementwise_launch_shape(n, props.sm_count);
-      for (int pass = 0; pass < 2; ++pass) {
-        const bool fwd = pass == 0;
-        const size_t bytes = size_t(n) * es * (fwd ? 2 : 3);
-        double ms = bench_ms(fl, [&] {
-          if (fwd) jit::launch_silu_fwd(0, stream, t, px, py, n);
-          else jit::launch_silu_bwd(0, stream, t, pg, px, py, n);
-        });
-        double unf = !k_sig ? std::nan("") : bench_ms(fl, [&] {
-          void* a1[] = {&px, &ps, &n};
-          k_sig->launch(shape.grid, shape.block, 0, stream, a1);
-          if (fwd) {
-            void* a2[] = {&px, &ps, &py, &n};
-            k_mul->launch(shape.grid, shape.block, 0, stream, a2);
-          } else {
-            void* a2[] = {&pg, &px, &ps, &py, &n};
-            k_gs->launch(shape.grid, shape.block, 0, stream, a2);
-          }
-        });
-        // A copy reading bytes/2 and writing bytes/2 moves the same bytes.
-        double copy_ms = bench_ms(fl, [&] {
-          MT_CU_CHECK(drv.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(cpy2.data_ptr()),
-                                            reinterpret_cast<CUdeviceptr>(cpy.data_ptr()),
-                                            bytes / 2, stream));
-        });
-        rows.push_back({std::string(dtype_name(t)), fwd ? "fwd" : "bwd", lg, ms,
-                        double(bytes) / ms / 1e6, 100.0 * copy_ms / ms, copy_ms, unf, unf / ms});
-      }
-    }
-  }
 
   // Host cost through the dispatcher.
   Tensor hx = ones({4096}, {.device = kGpu});
@@ -247,7 +129,7 @@ int main(int argc, char** argv) {
 
   std::printf("\n| dtype | pass | n | ms | GB/s | %% of copy | copy ms | unfused ms | speedup vs unfused |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows)
+  for (const bench::SiluCudaRow& r : rows)
     std::printf("| %s | %s | 2^%d | %.4f | %.0f | %.1f | %.4f | %.4f | %.2fx |\n", r.dtype.c_str(),
                 r.pass.c_str(), r.log2n, r.ms, r.gbps, r.pct_copy, r.copy_ms, r.unfused_ms,
                 r.speedup);
@@ -263,7 +145,7 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     std::string j = fmt::format("{{\"device\": \"{}\", \"rows\": [", props.name);
     for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
+      const bench::SiluCudaRow& r = rows[i];
       j += fmt::format(
           "{}{{\"dtype\": \"{}\", \"pass\": \"{}\", \"log2n\": {}, \"ms\": {}, \"gbps\": {}, "
           "\"pct_copy\": {}, \"copy_ms\": {}, \"unfused_ms\": {}, \"speedup_unfused\": {}}}",

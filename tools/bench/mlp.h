@@ -1,0 +1,32 @@
+// ms per training step of examples/mlp.h's two-layer MLP (forward, mse_loss, backward,
+// SGD, zero grads): median over steps after warm-up, the device synchronized before
+// each clock read. Used by `minitensor bench mlp`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "examples/mlp.h"
+#include "tools/bench/progress.h"
+
+namespace mt::bench {
+
+struct MlpOptions {
+  int warmup = 5;            // steps, fewer where they take over max_seconds / 2
+  int steps = 50;            // timed steps, at most
+  int min_steps = 3;         // timed steps, at least (even past max_seconds)
+  double max_seconds = 10;   // stop timing a shape after this much (slow CPU shapes)
+  double lr = 1e-3;
+};
+
+struct MlpRow {
+  mlp::Shape shape;
+  std::string device;
+  int steps;                     // timed
+  double ms_median, ms_min, ms_max;
+  double loss_first, loss_last;  // of the timed steps, to show the step does train
+};
+
+MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts);
+
+}  // namespace mt::bench

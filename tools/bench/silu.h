@@ -1,0 +1,41 @@
+// SiLU forward and fused backward against a copy of the same bytes (the bandwidth
+// ceiling), over a sweep of sizes: on the CPU (the kernels' threads, memcpy split the
+// same way) and on CUDA (events, L2 flush, plus an unfused two-kernel baseline).
+// Used by bench_cpu, bench_silu and `minitensor bench silu`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/bench/progress.h"
+#include "tools/bench/timing.h"
+
+namespace mt::bench {
+
+struct SiluCpuRow {
+  std::string op;  // "silu_fwd" (8 bytes/element moved) or "silu_bwd" (12 bytes/element)
+  int threads;
+  int64_t n;
+  double seconds, gbps;
+  double copy_seconds, copy_gbps;  // memcpy moving the same bytes
+};
+
+// float32, n = 2^min_log2, 2^(min_log2+2), ... 2^max_log2, for each thread count (the
+// kernels' thread count is left at the last one); each figure a median over at least 5
+// runs and min_seconds.
+std::vector<SiluCpuRow> silu_cpu_sweep(int min_log2, int max_log2, const std::vector<int>& threads,
+                                       Progress& progress, double min_seconds = 0.25);
+
+struct SiluCudaRow {
+  std::string dtype, pass;  // "float32" / "bfloat16", "fwd" / "bwd"
+  int log2n;
+  double ms, gbps, pct_copy, copy_ms;
+  double unfused_ms, speedup;  // NaN where the unfused baseline could not be compiled
+};
+
+// On cuda:device, for each dtype, n = 2^min_log2 ... 2^max_log2 in steps of 2^2.
+std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& dtypes, int min_log2,
+                                         int max_log2, const CudaTiming& timing,
+                                         Progress& progress);
+
+}  // namespace mt::bench
