@@ -8,12 +8,24 @@ the same run and prints one ratio table (ratio = other / minitensor: > 1 means
 minitensor is faster).
 
   compare_torch.py [--bench PATH] [--json OUT] [--max-log2 K] [--mt-json EXISTING]
+
+With --mlp: the two-layer MLP training step (examples/mlp.h: y = silu(x W1 + b1) W2 + b2,
+MSE, SGD p -= lr * grad under no_grad, grads cleared) in PyTorch eager and in
+`minitensor bench mlp --device cuda --json` at the same shapes (64/32/64 and
+4096/1024/4096, output dim = in), timed the same way (median ms per step after warm-up,
+the device synchronized before each clock read); prints ms/step side by side with the
+ratio torch / minitensor (> 1 means minitensor is faster).
+
+  compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING]
+                         [--steps N] [--warmup N]
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -39,13 +51,115 @@ def triton_silu(x, y):
     return y
 
 
+MLP_SHAPES = [(64, 32, 64), (4096, 1024, 4096)]  # (batch, in, hidden); output dim = in
+
+
+def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
+    """Median ms per training step of the same MLP in PyTorch eager, and the first and last
+    timed losses."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, d_in, device=dev)
+    teacher = torch.randn(d_in, d_out, device=dev)
+    target = F.silu(x) @ teacher + 0.01 * torch.randn(batch, d_out, device=dev)
+    w1 = (torch.randn(d_in, hidden, device=dev) / d_in ** 0.5).requires_grad_()
+    b1 = torch.zeros(hidden, device=dev, requires_grad=True)
+    w2 = (torch.randn(hidden, d_out, device=dev) / hidden ** 0.5).requires_grad_()
+    b2 = torch.zeros(d_out, device=dev, requires_grad=True)
+    params = [w1, b1, w2, b2]
+
+    def step():
+        y = F.silu(x @ w1 + b1) @ w2 + b2
+        loss = F.mse_loss(y, target)
+        loss.backward()
+        with torch.no_grad():
+            for p in params:
+                p.sub_(p.grad, alpha=lr)
+        for p in params:
+            p.grad = None
+        return loss
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    ms, losses = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(loss.detach())
+    return statistics.median_high(ms), float(losses[0]), float(losses[-1])
+
+
+def main_mlp(args):
+    mt = None
+    if args.mt_json:
+        with open(args.mt_json) as f:
+            mt = json.load(f)
+    else:
+        cmd = [args.minitensor, "bench", "mlp", "--device", "cuda", "--json"]
+        for b, i, h in MLP_SHAPES:
+            cmd += ["--shape", f"{b}x{i}x{h}"]
+        if args.steps:
+            cmd += ["--steps", str(args.steps)]
+        if args.warmup is not None:
+            cmd += ["--warmup", str(args.warmup)]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        if p.returncode == 0:
+            mt = json.loads(p.stdout)
+        else:
+            print(f"minitensor bench mlp failed (exit {p.returncode}); torch figures only",
+                  file=sys.stderr)
+    mt_rows = {(r["batch"], r["in"], r["hidden"]): r for r in (mt or {}).get("rows", [])}
+    lr = (mt or {}).get("lr", 1e-3)
+    steps = args.steps or 50
+    warmup = 5 if args.warmup is None else args.warmup
+    results = []
+    for b, i, h in MLP_SHAPES:
+        r = mt_rows.get((b, i, h))
+        d_out = r["out"] if r else i
+        t_ms, l0, l1 = torch_mlp_ms(b, i, h, d_out, steps, warmup, lr)
+        results.append({"batch": b, "in": i, "hidden": h, "out": d_out, "torch_ms": t_ms,
+                        "torch_loss_first": l0, "torch_loss_last": l1,
+                        "mt_ms": r["ms_median"] if r else None,
+                        "mt_loss_first": r["loss_first"] if r else None,
+                        "mt_loss_last": r["loss_last"] if r else None})
+        torch.cuda.empty_cache()
+
+    print()
+    print(f"MLP training step on {torch.cuda.get_device_name()}: torch {torch.__version__} eager"
+          f" (TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}),"
+          f" minitensor: {(mt or {}).get('where', 'did not run')}")
+    print("| batch/in/hidden | out | minitensor ms/step | torch ms/step | torch/mt |"
+          " loss mt (first -> last) | loss torch (first -> last) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        m, t = r["mt_ms"], r["torch_ms"]
+        ratio = f"{t / m:.2f}x" if m else "-"
+        mloss = (f"{r['mt_loss_first']:.4g} -> {r['mt_loss_last']:.4g}"
+                 if r["mt_loss_first"] is not None else "-")
+        print(f"| {r['batch']}/{r['in']}/{r['hidden']} | {r['out']} |"
+              f" {f'{m:.3f}' if m else '-'} | {t:.3f} | {ratio} | {mloss} |"
+              f" {r['torch_loss_first']:.4g} -> {r['torch_loss_last']:.4g} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mlp": results, "minitensor": mt}, f, indent=1)
+    return 0 if mt else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default="build/tools/bench_silu")
     ap.add_argument("--json", default="")
     ap.add_argument("--mt-json", default="", help="reuse an existing bench_silu JSON")
     ap.add_argument("--max-log2", type=int, default=28)
+    ap.add_argument("--mlp", action="store_true", help="the MLP training step instead of SiLU")
+    ap.add_argument("--minitensor", default="build/tools/minitensor")
+    ap.add_argument("--steps", type=int, default=0, help="--mlp: timed steps (default 50)")
+    ap.add_argument("--warmup", type=int, default=None, help="--mlp: warm-up steps (default 5)")
     args = ap.parse_args()
+    if args.mlp:
+        return main_mlp(args)
 
     mt_json = args.mt_json or os.path.join(os.environ.get("OUT", "/tmp"), "bench_silu.json")
     if not args.mt_json:
@@ -111,4 +225,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
