@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/gpu/gpu_kernels.h"
 #include "minitensor.h"
 #include "tests/helpers.h"
 
@@ -152,8 +153,15 @@ TEST_CASE("cuda ops (gpu): copies between CPU and CUDA, strided and converting o
   // copy_ into a strided destination on the device.
   Tensor dst = zeros({65, 33}, {.device = kGpu}).t();
   dst.copy_(a.to(kGpu));
-  // (cuda::copy does no strided host<->device copies: make the device side contiguous.)
   CHECK(equal(dst.contiguous().cpu(), a));
+  // Strided and converting copies between host and device, both ways (staged through
+  // contiguous memory on each side).
+  Tensor host_t = zeros({65, 33}, {.dtype = DType::Float64}).t();
+  host_t.copy_(dst);  // device strided float32 -> host strided float64
+  CHECK(equal(host_t, a.to(DType::Float64)));
+  Tensor dev_t = zeros({65, 33}, {.dtype = DType::Float16, .device = kGpu}).t();
+  dev_t.copy_(a.t().contiguous().t());  // host strided float32 -> device strided float16
+  CHECK(equal(dev_t.cpu(), a.to(DType::Float16)));
   // A slice copied back to the host after a device-side contiguous().
   Tensor s = a.to(kGpu).slice(1, 3, 60, 2);
   CHECK(equal(s.contiguous().cpu(), a.slice(1, 3, 60, 2).contiguous()));
@@ -191,4 +199,118 @@ TEST_CASE("cuda ops (gpu): a steady loop of silu calls makes no driver allocatio
   CHECK(after.driver_allocs == before.driver_allocs);
   CHECK(after.cache_misses == before.cache_misses);
   CHECK(after.cache_hits >= before.cache_hits + 400);
+}
+
+// ---- training on the GPU ------------------------------------------------------------------
+
+namespace {
+
+// A two-layer MLP with SiLU and its SGD step, written inline so this test depends on the
+// library only: y = silu(x W1 + b1) W2 + b2, mse_loss, p -= lr * p.grad.
+struct Mlp {
+  std::vector<Tensor> params;  // w1, b1, w2, b2
+  Tensor x, target;
+};
+
+Mlp make_mlp(int64_t batch, int64_t in, int64_t hidden, int64_t out, Device dev) {
+  Generator g(2024);
+  Mlp m;
+  m.x = randn({batch, in}, {}, &g).to(dev);
+  m.target = randn({batch, out}, {}, &g).to(dev);
+  m.params = {mul(randn({in, hidden}, {}, &g), 1 / std::sqrt(double(in))),
+              zeros({hidden}), mul(randn({hidden, out}, {}, &g), 1 / std::sqrt(double(hidden))),
+              zeros({out})};
+  for (Tensor& p : m.params) p = p.to(dev).requires_grad_();
+  return m;
+}
+
+Tensor mlp_step(Mlp& m, double lr) {
+  const std::vector<Tensor>& p = m.params;
+  Tensor h = silu(add(matmul(m.x, p[0]), p[1]));
+  Tensor loss = mse_loss(add(matmul(h, p[2]), p[3]), m.target);
+  backward(loss);
+  {
+    NoGradGuard no_grad;
+    for (const Tensor& t : p) sub_(t, t.grad(), lr);
+  }
+  zero_grad(m.params);
+  return loss;
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops (gpu): the MLP trains on the GPU, and its losses follow the CPU run's" *
+          doctest::skip(no_gpu())) {
+  Mlp cpu_model = make_mlp(64, 32, 64, 4, kCPU), gpu_model = make_mlp(64, 32, 64, 4, kGpu);
+  std::vector<double> cpu_loss, gpu_loss;
+  for (int step = 0; step < 30; ++step) {
+    cpu_loss.push_back(mlp_step(cpu_model, 0.1).item<double>());
+    Tensor l = mlp_step(gpu_model, 0.1);
+    CHECK(l.is_cuda());
+    gpu_loss.push_back(l.item<double>());
+  }
+  for (size_t i = 0; i < cpu_loss.size(); ++i) {
+    CAPTURE(i);
+    CHECK(gpu_loss[i] == doctest::Approx(cpu_loss[i]).epsilon(1e-4));
+  }
+  CHECK(gpu_loss.back() < 0.9 * gpu_loss.front());
+  for (size_t k = 0; k < gpu_model.params.size(); ++k) {
+    CAPTURE(k);
+    CHECK(allclose(gpu_model.params[k].detach().cpu(), cpu_model.params[k].detach(), 1e-4, 1e-5));
+  }
+}
+
+TEST_CASE("cuda ops (gpu): a steady training loop makes no driver allocations" *
+          doctest::skip(no_gpu())) {
+  Mlp m = make_mlp(256, 64, 128, 8, kGpu);
+  for (int i = 0; i < 5; ++i) mlp_step(m, 0.01);  // warm up: every size the step asks for
+  cuda::synchronize(0);
+  const cuda::AllocatorStats before = cuda::allocator_stats(0);
+  for (int i = 0; i < 50; ++i) mlp_step(m, 0.01);
+  cuda::synchronize(0);
+  const cuda::AllocatorStats after = cuda::allocator_stats(0);
+  CHECK(after.driver_allocs == before.driver_allocs);
+  CHECK(after.cache_misses == before.cache_misses);
+  CHECK(after.cache_hits > before.cache_hits);
+}
+
+TEST_CASE("cuda ops (gpu): randn on CUDA draws the CPU's values, on the device" *
+          doctest::skip(no_gpu())) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    CAPTURE(t);
+    Generator a(77), b(77);
+    Tensor cpu_u = rand({1000}, {.dtype = t}, &a), cpu_n = randn({3, 333}, {.dtype = t}, &a);
+    Tensor gpu_u = rand({1000}, {.dtype = t, .device = kGpu}, &b);
+    Tensor gpu_n = randn({3, 333}, {.dtype = t, .device = kGpu}, &b);
+    CHECK(gpu_u.is_cuda());
+    CHECK(equal(gpu_u.cpu(), cpu_u));  // uniform: the same bits on both sides
+    // normal: the device's log1p and cos may differ from the host's in the last bit
+    CHECK(allclose(gpu_n.cpu().to(DType::Float64), cpu_n.to(DType::Float64), 1e-6, 1e-12));
+  }
+}
+
+TEST_CASE("cuda ops (gpu): matmul through cuBLAS: transposed views, batches, broadcast, TF32 off" *
+          doctest::skip(no_gpu())) {
+  REQUIRE_MESSAGE(gpu::cublas_available(), gpu::cublas_unavailable_reason());
+  Generator g(9);
+  Tensor a = randn({5, 37, 19}, {.dtype = DType::Float64}, &g);
+  Tensor b = randn({19, 23}, {.dtype = DType::Float64}, &g);
+  Tensor want = matmul(a, b);
+  CHECK(allclose(matmul(a.to(kGpu), b.to(kGpu)).cpu(), want, 1e-12, 1e-12));
+  // b given as the transpose of a contiguous [23, 19]: cuBLAS reads it with op T.
+  Tensor bt = b.t().contiguous().to(kGpu).t();
+  REQUIRE_FALSE(bt.is_contiguous());
+  CHECK(allclose(matmul(a.to(kGpu), bt).cpu(), want, 1e-12, 1e-12));
+  // float32 without TF32: close to float64 at float32's precision, not TF32's (1e-3).
+  Tensor a32 = a.to(DType::Float32).to(kGpu), b32 = b.to(DType::Float32).to(kGpu);
+  CHECK_FALSE(gpu::allow_tf32());
+  CHECK(allclose(matmul(a32, b32).cpu().to(DType::Float64), want, 1e-5, 1e-5));
+  // Batched times batched with a broadcast batch dim.
+  Tensor c = randn({1, 19, 7}, {.dtype = DType::Float64}, &g);
+  CHECK(allclose(matmul(a.to(kGpu), c.expand({5, 19, 7}).to(kGpu)).cpu(),
+                 matmul(a, c.expand({5, 19, 7})), 1e-12, 1e-12));
+  // int64 is refused with the op's name and a fix.
+  Tensor ai = ones({2, 2}, {.dtype = DType::Int64, .device = kGpu});
+  CHECK_THROWS_WITH_AS(matmul(ai, ai), doctest::Contains("[matmul] the CUDA kernel (cuBLAS)"),
+                       mt::Error);
 }

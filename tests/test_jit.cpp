@@ -291,7 +291,7 @@ TEST_SUITE("jit") {
           std::string_view::npos);
     CHECK(error_of([] { embedded_source("nope.cu"); }) ==
           "[jit] no embedded source named 'nope.cu'; the embedded sources are: common.cuh, "
-          "copy.cu, layout.h, silu.cu");
+          "copy.cu, elementwise.cu, layout.h, random.cu, reduce.cu, silu.cu, softmax.cu");
     // A new .cu file without an entry in embedded_kernels() would go untested.
     const auto kernels = embedded_kernels();
     for (std::string_view n : names) {
@@ -1067,8 +1067,8 @@ TEST_SUITE("jit") {
   namespace {
   // Runs the elementwise templates of elementwise.cu on the CPU: contiguous (scalar and
   // 16-byte packs) and strided with a broadcast operand, against f in float64.
-  template <typename T, typename Functor, typename Ref>
-  void check_elementwise(int arity, double a, Ref ref, double lo, double hi) {
+  template <typename T, typename Functor, int arity, typename Ref>
+  void check_elementwise(double a, Ref ref, double lo, double hi) {
     using E = emu_t<T>;
     std::mt19937 gen(11);
     std::uniform_real_distribution<double> dist(lo, hi);
@@ -1080,14 +1080,17 @@ TEST_SUITE("jit") {
     }
     const emu::mt::OpScalars sc{a, 0};
     auto want = [&](int64_t i, int64_t j) {
-      return arity == 1 ? ref(to_double(x[i]), a) : ref(to_double(x[i]), to_double(y[j]), a);
+      if constexpr (arity == 1)
+        return ref(to_double(x[i]), a);
+      else
+        return ref(to_double(x[i]), to_double(y[j]), a);
     };
     for (int vec : {0, 1}) {
       CAPTURE(vec);
       std::fill(out, out + n + 8, T(-777.0f));
       const LaunchShape shape = elementwise_launch_shape(vec ? (n + 3) / 4 : n, 1);
       emu::launch(shape, [&] {
-        if (arity == 1)
+        if constexpr (arity == 1)
           emu::unary_op<E, Functor>(as_emu(out), as_emu(x), n, sc, vec);
         else
           emu::binary_op<E, Functor>(as_emu(out), as_emu(x), as_emu(y), n, sc, vec);
@@ -1104,7 +1107,7 @@ TEST_SUITE("jit") {
     const StridedLayout l = arity == 1 ? make_strided_layout(sizes, {so, sx})
                                        : make_strided_layout(sizes, {so, sx, sy});
     emu::launch(LaunchShape{{2, 1, 1}, {32, 1, 1}}, [&] {
-      if (arity == 1)
+      if constexpr (arity == 1)
         emu::unary_op_strided<E, Functor>(as_emu(out), as_emu(x), n, sc, l);
       else
         emu::binary_op_strided<E, Functor>(as_emu(out), as_emu(x), as_emu(y), n, sc, l);
@@ -1121,16 +1124,16 @@ TEST_SUITE("jit") {
   TEST_CASE_TEMPLATE("jit emu: the elementwise templates compute each functor, contiguous and strided",
                      T, float, double, mt::Half, mt::BFloat16) {
     namespace op = emu::mt::op;
-    check_elementwise<T, op::Add>(2, 0.5, [](double x, double y, double a) { return x + a * y; }, -4, 4);
-    check_elementwise<T, op::Div>(2, 0, [](double x, double y, double) { return x / y; }, 0.5, 4);
-    check_elementwise<T, op::SquaredDiff>(2, 0, [](double x, double y, double) { return (x - y) * (x - y); }, -4, 4);
-    check_elementwise<T, op::Exp>(1, 0, [](double x, double) { return std::exp(x); }, -4, 4);
-    check_elementwise<T, op::Sigmoid>(1, 0, [](double x, double) { return 1 / (1 + std::exp(-x)); }, -8, 8);
-    check_elementwise<T, op::Tanh>(1, 0, [](double x, double) { return std::tanh(x); }, -4, 4);
-    check_elementwise<T, op::Relu>(1, 0, [](double x, double) { return x < 0 ? 0 : x; }, -4, 4);
-    check_elementwise<T, op::Sign>(1, 0, [](double x, double) { return double((x > 0) - (x < 0)); }, -4, 4);
-    check_elementwise<T, op::Pow>(1, 3, [](double x, double p) { return std::pow(x, p); }, -3, 3);
-    check_elementwise<T, op::DivS>(1, 4, [](double x, double s) { return x / s; }, -4, 4);
+    check_elementwise<T, op::Add, 2>(0.5, [](double x, double y, double a) { return x + a * y; }, -4, 4);
+    check_elementwise<T, op::Div, 2>(0, [](double x, double y, double) { return x / y; }, 0.5, 4);
+    check_elementwise<T, op::SquaredDiff, 2>(0, [](double x, double y, double) { return (x - y) * (x - y); }, -4, 4);
+    check_elementwise<T, op::Exp, 1>(0, [](double x, double) { return std::exp(x); }, -4, 4);
+    check_elementwise<T, op::Sigmoid, 1>(0, [](double x, double) { return 1 / (1 + std::exp(-x)); }, -8, 8);
+    check_elementwise<T, op::Tanh, 1>(0, [](double x, double) { return std::tanh(x); }, -4, 4);
+    check_elementwise<T, op::Relu, 1>(0, [](double x, double) { return x < 0 ? 0 : x; }, -4, 4);
+    check_elementwise<T, op::Sign, 1>(0, [](double x, double) { return double((x > 0) - (x < 0)); }, -4, 4);
+    check_elementwise<T, op::Pow, 1>(3, [](double x, double p) { return std::pow(x, p); }, -3, 3);
+    check_elementwise<T, op::DivS, 1>(4, [](double x, double s) { return x / s; }, -4, 4);
   }
 
   TEST_CASE("jit emu: int64 elementwise kernels compute in int64, powers by squaring") {

@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
+STEPS=${STEPS:-tests,mlp,bench,sanitize}  # which steps after the build: a comma list
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
 declare -A STATUS TIME
 
 left() { echo $((BUDGET - SECONDS)); }
@@ -47,17 +49,27 @@ if [ "${STATUS[build]:-}" != ok ]; then
   grep -n "error" "$OUT/build.log" | head -40
 fi
 
-if [ -x build-gpu/tests/mt_tests ]; then
-  step tests 150 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro
+if want tests && [ -x build-gpu/tests/mt_tests ]; then
+  step tests 200 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro
   grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log"
 fi
 
-if [ -x build-gpu/tools/bench_silu ]; then
+# The MLP on the GPU and on the CPU from one seed: both should train, to close losses.
+if want mlp && [ -x build-gpu/examples/mlp_train ]; then
+  step mlp-train 60 "$OUT/mlp.log" bash -c \
+      'build-gpu/examples/mlp_train --device cuda --steps 200 --every 50 && build-gpu/examples/mlp_train --device cpu --steps 200 --every 50'
+fi
+
+if want bench && [ -x build-gpu/tools/bench_silu ]; then
   step bench+torch 150 "$OUT/bench.log" python3 tools/compare_torch.py \
       --bench build-gpu/tools/bench_silu --json "$OUT/compare.json"
 fi
+if want bench && grep -q -- '--mlp' tools/compare_torch.py 2>/dev/null; then
+  step mlp+torch 120 "$OUT/bench_mlp.log" python3 tools/compare_torch.py --mlp \
+      --minitensor build-gpu/tools/minitensor --json "$OUT/compare_mlp.json"
+fi
 
-if [ -x build-gpu/tests/mt_tests ]; then
+if want sanitize && [ -x build-gpu/tests/mt_tests ]; then
   step memcheck 90 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
       build-gpu/tests/mt_tests --no-intro '-tc=*cuda*'
   step racecheck 60 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
@@ -68,14 +80,17 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests bench+torch memcheck racecheck; do
+  for s in setup build tests mlp-train bench+torch mlp+torch memcheck racecheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
   echo "tests:"; grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log" 2>/dev/null
+  grep -E -A3 "^TEST CASE:|ERROR:" "$OUT/tests.log" 2>/dev/null | head -n 60
   echo "memcheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/memcheck.log" 2>/dev/null
   echo "racecheck:"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/racecheck.log" 2>/dev/null
   echo
+  echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
+  echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
   echo "bench + torch comparison:"
   sed -n '/^| dtype | pass | n | ms/,$p' "$OUT/bench.log" 2>/dev/null
   echo "total ${SECONDS}s"

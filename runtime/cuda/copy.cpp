@@ -59,13 +59,27 @@ void copy(const Tensor& dst, const Tensor& src) {
       k(dst, src);
       return;
     }
-  } else {
-    MT_CHECK(plain,
-             "[cuda::copy] not yet supported: a {} copy between {} and {} ({} {} -> {} {}); "
-             "make the CPU side contiguous and of the same dtype first",
-             dst.dtype() != src.dtype() ? "dtype-converting" : "strided", src.device(),
-             dst.device(), src.dtype(), src.is_contiguous() ? "contiguous" : "strided", dst.dtype(),
-             dst.is_contiguous() ? "contiguous" : "strided");
+  } else if (!plain) {
+    // Between host and device only contiguous bytes move: stage through a contiguous
+    // copy on each side, strided or converting on the device (the copy kernel above) and
+    // strided on the host (the host's copy).
+    if (dst.is_cuda()) {
+      Tensor host = src;
+      if (!src.is_contiguous()) {
+        host = empty(src.sizes(), {.dtype = src.dtype()});
+        mt::detail::copy_impl(host, src);
+      }
+      Tensor staged = empty(src.sizes(), {.dtype = src.dtype(), .device = dst.device()});
+      copy(staged, host);
+      copy(dst, staged);
+    } else {
+      Tensor staged = empty(src.sizes(), {.dtype = dst.dtype(), .device = src.device()});
+      copy(staged, src);
+      Tensor host = dst.is_contiguous() ? dst : empty(dst.sizes(), {.dtype = dst.dtype()});
+      copy(host, staged);
+      if (!host.is_same(dst)) mt::detail::copy_impl(dst, host);
+    }
+    return;
   }
   const int index = dst.is_cuda() ? dst.device().index : src.device().index;
   DeviceGuard guard(index);
