@@ -3,6 +3,8 @@
 #   tools/dev.sh demo              set up, build, run the demo
 #   tools/dev.sh test [--sanitize] set up, build, run every test (ASan+UBSan build with --sanitize)
 #   tools/dev.sh build [--sanitize]
+#   tools/dev.sh test --tsan       ThreadSanitizer build (build-tsan), runs the threaded doctest
+#                                  cases only (MT_TSAN_TESTS: a doctest -tc filter to run others)
 # Set-up installs the Debian packages that are missing (with sudo when not root),
 # configures the build directory when needed and builds.
 set -euo pipefail
@@ -13,9 +15,11 @@ cd "$root"
 cmd=${1:-}
 shift || true
 sanitize=0
+tsan=0
 for a in "$@"; do
   case "$a" in
     --sanitize) sanitize=1 ;;
+    --tsan) tsan=1 ;;
     *) echo "dev.sh: unknown option '$a'" >&2; exit 2 ;;
   esac
 done
@@ -49,16 +53,29 @@ configure() {
     say "configuring $dir: meson setup ${opts[*]}"
     meson setup "$dir" "${opts[@]}" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; exit 1; }
   fi
-  say "building $dir"
-  ninja -C "$dir" >"$dir.build.log" 2>&1 || { tail -n 60 "$dir.build.log"; exit 1; }
+  say "building $dir ${ninja_targets[*]}"
+  ninja -C "$dir" "${ninja_targets[@]}" >"$dir.build.log" 2>&1 || { tail -n 60 "$dir.build.log"; exit 1; }
 }
 
 builddir=build
 build_opts=()
+ninja_targets=()
 if [ $sanitize -eq 1 ]; then
   builddir=build-asan
   build_opts=(-Db_sanitize=address,undefined -Db_lundef=false)
 fi
+if [ $tsan -eq 1 ]; then
+  [ $sanitize -eq 0 ] || { echo "dev.sh: --tsan and --sanitize are separate builds; pick one" >&2; exit 2; }
+  builddir=build-tsan
+  # MT_NO_ISA_CLONES: the CPU kernels' target_clones resolvers (ifuncs) run while the
+  # loader relocates libminitensor, before the TSan runtime is up; instrumented, they crash.
+  build_opts=(-Db_sanitize=thread -Db_lundef=false -Dcpp_args=-DMT_NO_ISA_CLONES)
+  ninja_targets=(tests/mt_tests)
+fi
+# The doctest cases that run threads of their own: dispatch during registration, a tape
+# per thread, the JIT cache and the CUDA allocator under concurrent use. The CPU kernels'
+# OpenMP cases are left out (libgomp is not instrumented: TSan reports false races there).
+tsan_tests=${MT_TSAN_TESTS:-'*other threads dispatch*,*tape per thread*,*threads asking for one key*,*threads allocate and free*'}
 
 case "$cmd" in
   build)
@@ -68,6 +85,20 @@ case "$cmd" in
   test)
     install_missing
     configure "$builddir" "${build_opts[@]}"
+    if [ $tsan -eq 1 ]; then
+      # OMP_NUM_THREADS=1: the kernels' OpenMP regions stay on the calling thread.
+      export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+      export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1}
+      say "running the threaded doctest cases under ThreadSanitizer: -tc='$tsan_tests' (OMP_NUM_THREADS=$OMP_NUM_THREADS)"
+      set +e
+      "$builddir/tests/mt_tests" --no-intro "-tc=$tsan_tests" 2>&1 | tee "$builddir/tsan.log"
+      rc=${PIPESTATUS[0]}
+      set -e
+      reports=$(grep -c '^WARNING: ThreadSanitizer' "$builddir/tsan.log" || true)
+      echo "ThreadSanitizer: $reports report(s); mt_tests exit status $rc (log: $builddir/tsan.log)"
+      [ $rc -eq 0 ] && [ "$reports" -eq 0 ]
+      exit
+    fi
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     say "running the doctest suites ($builddir/tests/mt_tests)"
@@ -102,7 +133,7 @@ case "$cmd" in
     done
     ;;
   *)
-    echo "usage: tools/dev.sh demo | test [--sanitize] | build [--sanitize]" >&2
+    echo "usage: tools/dev.sh demo | test [--sanitize | --tsan] | build [--sanitize | --tsan]" >&2
     exit 2
     ;;
 esac
