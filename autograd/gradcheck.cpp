@@ -55,14 +55,23 @@ GradcheckResult gradcheck(const DifferentiableFn& fn, const std::vector<Tensor>&
       std::vector<double> numeric(size_t(n_in * n_out));
       {
         NoGradGuard no_grad;
-        double* xp = x.data_ptr<double>();
+        // Perturb a host copy, and write it to the device for inputs that live there; the
+        // raw copy leaves the version counter alone, as the host write does, so tensors
+        // the first call saved stay valid for the analytical pass.
+        const bool on_host = x.device().is_cpu();
+        Tensor xh = on_host ? x : x.cpu();
+        double* xp = xh.data_ptr<double>();
+        auto set = [&](int64_t j, double v) {
+          xp[j] = v;
+          if (!on_host) detail::copy_impl(x, xh);
+        };
         for (int64_t j = 0; j < n_in; ++j) {
           double orig = xp[j];
-          xp[j] = orig + opts.eps;
+          set(j, orig + opts.eps);
           auto plus = fn(p.inputs)[o].to_vector<double>();
-          xp[j] = orig - opts.eps;
+          set(j, orig - opts.eps);
           auto minus = fn(p.inputs)[o].to_vector<double>();
-          xp[j] = orig;
+          set(j, orig);
           for (int64_t k = 0; k < n_out; ++k)
             numeric[size_t(k * n_in + j)] = (plus[size_t(k)] - minus[size_t(k)]) / (2 * opts.eps);
         }

@@ -27,7 +27,7 @@ Allocator* allocator_for(Device d);
 
 // A buffer of bytes on one device. The version counter is shared by every view
 // of the storage: in-place ops bump it, autograd compares it with the version
-// a saved tensor had (Note [Saved tensor versions] in autograd/tape.h).
+// a saved tensor had (Note [Saved tensor versions] in autograd/node.h).
 class StorageImpl {
  public:
   StorageImpl(size_t nbytes, Allocator* allocator);
