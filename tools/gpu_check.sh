@@ -69,18 +69,36 @@ if want bench && grep -q -- '--mlp' tools/compare_torch.py 2>/dev/null; then
       --minitensor build-gpu/tools/minitensor --json "$OUT/compare_mlp.json"
 fi
 
+if want bench && [ -x build-gpu/tools/minitensor ]; then
+  # Host cost of one tiny op, on the CPU that ANCHORS.md's libtorch figures came from.
+  step dispatch 60 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch
+fi
+
+# The one case that makes a driver call fail on purpose (a bad device ordinal) is left
+# out of the sanitizer runs: compute-sanitizer counts the failed API call as an error.
+NOAPI='-tce=*driver errors name*'
 if want sanitize && [ -x build-gpu/tests/mt_tests ]; then
-  step memcheck 90 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
-      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*'
-  step racecheck 60 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
-      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*'
+  step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*' "$NOAPI"
+  # racecheck looks for shared-memory hazards; only softmax_rows, reduce_rows and
+  # reduce_cols use shared memory. Every CUDA case but the op harness runs with all
+  # kernels instrumented; the harness (thousands of launches, cuBLAS among them, which
+  # ran past 150 s instrumented) instruments just those three.
+  step racecheck 120 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*' '-tce=ops on cuda*,*driver errors name*'
+  step racecheck-ops 150 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
+      --kernel-regex 'kns=softmax_rows|reduce_rows|reduce_cols' \
+      build-gpu/tests/mt_tests --no-intro '-tc=ops on cuda*'
+  step synccheck 120 "$OUT/synccheck.log" compute-sanitizer --tool synccheck --print-limit 20 \
+      --kernel-regex 'kns=softmax_rows|reduce_rows|reduce_cols' \
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*' "$NOAPI"
 fi
 
 {
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests mlp-train bench+torch mlp+torch memcheck racecheck; do
+  for s in setup build tests mlp-train bench+torch mlp+torch dispatch memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -88,8 +106,10 @@ fi
   grep -E -A3 "^TEST CASE:|ERROR:" "$OUT/tests.log" 2>/dev/null | head -n 60
   echo "memcheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/memcheck.log" 2>/dev/null
   echo "racecheck:"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/racecheck.log" 2>/dev/null
+  echo "synccheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/synccheck.log" 2>/dev/null
   echo
   echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
+  echo "dispatch:"; tail -n 14 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
   echo "bench + torch comparison:"
   sed -n '/^| dtype | pass | n | ms/,$p' "$OUT/bench.log" 2>/dev/null
