@@ -33,33 +33,20 @@ FunctionSchema custom_op_schema(std::string_view name, FunctionSchema inferred,
   return s;
 }
 
-void custom_op_post_call(const FunctionSchema& schema, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& outputs) {
-  // Inputs in schema order: Tensor arguments only (lists flattened), as collected.
-  size_t ti = 0;
-  std::vector<const Argument*> tensor_args;
-  for (const Argument& a : schema.arguments)
-    if (a.type.kind == TypeKind::Tensor && !a.type.is_list) tensor_args.push_back(&a);
-  for (const Argument* a : tensor_args) {
-    if (ti >= inputs.size()) break;
-    const Tensor& t = inputs[ti++];
-    if (a->alias && a->alias->is_write && t.defined()) t.bump_version();
+PostCall::PostCall(FunctionSchema s) : schema(std::move(s)) {
+  for (size_t i = 0; i < schema.arguments.size() && i < 64; ++i) {
+    const Argument& a = schema.arguments[i];
+    if (a.type.kind == TypeKind::Tensor && a.alias && a.alias->is_write) mutated_args |= uint64_t(1) << i;
   }
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    const Tensor& out = outputs[o];
-    if (!out.defined() || out.is_fake()) continue;
-    bool annotated = o < schema.returns.size() && schema.returns[o].alias.has_value();
-    if (annotated) continue;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const Tensor& in = inputs[i];
-      if (!in.defined() || in.is_fake() || !in.storage() || !out.storage()) continue;
-      MT_CHECK(in.storage() != out.storage(),
-               "[custom_op] '{}' returned a tensor that shares memory with its input {} (output "
-               "{}), but the schema {} declares no alias. Return a fresh tensor (for example "
-               "x.clone()), or declare the alias with Tensor(a) in an explicit schema",
-               schema.full_name(), i, o, schema.str());
-    }
-  }
+  for (size_t o = 0; o < schema.returns.size() && o < 64; ++o)
+    if (schema.returns[o].alias) annotated_returns |= uint64_t(1) << o;
+}
+
+void PostCall::alias_error(size_t i, size_t o) const {
+  MT_ERROR("[custom_op] '{}' returned a tensor that shares memory with its input {} (output {}), "
+           "but the schema {} declares no alias. Return a fresh tensor (for example x.clone()), "
+           "or declare the alias with Tensor(a) in an explicit schema",
+           schema.full_name(), i, o, schema.str());
 }
 
 }  // namespace mt::detail

@@ -25,23 +25,79 @@ struct CustomOpOptions {
 namespace detail {
 FunctionSchema custom_op_schema(std::string_view name, FunctionSchema inferred,
                                 const CustomOpOptions& opts);
-// After a kernel call: bump mutated inputs' versions; refuse outputs that alias inputs
-// without an alias annotation.
-void custom_op_post_call(const FunctionSchema& schema, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& outputs);
-template <typename T>
-void collect_all_tensors(std::vector<Tensor>& out, const T& v) {
-  if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-    out.insert(out.end(), v.begin(), v.end());
-  } else {
-    collect_tensor(out, v);
-  }
+
+// What the wrapper of a custom op's kernel checks after each call, worked out once from
+// the schema when the kernel is registered.
+struct PostCall {
+  FunctionSchema schema;
+  uint64_t mutated_args = 0;       // bit i: argument i is written (Tensor(a!)), version bumped
+  uint64_t annotated_returns = 0;  // bit o: return o declares an alias, so may share memory
+  explicit PostCall(FunctionSchema s);
+  // The error for output `o` sharing memory with tensor input `i` (counting list elements).
+  [[noreturn]] void alias_error(size_t i, size_t o) const;
+};
+
+inline const StorageImpl* storage_of(const Tensor& t) {
+  const TensorImpl* p = t.impl();
+  return p != nullptr && !p->fake ? p->storage.get() : nullptr;
 }
-template <typename Ret>
-std::vector<Tensor> outputs_of(const Ret& r) {
-  if constexpr (std::is_void_v<Ret>) return {};
-  else if constexpr (std::is_same_v<Ret, std::vector<Tensor>>) return r;
-  else return flatten_outputs(r);
+
+// After a kernel call: bump mutated inputs' versions; refuse outputs that alias inputs
+// without an alias annotation. No allocation: this runs on every call.
+template <typename Ret, typename... A>
+void post_call(const PostCall& pc, const Ret* r, const A&... args) {
+  if (pc.mutated_args != 0) {
+    size_t pos = 0;
+    auto bump = [&](const auto& v) {
+      using T = std::remove_cvref_t<decltype(v)>;
+      const bool written = pos < 64 && (pc.mutated_args >> pos & 1u);
+      ++pos;
+      if (!written) return;
+      if constexpr (std::is_same_v<T, Tensor>) {
+        if (v.defined()) v.bump_version();
+      } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
+        if (v && v->defined()) v->bump_version();
+      } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+        for (const Tensor& t : v)
+          if (t.defined()) t.bump_version();
+      }
+    };
+    (bump(args), ...);
+  }
+  if constexpr (!std::is_void_v<Ret>) {
+    auto check_output = [&](size_t o, const Tensor& out) {
+      if (o < 64 && (pc.annotated_returns >> o & 1u)) return;
+      const StorageImpl* so = storage_of(out);
+      if (so == nullptr) return;
+      size_t i = 0;  // tensor inputs, list elements flattened
+      auto against = [&](const auto& v) {
+        using T = std::remove_cvref_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, Tensor>) {
+          if (storage_of(v) == so) pc.alias_error(i, o);
+          ++i;
+        } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
+          if (v && storage_of(*v) == so) pc.alias_error(i, o);
+          ++i;
+        } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+          for (const Tensor& t : v) {
+            if (storage_of(t) == so) pc.alias_error(i, o);
+            ++i;
+          }
+        }
+      };
+      (against(args), ...);
+    };
+    if constexpr (std::is_same_v<Ret, Tensor>) {
+      check_output(0, *r);
+    } else if constexpr (std::is_same_v<Ret, std::vector<Tensor>>) {
+      for (size_t o = 0; o < r->size(); ++o) check_output(o, (*r)[o]);
+    } else {
+      std::apply([&](const auto&... ts) {
+        size_t o = 0;
+        (check_output(o++, ts), ...);
+      }, *r);
+    }
+  }
 }
 }  // namespace detail
 
@@ -120,17 +176,15 @@ class CustomOp<Ret(Args...)> {
   // Wraps a kernel: mutated inputs get their versions bumped, aliasing outputs are refused.
   template <typename F>
   KernelFunction wrap(F fn) const {
-    FunctionSchema schema = op_.schema();
+    auto pc = std::make_shared<const detail::PostCall>(op_.schema());
     return KernelFunction::make(
-        [fn = std::move(fn), schema](detail::canon_t<Args>... args) -> Ret {
-          std::vector<Tensor> inputs;
-          (detail::collect_all_tensors(inputs, args), ...);
+        [fn = std::move(fn), pc](detail::canon_t<Args>... args) -> Ret {
           if constexpr (std::is_void_v<Ret>) {
             fn(args...);
-            detail::custom_op_post_call(schema, inputs, {});
+            detail::post_call<void>(*pc, nullptr, args...);
           } else {
             Ret r = fn(args...);
-            detail::custom_op_post_call(schema, inputs, detail::outputs_of(r));
+            detail::post_call(*pc, &r, args...);
             return r;
           }
         });

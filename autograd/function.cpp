@@ -6,7 +6,8 @@
 
 namespace mt {
 
-void AutogradContext::save_for_backward(const std::vector<Tensor>& tensors) {
+void AutogradContext::save_for_backward(std::span<const Tensor> tensors) {
+  saved_.reserve(saved_.size() + tensors.size());
   for (const Tensor& t : tensors) {
     bool is_output = std::any_of(outputs_.begin(), outputs_.end(),
                                  [&](const Tensor& o) { return t.defined() && o.is_same(t); });

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <any>
+#include <array>
+#include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -21,20 +24,27 @@ struct AutogradKernel;
 // any other values in `data`.
 class AutogradContext {
  public:
-  void save_for_backward(const std::vector<Tensor>& tensors);
+  void save_for_backward(std::initializer_list<Tensor> tensors) {
+    save_for_backward(std::span<const Tensor>(tensors.begin(), tensors.size()));
+  }
+  void save_for_backward(const std::vector<Tensor>& tensors) {
+    save_for_backward(std::span<const Tensor>(tensors));
+  }
+  void save_for_backward(std::span<const Tensor> tensors);
   // The saved tensors, in order; throws if one was changed in place since it was saved.
   std::vector<Tensor> saved() const;
   // Whether the i-th tensor input needs a gradient (skip computing those that do not).
-  bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
+  // Past the 64th tensor input this answers true: computing an unused gradient is safe.
+  bool needs_input_grad(size_t i) const { return i >= 64 || (needs_input_grad_ >> i & 1u); }
   std::map<std::string, std::any> data;
 
  private:
   template <typename, typename, typename>
   friend struct detail::AutogradKernel;
   std::vector<autograd::SavedTensor> saved_;
-  std::vector<bool> needs_input_grad_;
-  std::vector<Tensor> outputs_;  // set during setup_context, to tell outputs from inputs
-  std::string op_;
+  uint64_t needs_input_grad_ = 0;  // bit i: tensor input i requires grad
+  std::span<const Tensor> outputs_;  // during setup_context only, to tell outputs from inputs
+  std::string_view op_;  // the node's name (the node owns this context)
   autograd::Node* node_ = nullptr;
 };
 
@@ -105,34 +115,68 @@ struct BackwardCheck {
   }
 };
 
+template <typename T>
+inline bool requires_grad_of(const T& v) {
+  if constexpr (std::is_same_v<T, Tensor>) return v.defined() && v.requires_grad();
+  else if constexpr (std::is_same_v<T, std::optional<Tensor>>) return v && v->defined() && v->requires_grad();
+  else if constexpr (std::is_same_v<T, std::vector<Tensor>>) return autograd::any_requires_grad(v);
+  else return false;
+}
+
 template <typename Ret, typename... Args, typename Backward>
 struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
+  static constexpr bool kHasLists = (std::is_same_v<std::remove_cvref_t<Args>, std::vector<Tensor>> || ...);
+  static constexpr size_t kTensors = (tensor_arg_count<Args> + ... + 0);
+
   template <typename Setup>
   static KernelFunction make(std::string name, TypedOperatorHandle<Ret(Args...)> op,
                              Backward backward, Setup setup) {
     return KernelFunction::make(
         [name = std::move(name), op, backward = std::move(backward),
          setup = std::move(setup)](DispatchKeySet ks, canon_t<Args>... args) -> Ret {
-          std::vector<Tensor> inputs;
-          (collect_tensor(inputs, canon_value_cref(args)), ...);
           Ret out = [&] {
             ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
             return op.redispatch(ks.below(DispatchKey::Autograd), args...);
           }();
-          if (!autograd::any_requires_grad(inputs)) return out;
-          auto node = autograd::make_node(name, inputs);
+          if (!(false || ... || requires_grad_of(canon_value_cref(args)))) return out;
+          // The tensor inputs in order (list elements flattened): on the stack unless the
+          // op takes a tensor list.
+          std::shared_ptr<autograd::Node> node;
+          uint64_t needs = 0;
+          auto record = [&](std::span<const Tensor> inputs) {
+            node = autograd::make_node(name, inputs);
+            for (size_t i = 0; i < inputs.size() && i < 64; ++i)
+              if (inputs[i].defined() && inputs[i].requires_grad()) needs |= uint64_t(1) << i;
+          };
+          if constexpr (kHasLists) {
+            std::vector<Tensor> inputs;
+            (collect_tensor(inputs, canon_value_cref(args)), ...);
+            record(inputs);
+          } else {
+            std::array<Tensor, kTensors> inputs;
+            size_t i = 0;
+            (put_tensor(inputs, i, canon_value_cref(args)), ...);
+            record(inputs);
+          }
           auto ctx = std::make_shared<AutogradContext>();
-          ctx->op_ = name;
-          for (const Tensor& t : inputs) ctx->needs_input_grad_.push_back(t.defined() && t.requires_grad());
-          ctx->outputs_ = flatten_outputs(out);
-          // history first, so a saved output remembers it requires grad (double backward)
-          for (size_t i = 0; i < ctx->outputs_.size(); ++i)
-            autograd::set_history(ctx->outputs_[i], node, uint32_t(i));
-          {
+          ctx->op_ = node->name;
+          ctx->needs_input_grad_ = needs;
+          auto with_outputs = [&](std::span<const Tensor> outs) {
+            // history first, so a saved output remembers it requires grad (double backward)
+            for (size_t i = 0; i < outs.size(); ++i) autograd::set_history(outs[i], node, uint32_t(i));
+            ctx->outputs_ = outs;
             NoGradGuard no_grad;
             setup(*ctx, args..., out);
+          };
+          if constexpr (std::is_same_v<Ret, Tensor>) {
+            with_outputs(std::span<const Tensor>(&out, 1));
+          } else if constexpr (std::is_same_v<Ret, std::vector<Tensor>>) {
+            with_outputs(out);
+          } else {
+            auto outs = std::apply([](const auto&... ts) { return std::array<Tensor, sizeof...(ts)>{ts...}; }, out);
+            with_outputs(outs);
           }
-          ctx->outputs_.clear();
+          ctx->outputs_ = {};
           node->context = ctx;
           node->backward = [backward](autograd::Node& n, const std::vector<Tensor>& grads) {
             auto& c = *static_cast<AutogradContext*>(n.context.get());
@@ -148,6 +192,11 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
  private:
   template <typename T>
   static const T& canon_value_cref(const T& v) { return v; }
+  template <size_t N, typename T>
+  static void put_tensor(std::array<Tensor, N>& a, size_t& i, const T& v) {
+    if constexpr (std::is_same_v<T, Tensor>) a[i++] = v;
+    else if constexpr (std::is_same_v<T, std::optional<Tensor>>) a[i++] = v ? *v : Tensor();
+  }
 };
 
 }  // namespace detail

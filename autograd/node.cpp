@@ -12,6 +12,10 @@ struct Tape {
   size_t prune_at = 1024;
 
   void append(const std::shared_ptr<Node>& n) {
+    // Graphs mostly die newest-first (a step's graph goes at once), so dropping the dead
+    // entries at the back keeps the tape short; a weak_ptr also keeps its node's memory
+    // (make_shared puts both in one block), which is then reused at once.
+    while (!entries.empty() && entries.back().expired()) entries.pop_back();
     if (entries.size() >= prune_at) {  // drop entries whose graphs are gone
       std::erase_if(entries, [](const std::weak_ptr<Node>& w) { return w.expired(); });
       prune_at = std::max<size_t>(1024, 2 * entries.size());
@@ -65,13 +69,13 @@ void Node::release() {
   context.reset();
 }
 
-bool any_requires_grad(const std::vector<Tensor>& ts) {
+bool any_requires_grad(std::span<const Tensor> ts) {
   for (const Tensor& t : ts)
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
 
-std::shared_ptr<Node> make_node(std::string name, const std::vector<Tensor>& inputs) {
+std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs) {
   auto n = std::make_shared<Node>();
   n->name = std::move(name);
   n->sequence_nr = t_tape.next_sequence_nr++;

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,11 +77,11 @@ struct Node : std::enable_shared_from_this<Node> {
 
 // Makes a node for `name` with an input slot per tensor in `inputs` and `num_outputs`
 // outputs, appends it to this thread's tape, and returns it.
-std::shared_ptr<Node> make_node(std::string name, const std::vector<Tensor>& inputs);
+std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs);
 // Marks `out` as output `nr` of `node` (requires grad, grad_fn = node).
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr);
 // Whether any of the tensors requires grad.
-bool any_requires_grad(const std::vector<Tensor>& ts);
+bool any_requires_grad(std::span<const Tensor> ts);
 
 // The live entries of this thread's tape, oldest first.
 std::vector<std::shared_ptr<Node>> tape_entries();

@@ -53,19 +53,6 @@ float Half::to_float(uint16_t h) {
   return std::bit_cast<float>(out);
 }
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
-    case DType::Float16: return 2;
-    case DType::BFloat16: return 2;
-    case DType::Int64: return 8;
-    case DType::Bool: return 1;
-  }
-  MT_ASSERT(false, "unknown dtype {}", int(t));
-  return 0;
-}
-
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::Float32: return "float32";

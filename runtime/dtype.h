@@ -39,7 +39,10 @@ struct BFloat16 {
   }
 };
 
-size_t dtype_size(DType t);
+inline constexpr size_t dtype_size(DType t) {
+  constexpr size_t kSize[kNumDTypes] = {4, 8, 2, 2, 8, 1};  // in the enum's order
+  return size_t(t) < size_t(kNumDTypes) ? kSize[size_t(t)] : 0;
+}
 std::string_view dtype_name(DType t);  // "float32", "bfloat16", ...
 DType parse_dtype(std::string_view name);
 inline bool is_floating(DType t) { return t != DType::Int64 && t != DType::Bool; }

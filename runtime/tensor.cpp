@@ -51,11 +51,9 @@ void TensorImpl::refresh_keys() {
   keys = k;
 }
 
-TensorImpl* Tensor::checked() const {
-  MT_CHECK(impl_ != nullptr,
-           "[tensor] this Tensor is undefined (default-constructed or moved from); "
+void Tensor::throw_undefined() {
+  MT_ERROR("[tensor] this Tensor is undefined (default-constructed or moved from); "
            "make one with a factory such as mt::zeros or mt::from_vector");
-  return impl_.get();
 }
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
@@ -66,12 +64,12 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   return dim < 0 ? dim + n : dim;
 }
 
-int64_t Tensor::size(int64_t d) const {
+int64_t Tensor::size_slow(int64_t d) const {
   MT_CHECK(dim() > 0, "[size] a 0-d tensor has no dimensions");
   return sizes()[size_t(wrap_dim(d, dim(), "size"))];
 }
 
-int64_t Tensor::stride(int64_t d) const {
+int64_t Tensor::stride_slow(int64_t d) const {
   MT_CHECK(dim() > 0, "[stride] a 0-d tensor has no dimensions");
   return strides()[size_t(wrap_dim(d, dim(), "stride"))];
 }
@@ -98,19 +96,15 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::data_ptr() const {
-  const TensorImpl* t = checked();
-  MT_CHECK(!t->fake,
-           "[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
+void Tensor::throw_fake_data() const {
+  const TensorImpl* t = impl_.get();
+  MT_ERROR("[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
            "carry only metadata; run the op on a real tensor to get values",
            t->sizes, t->dtype, t->device);
-  if (!t->storage || !t->storage->data()) return nullptr;
-  return static_cast<char*>(t->storage->data()) + t->offset * int64_t(dtype_size(t->dtype));
 }
 
-void Tensor::check_dtype_for_data_ptr(DType want) const {
-  MT_CHECK(dtype() == want,
-           "[data_ptr] data_ptr<T>() with T of dtype {} was called on a {} tensor; use the "
+void Tensor::throw_dtype_mismatch(DType want) const {
+  MT_ERROR("[data_ptr] data_ptr<T>() with T of dtype {} was called on a {} tensor; use the "
            "matching T or convert first with .to(mt::DType::...)",
            want, dtype());
 }
@@ -123,11 +117,6 @@ uint32_t Tensor::version() const {
 void Tensor::bump_version() const {
   const TensorImpl* t = checked();
   if (t->storage) t->storage->bump_version();
-}
-
-bool Tensor::requires_grad() const {
-  const TensorImpl* t = checked();
-  return t->autograd && t->autograd->requires_grad;
 }
 
 AutogradMeta& Tensor::ensure_autograd_meta() const {
@@ -179,28 +168,12 @@ namespace detail {
 
 Tensor make_tensor(Storage storage, const Shape& sizes, const Shape& strides, int64_t offset,
                    DType dtype, Device device) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->sizes = sizes;
-  impl->strides = strides;
-  impl->offset = offset;
-  impl->numel = shape_numel(sizes);
-  impl->dtype = dtype;
-  impl->device = device;
-  impl->storage = std::move(storage);
-  impl->refresh_keys();
-  return Tensor(std::move(impl));
+  return Tensor(std::make_shared<TensorImpl>(sizes, strides, offset, dtype, device,
+                                             std::move(storage), false));
 }
 
 Tensor make_fake(const Shape& sizes, const Shape& strides, DType dtype, Device device) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->sizes = sizes;
-  impl->strides = strides;
-  impl->numel = shape_numel(sizes);
-  impl->dtype = dtype;
-  impl->device = device;
-  impl->fake = true;
-  impl->refresh_keys();
-  return Tensor(std::move(impl));
+  return Tensor(std::make_shared<TensorImpl>(sizes, strides, 0, dtype, device, nullptr, true));
 }
 
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
@@ -265,7 +238,13 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptio
 
 Tensor empty(const Shape& shape, const TensorOptions& opts) {
   check_sizes(shape, "empty");
-  return empty_strided(shape, contiguous_strides(shape), opts);
+  if (t_fake_mode)
+    return finish(detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device), opts);
+  auto storage = std::make_shared<StorageImpl>(size_t(shape_numel(shape)) * dtype_size(opts.dtype),
+                                               allocator_for(opts.device));
+  return finish(detail::make_tensor(std::move(storage), shape, contiguous_strides(shape), 0,
+                                    opts.dtype, opts.device),
+                opts);
 }
 
 Tensor empty_like(const Tensor& t) {

@@ -36,6 +36,14 @@ struct AutogradMeta {
 
 // The state behind a Tensor handle. Internal: use Tensor's methods.
 struct TensorImpl {
+  TensorImpl() = default;
+  TensorImpl(const Shape& sizes_, const Shape& strides_, int64_t offset_, DType dtype_,
+             Device device_, Storage storage_, bool fake_)
+      : sizes(sizes_), strides(strides_), offset(offset_), numel(shape_numel(sizes_)),
+        dtype(dtype_), device(device_), storage(std::move(storage_)), fake(fake_) {
+    refresh_keys();
+  }
+
   Shape sizes;
   Shape strides;
   int64_t offset = 0;  // in elements
@@ -69,8 +77,17 @@ class Tensor {
   // Metadata.
   const Shape& sizes() const { return checked()->sizes; }
   const Shape& strides() const { return checked()->strides; }
-  int64_t size(int64_t dim) const;
-  int64_t stride(int64_t dim) const;
+  // Dims may be negative (counted from the end); out of range is an error.
+  int64_t size(int64_t dim) const {
+    const TensorImpl* t = checked();
+    if (dim >= 0 && size_t(dim) < t->sizes.size()) [[likely]] return t->sizes[size_t(dim)];
+    return size_slow(dim);
+  }
+  int64_t stride(int64_t dim) const {
+    const TensorImpl* t = checked();
+    if (dim >= 0 && size_t(dim) < t->strides.size()) [[likely]] return t->strides[size_t(dim)];
+    return stride_slow(dim);
+  }
   int64_t dim() const { return int64_t(checked()->sizes.size()); }
   int64_t numel() const { return checked()->numel; }
   DType dtype() const { return checked()->dtype; }
@@ -85,7 +102,13 @@ class Tensor {
   DispatchKeySet key_set() const { return impl_ ? impl_->keys : DispatchKeySet(); }
 
   // Data. Reading the data of a fake tensor is an error, never a crash.
-  void* data_ptr() const;
+  void* data_ptr() const {
+    const TensorImpl* t = checked();
+    if (t->fake) [[unlikely]] throw_fake_data();
+    const StorageImpl* st = t->storage.get();
+    if (st == nullptr || st->data() == nullptr) return nullptr;
+    return static_cast<char*>(st->data()) + t->offset * int64_t(dtype_size(t->dtype));
+  }
   template <typename T>
   T* data_ptr() const {
     check_dtype_for_data_ptr(dtype_v<T>);
@@ -97,7 +120,10 @@ class Tensor {
   void bump_version() const;
 
   // Autograd slot. The engine is in autograd/.
-  bool requires_grad() const;
+  bool requires_grad() const {
+    const TensorImpl* t = checked();
+    return t->autograd && t->autograd->requires_grad;
+  }
   const Tensor& requires_grad_(bool requires_grad = true) const;
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
@@ -142,8 +168,19 @@ class Tensor {
   std::string str() const;
 
  private:
-  TensorImpl* checked() const;
-  void check_dtype_for_data_ptr(DType want) const;
+  // Every accessor goes through here: inline, with the error out of line.
+  TensorImpl* checked() const {
+    if (impl_ == nullptr) [[unlikely]] throw_undefined();
+    return impl_.get();
+  }
+  [[noreturn]] static void throw_undefined();
+  [[noreturn]] void throw_fake_data() const;
+  int64_t size_slow(int64_t dim) const;
+  int64_t stride_slow(int64_t dim) const;
+  void check_dtype_for_data_ptr(DType want) const {
+    if (dtype() != want) [[unlikely]] throw_dtype_mismatch(want);
+  }
+  [[noreturn]] void throw_dtype_mismatch(DType want) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

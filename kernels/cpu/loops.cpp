@@ -115,82 +115,126 @@ template void store_row<int64_t>(DType, char*, int64_t, int64_t, const int64_t*)
 
 namespace {
 
-void check_cpu(const char* op, const Tensor& t, const char* what) {
+[[noreturn, gnu::cold]] void fail_cpu(const char* op, const Tensor& t, const char* what) {
   MT_CHECK(t.defined(), "[{}] the {} tensor is undefined", op, what);
   MT_CHECK(!t.is_fake(), "[{}] the {} tensor is fake (metadata only); CPU kernels need data", op,
            what);
-  MT_CHECK(t.is_cpu(), "[{}] the {} tensor is on {}; this is the CPU kernel, move it with .cpu()",
-           op, what, t.device());
+  MT_ERROR("[{}] the {} tensor is on {}; this is the CPU kernel, move it with .cpu()", op, what,
+           t.device());
+}
+
+inline const TensorImpl& check_cpu(const char* op, const Tensor& t, const char* what) {
+  const TensorImpl* p = t.impl();
+  if (p == nullptr || p->fake || !p->device.is_cpu()) [[unlikely]] fail_cpu(op, t, what);
+  return *p;
+}
+
+inline char* data_of(const TensorImpl& t) {
+  if (t.numel == 0 || !t.storage || t.storage->data() == nullptr) return nullptr;
+  return static_cast<char*>(t.storage->data()) + t.offset * int64_t(dtype_size(t.dtype));
+}
+
+// Dense in row-major order (size-1 dims may have any stride).
+inline bool row_major_dense(const TensorImpl& t) {
+  int64_t expected = 1;
+  for (size_t i = t.sizes.size(); i-- > 0;) {
+    if (t.sizes[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.sizes[i];
+  }
+  return true;
 }
 
 }  // namespace
 
-Loop make_loop(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs) {
-  check_cpu(op, out, "output");
+Loop make_loop(const char* op, const Tensor& out,
+               std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
+  const TensorImpl& o = check_cpu(op, out, "output");
   MT_ASSERT(inputs.size() + 1 <= size_t(Loop::kMaxOperands), "too many operands");
   Loop it;
   it.nops = int(inputs.size()) + 1;
-  it.numel = out.numel();
-  const int nd = int(out.dim());
-  const Tensor* ops[Loop::kMaxOperands];
-  ops[0] = &out;
+  it.numel = o.numel;
+  const int nd = int(o.sizes.size());
+  const TensorImpl* ops[Loop::kMaxOperands];
+  ops[0] = &o;
   int k = 1;
-  for (const Tensor& t : inputs) ops[k++] = &t;
+  for (const Tensor& t : inputs) ops[k++] = &check_cpu(op, t, "input");
+  for (k = 0; k < it.nops; ++k) {
+    it.dtype[k] = ops[k]->dtype;
+    it.data[k] = data_of(*ops[k]);
+  }
+
+  // The common case: every operand has out's shape and is dense row-major. One row.
+  bool same_dense = true;
+  for (k = 0; k < it.nops && same_dense; ++k)
+    same_dense = (k == 0 || ops[k]->sizes == o.sizes) && row_major_dense(*ops[k]);
+  if (same_dense) {
+    it.ndim = 1;
+    it.sizes[0] = it.numel;
+    it.contiguous = true;
+    for (k = 0; k < it.nops; ++k) {
+      it.strides[k][0] = int64_t(dtype_size(it.dtype[k]));
+      it.contiguous = it.contiguous && it.dtype[k] == it.dtype[0];
+    }
+    return it;
+  }
 
   // Broadcast strides (in bytes): an input's dims align with out's from the right.
   int64_t st[Loop::kMaxOperands][kMaxDims] = {};
   for (k = 0; k < it.nops; ++k) {
-    const Tensor& t = *ops[k];
-    if (k > 0) check_cpu(op, t, "input");
-    it.dtype[k] = t.dtype();
-    it.data[k] = it.numel ? static_cast<char*>(t.data_ptr()) : nullptr;
-    const int td = int(t.dim());
-    const int64_t es = int64_t(t.element_size());
-    bool ok = td <= nd || [&] {
-      for (int d = 0; d < td - nd; ++d)
-        if (t.size(d) != 1) return false;
-      return true;
-    }();
+    const TensorImpl& t = *ops[k];
+    const int td = int(t.sizes.size());
+    const int64_t es = int64_t(dtype_size(t.dtype));
+    bool ok = true;
+    for (int d = 0; d < td - nd; ++d) ok = ok && t.sizes[size_t(d)] == 1;
     for (int d = 0; d < nd && ok; ++d) {
       int td_d = d - (nd - td);
       if (td_d < 0) continue;
-      int64_t s = t.size(td_d);
-      if (s == out.size(d)) {
-        st[k][d] = s == 1 ? 0 : t.stride(td_d) * es;
+      int64_t s = t.sizes[size_t(td_d)];
+      if (s == o.sizes[size_t(d)]) {
+        st[k][d] = s == 1 ? 0 : t.strides[size_t(td_d)] * es;
       } else {
         ok = s == 1;
       }
     }
     MT_CHECK(ok, "[{}] an input of shape {} does not broadcast to the output's shape {}", op,
-             t.sizes(), out.sizes());
+             t.sizes, o.sizes);
   }
   for (int d = 0; d < nd; ++d)
-    MT_CHECK(out.size(d) <= 1 || out.stride(d) != 0,
+    MT_CHECK(o.sizes[size_t(d)] <= 1 || o.strides[size_t(d)] != 0,
              "[{}] the output (shape {}, strides {}) has elements that share memory (an "
              "expanded tensor); write into a contiguous tensor instead",
-             op, out.sizes(), out.strides());
+             op, o.sizes, o.strides);
 
-  // Keep the dims of size > 1, ordered by out's strides (largest first, stable).
+  // Keep the dims of size > 1, ordered by out's strides (largest first; an insertion
+  // sort, which is stable and allocates nothing, for at most kMaxDims dims).
   int order[kMaxDims];
   int n = 0;
-  for (int d = 0; d < nd; ++d)
-    if (out.size(d) != 1) order[n++] = d;
-  std::stable_sort(order, order + n, [&](int a, int b) { return st[0][a] > st[0][b]; });
+  for (int d = 0; d < nd; ++d) {
+    if (o.sizes[size_t(d)] == 1) continue;
+    int i = n++;
+    while (i > 0 && st[0][order[i - 1]] < st[0][d]) {
+      order[i] = order[i - 1];
+      --i;
+    }
+    order[i] = d;
+  }
 
   // Merge neighbours that are one dim for every operand.
   int m = 0;
   for (int i = 0; i < n; ++i) {
     int d = order[i];
+    const int64_t size_d = o.sizes[size_t(d)];
     if (m > 0) {
       bool merge = true;
-      for (k = 0; k < it.nops && merge; ++k) merge = it.strides[k][m - 1] == st[k][d] * out.size(d);
+      for (k = 0; k < it.nops && merge; ++k) merge = it.strides[k][m - 1] == st[k][d] * size_d;
       if (merge) {
-        it.sizes[m - 1] *= out.size(d);
+        it.sizes[m - 1] *= size_d;
         for (k = 0; k < it.nops; ++k) it.strides[k][m - 1] = st[k][d];
         continue;
       }
     }
-    it.sizes[m] = out.size(d);
+    it.sizes[m] = size_d;
     for (k = 0; k < it.nops; ++k) it.strides[k][m] = st[k][d];
     ++m;
   }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <type_traits>
 
@@ -110,8 +111,10 @@ struct Loop {
   int nops = 0;
   int ndim = 0;  // dim ndim-1 is the innermost (smallest stride of out)
   int64_t numel = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[kMaxOperands][kMaxDims] = {};  // bytes
+  // Only the first ndim sizes and, per operand, strides are set (zeroing all of them cost
+  // more than the rest of make_loop for a small tensor).
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxOperands][kMaxDims];  // bytes
   char* data[kMaxOperands] = {};
   DType dtype[kMaxOperands] = {};
   bool contiguous = false;  // every operand dense in the same order, with out's dtype
@@ -119,7 +122,9 @@ struct Loop {
 
 // Checks that out is a writable CPU tensor without overlapping elements and that each
 // input is a CPU tensor that broadcasts to out's shape; `op` names the caller in errors.
-Loop make_loop(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs);
+// The inputs are referenced, not copied (a copy is two atomic reference-count updates).
+Loop make_loop(const char* op, const Tensor& out,
+               std::initializer_list<std::reference_wrapper<const Tensor>> inputs);
 
 // Calls f(ptrs, n) for the rows of linear elements [begin, end): ptrs[k] points at the
 // first element of operand k; the row continues with stride it.strides[k][ndim-1].
@@ -173,7 +178,7 @@ void for_each_block(const Loop& it, F&& f) {
   const int nin = it.nops - 1;
   if (it.contiguous && it.dtype[0] == kC) {
     parallel_for(it.numel, kGrainSize, [&](int64_t b, int64_t e) {
-      const C* in[Loop::kMaxOperands];
+      const C* in[Loop::kMaxOperands] = {};
       for (int k = 0; k < nin; ++k) in[k] = reinterpret_cast<const C*>(it.data[k + 1]) + b;
       f(reinterpret_cast<C*>(it.data[0]) + b, in, e - b);
     });
@@ -182,7 +187,7 @@ void for_each_block(const Loop& it, F&& f) {
   const int nd = it.ndim;
   parallel_for(it.numel, kGrainSize, [&](int64_t b, int64_t e) {
     alignas(64) C buf[Loop::kMaxOperands][kBlock];
-    const C* in[Loop::kMaxOperands];
+    const C* in[Loop::kMaxOperands] = {};
     for_each_row(it, b, e, [&](char* const* ptrs, int64_t n) {
       int64_t st[Loop::kMaxOperands];
       for (int k = 0; k < it.nops; ++k) st[k] = nd ? it.strides[k][nd - 1] : 0;
