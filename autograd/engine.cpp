@@ -47,6 +47,14 @@ void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, b
   }
   Tensor t(leaf);
   Tensor have = t.grad();
+  // A fresh gradient that nothing else references (not the caller's grad_output, not a
+  // view, not saved anywhere) becomes .grad as it is, as PyTorch steals it: no copy.
+  if (!have.defined() && !create_graph && g.defined() && g.impl_ptr().use_count() == 1 &&
+      g.storage() && g.storage().use_count() == 1 && g.is_contiguous() &&
+      g.autograd_meta() == nullptr) {
+    t.set_grad(g);
+    return;
+  }
   Tensor next = accumulate(have, g);
   if (!create_graph) next = next.detach();
   // .grad owns contiguous memory: not an expanded view, nor the caller's grad_output

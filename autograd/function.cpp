@@ -59,7 +59,7 @@ void install_autograd_fallback() {
     }
     if (!needs) return;
     std::string name = op.name().str();
-    auto node = autograd::make_node(name, inputs);
+    auto node = autograd::make_node(name, inputs, schema.returns.size());
     node->backward = [name](autograd::Node&, const std::vector<Tensor>&) -> std::vector<Tensor> {
       MT_ERROR("[backward] '{}' has no autograd formula, but an input of it requires grad, so "
                "its gradient is unknown. Register one with register_autograd(backward, "

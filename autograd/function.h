@@ -18,6 +18,8 @@ namespace mt {
 namespace detail {
 template <typename Ret, typename Args, typename Backward>
 struct AutogradKernel;
+template <size_t NIn, size_t NOut>
+struct CustomNode;
 }
 
 // What setup_context saves for backward: tensors (version-checked at backward) and
@@ -41,6 +43,8 @@ class AutogradContext {
  private:
   template <typename, typename, typename>
   friend struct detail::AutogradKernel;
+  template <size_t, size_t>
+  friend struct detail::CustomNode;
   std::vector<autograd::SavedTensor> saved_;
   uint64_t needs_input_grad_ = 0;  // bit i: tensor input i requires grad
   std::span<const Tensor> outputs_;  // during setup_context only, to tell outputs from inputs
@@ -123,10 +127,35 @@ inline bool requires_grad_of(const T& v) {
   else return false;
 }
 
+// The tape entry of a custom op: the node with its AutogradContext and, when the
+// numbers of tensor inputs and outputs are fixed (NIn, NOut > 0), its slots, all in one
+// allocation. NIn or NOut of 0: heap slots (tensor lists, or no tensor inputs at all).
+template <size_t NIn, size_t NOut>
+struct CustomNode final : autograd::Node {
+  CustomNode(size_t n_in, size_t n_out) {
+    if constexpr (NIn > 0 && NOut > 0) {
+      inputs = in_slots;
+      outputs = out_slots;
+    } else {
+      allocate_slots(n_in, n_out);
+    }
+  }
+  void release() override {
+    autograd::Node::release();
+    ctx.saved_.clear();
+    ctx.data.clear();
+  }
+  AutogradContext ctx;
+  std::array<autograd::InputSlot, NIn> in_slots;
+  std::array<autograd::OutputMeta, NOut> out_slots;
+};
+
 template <typename Ret, typename... Args, typename Backward>
 struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
   static constexpr bool kHasLists = (std::is_same_v<std::remove_cvref_t<Args>, std::vector<Tensor>> || ...);
   static constexpr size_t kTensors = (tensor_arg_count<Args> + ... + 0);
+  static constexpr bool kFixedOutputs = !std::is_same_v<Ret, std::vector<Tensor>>;
+  using NodeT = CustomNode<kHasLists ? 0 : kTensors, kFixedOutputs ? output_count<Ret> : 0>;
 
   template <typename Setup>
   static KernelFunction make(std::string name, TypedOperatorHandle<Ret(Args...)> op,
@@ -139,14 +168,21 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
             return op.redispatch(ks.below(DispatchKey::Autograd), args...);
           }();
           if (!(false || ... || requires_grad_of(canon_value_cref(args)))) return out;
+          size_t n_out = 0;
+          if constexpr (kFixedOutputs) n_out = output_count<Ret>;
+          else n_out = out.size();
           // The tensor inputs in order (list elements flattened): on the stack unless the
           // op takes a tensor list.
           std::shared_ptr<autograd::Node> node;
+          NodeT* typed = nullptr;
           uint64_t needs = 0;
           auto record = [&](std::span<const Tensor> inputs) {
-            node = autograd::make_node(name, inputs);
+            auto made = std::make_shared<NodeT>(inputs.size(), n_out);
+            typed = made.get();
+            node = std::move(made);
+            autograd::record_node(node, name, inputs);
             for (size_t i = 0; i < inputs.size() && i < 64; ++i)
-              if (inputs[i].defined() && inputs[i].requires_grad()) needs |= uint64_t(1) << i;
+              if (node->inputs[i].requires_grad) needs |= uint64_t(1) << i;
           };
           if constexpr (kHasLists) {
             std::vector<Tensor> inputs;
@@ -158,15 +194,15 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
             (put_tensor(inputs, i, canon_value_cref(args)), ...);
             record(inputs);
           }
-          auto ctx = std::make_shared<AutogradContext>();
-          ctx->op_ = node->name;
-          ctx->needs_input_grad_ = needs;
+          AutogradContext& ctx = typed->ctx;
+          ctx.op_ = node->name;
+          ctx.needs_input_grad_ = needs;
           auto with_outputs = [&](std::span<const Tensor> outs) {
             // history first, so a saved output remembers it requires grad (double backward)
             for (size_t i = 0; i < outs.size(); ++i) autograd::set_history(outs[i], node, uint32_t(i));
-            ctx->outputs_ = outs;
+            ctx.outputs_ = outs;
             NoGradGuard no_grad;
-            setup(*ctx, args..., out);
+            setup(ctx, args..., out);
           };
           if constexpr (std::is_same_v<Ret, Tensor>) {
             with_outputs(std::span<const Tensor>(&out, 1));
@@ -176,10 +212,9 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
             auto outs = std::apply([](const auto&... ts) { return std::array<Tensor, sizeof...(ts)>{ts...}; }, out);
             with_outputs(outs);
           }
-          ctx->outputs_ = {};
-          node->context = ctx;
+          ctx.outputs_ = {};
           node->backward = [backward](autograd::Node& n, const std::vector<Tensor>& grads) {
-            auto& c = *static_cast<AutogradContext*>(n.context.get());
+            auto& c = static_cast<NodeT&>(n).ctx;
             c.node_ = &n;
             return [&]<size_t... I>(std::index_sequence<I...>) {
               return gradients_to_vector(backward(c, grads[I]...));

@@ -75,21 +75,29 @@ bool any_requires_grad(std::span<const Tensor> ts) {
   return false;
 }
 
-std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs) {
-  auto n = std::make_shared<Node>();
+void Node::allocate_slots(size_t n_in, size_t n_out) {
+  input_slots_.resize(n_in);
+  output_slots_.resize(n_out);
+  inputs = input_slots_;
+  outputs = output_slots_;
+}
+
+void record_node(const std::shared_ptr<Node>& n, std::string name, std::span<const Tensor> inputs) {
+  MT_ASSERT(n->inputs.size() == inputs.size(), "node {} has {} input slots for {} inputs", name,
+            n->inputs.size(), inputs.size());
   n->name = std::move(name);
   n->sequence_nr = t_tape.next_sequence_nr++;
-  n->inputs.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     InputSlot& s = n->inputs[i];
     if (!t.defined()) continue;
-    s.sizes = t.sizes();
-    s.dtype = t.dtype();
-    s.device = t.device();
-    s.requires_grad = t.requires_grad();
+    const TensorImpl* p = t.impl();
+    s.sizes = p->sizes;
+    s.dtype = p->dtype;
+    s.device = p->device;
+    s.requires_grad = p->autograd && p->autograd->requires_grad;
     if (!s.requires_grad) continue;
-    const AutogradMeta* m = t.autograd_meta();
+    const AutogradMeta* m = p->autograd.get();
     if (m->grad_fn) {
       s.producer = m->grad_fn;
       s.output_nr = m->output_nr;
@@ -98,11 +106,19 @@ std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs
     }
   }
   t_tape.append(n);
+}
+
+std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs,
+                                size_t num_outputs) {
+  auto n = std::make_shared<Node>();
+  n->allocate_slots(inputs.size(), num_outputs);
+  record_node(n, std::move(name), inputs);
   return n;
 }
 
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
-  if (node->outputs.size() <= nr) node->outputs.resize(nr + 1);
+  MT_ASSERT(nr < node->outputs.size(), "node {} has {} output slots, not {}", node->name,
+            node->outputs.size(), nr + 1);
   if (!out.defined() || !is_floating(out.dtype())) return;  // e.g. max's indices: no gradient
   AutogradMeta& m = out.ensure_autograd_meta();
   m.requires_grad = true;

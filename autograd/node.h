@@ -62,22 +62,40 @@ struct Node : std::enable_shared_from_this<Node> {
   // tensor input (undefined where the input needs none).
   using BackwardFn = std::function<std::vector<Tensor>(Node&, const std::vector<Tensor>&)>;
 
+  Node() = default;
+  Node(const Node&) = delete;  // inputs and outputs may point into the node itself
+  Node& operator=(const Node&) = delete;
+  virtual ~Node() = default;
+
   std::string name;  // the op, e.g. "mt::silu"
   uint64_t sequence_nr = 0;
-  std::vector<InputSlot> inputs;
-  std::vector<OutputMeta> outputs;
+  std::span<InputSlot> inputs;    // one per tensor input (list elements flattened)
+  std::span<OutputMeta> outputs;  // one per output
   BackwardFn backward;
   std::vector<SavedTensor> saved;
-  std::shared_ptr<void> context;  // the custom op's ctx, freed with the graph
+  std::shared_ptr<void> context;  // state of the backward closure, freed with the graph
   bool released = false;
 
   // Frees saved tensors and the closure (after a backward without retain_graph).
-  void release();
+  virtual void release();
+
+  // Gives the node heap slots for n_in inputs and n_out outputs. Subclasses with a
+  // fixed arity point inputs and outputs at slots of their own instead (no allocation).
+  void allocate_slots(size_t n_in, size_t n_out);
+
+ private:
+  std::vector<InputSlot> input_slots_;
+  std::vector<OutputMeta> output_slots_;
 };
 
-// Makes a node for `name` with an input slot per tensor in `inputs` and `num_outputs`
-// outputs, appends it to this thread's tape, and returns it.
-std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs);
+// Names `node` (whose inputs and outputs spans are already sized), fills its input slots
+// from `inputs` and appends it to this thread's tape.
+void record_node(const std::shared_ptr<Node>& node, std::string name,
+                 std::span<const Tensor> inputs);
+// Makes and records a node with an input slot per tensor in `inputs` and `num_outputs`
+// output slots.
+std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs,
+                                size_t num_outputs);
 // Marks `out` as output `nr` of `node` (requires grad, grad_fn = node).
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr);
 // Whether any of the tensors requires grad.

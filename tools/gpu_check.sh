@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
-STEPS=${STEPS:-tests,mlp,bench,sanitize}  # which steps after the build: a comma list
+STEPS=${STEPS:-tests,mlp,bench,silu,sanitize}  # which steps after the build: a comma list
+# (bench: the MLP step against PyTorch and the dispatch host cost; silu: the SiLU sweep)
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 declare -A STATUS TIME
 
@@ -60,7 +61,7 @@ if want mlp && [ -x build-gpu/examples/mlp_train ]; then
       'build-gpu/examples/mlp_train --device cuda --steps 200 --every 50 && build-gpu/examples/mlp_train --device cpu --steps 200 --every 50'
 fi
 
-if want bench && [ -x build-gpu/tools/bench_silu ]; then
+if want silu && [ -x build-gpu/tools/bench_silu ]; then
   step bench+torch 150 "$OUT/bench.log" python3 tools/compare_torch.py \
       --bench build-gpu/tools/bench_silu --json "$OUT/compare.json"
 fi
