@@ -158,6 +158,33 @@ TEST_CASE("a kernel without autograd: its gradient is an error at backward namin
   CHECK_FALSE(r.find("test_autograd_registration")->passed);
 }
 
+TEST_CASE("backward: a fresh leaf gradient becomes .grad without a copy, shared ones are copied") {
+  Tensor x = from_vector<float>({1, 2, 3}).requires_grad_();
+  backward(sum(mul(x, 3.0)));  // mul.Scalar's backward makes a fresh g * 3: stolen
+  Tensor g1 = x.grad();
+  CHECK(g1.to_vector<float>() == std::vector<float>{3, 3, 3});
+  // The next backward accumulates into a new tensor: the first .grad handle keeps its values.
+  backward(sum(mul(x, 3.0)));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{6, 6, 6});
+  CHECK(g1.to_vector<float>() == std::vector<float>{3, 3, 3});
+
+  // The caller's grad_output is never stolen: changing it later leaves .grad alone.
+  Tensor y = from_vector<float>({1, 2}).requires_grad_();
+  Tensor go = from_vector<float>({5, 7});
+  backward(y, go);
+  CHECK(y.grad().storage() != go.storage());
+  go.fill_(0);
+  CHECK(y.grad().to_vector<float>() == std::vector<float>{5, 7});
+
+  // add's backward hands the same gradient to both inputs: it must not be stolen for one.
+  Tensor z = from_vector<float>({1, 1}).requires_grad_();
+  Tensor w = from_vector<float>({2, 2}).requires_grad_();
+  backward(sum(add(z, w)));
+  CHECK(z.grad().storage() != w.grad().storage());
+  z.grad().fill_(9);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{1, 1});
+}
+
 TEST_CASE("custom_op: declared mutations bump versions; undeclared aliasing is refused") {
   auto scale_ = custom_op(
       "triton_demo::scale_",

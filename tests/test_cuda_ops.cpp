@@ -314,3 +314,24 @@ TEST_CASE("cuda ops (gpu): matmul through cuBLAS: transposed views, batches, bro
   CHECK_THROWS_WITH_AS(matmul(ai, ai), doctest::Contains("[matmul] the CUDA kernel (cuBLAS)"),
                        mt::Error);
 }
+
+TEST_CASE("cuda ops (gpu): long reductions go over chunks and partials, short ones in one pass" *
+          doctest::skip(no_gpu())) {
+  // The op harness's samples are short (one pass); these lengths need the chunked passes
+  // of kernels/gpu/reduce.cpp (rows past 4096 elements, columns past 256 rows).
+  for (const Shape& shape : {Shape{3, 100003}, Shape{5000, 7}, Shape{64, 64}, Shape{1, 4097}}) {
+    Tensor x = input(shape, DType::Float32, 17);
+    Tensor x64 = x.to(DType::Float64);
+    Tensor xg = x.to(kGpu);
+    for (int64_t d : {int64_t(0), int64_t(1)}) {
+      INFO(fmt::format("shape {} dim {}", shape, d));
+      check_close(sum(xg, {d}), sum(x64, {d}), DType::Float32, "sum");
+      check_close(mean(xg, {d}), mean(x64, {d}), DType::Float32, "mean");
+      auto [mg, ig] = max(xg, d);
+      auto [m64, i64] = max(x64, d);
+      check_close(mg, m64, DType::Float32, "max");
+      CHECK(equal(ig.cpu(), i64));
+    }
+    check_close(sum(xg), sum(x64), DType::Float32, "sum all");
+  }
+}

@@ -22,6 +22,11 @@ constexpr int64_t kAccBytes = 16;  // sizeof(mt::Acc<A>) for every A
 // least 16 rows).
 constexpr int64_t kRowWarps = 8192, kRowMinChunk = 256;
 constexpr int64_t kColThreads = 1 << 18, kColMinChunk = 16;
+// Up to these lengths a reduction is one pass (one launch, no partials): a warp reads
+// at most 128 elements a lane, a thread at most 256 rows. A second launch costs the host
+// more than that (about 5 us on the GPU host), and small reductions are the common case
+// in a training step (bias gradients, the loss's mean).
+constexpr int64_t kRowSinglePass = 4096, kColSinglePass = 256;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -53,7 +58,9 @@ void pass(ReduceKind kind, const Tensor& like, const void* in, DType in_t, bool 
   const int dev = like.device().index;
   const bool rows = b.inner == 1;
   int64_t chunks;
-  if (rows)
+  if (b.len <= (rows ? kRowSinglePass : kColSinglePass))
+    chunks = 1;
+  else if (rows)
     chunks = std::clamp<int64_t>(ceil_div(kRowWarps, b.outer), 1, ceil_div(b.len, kRowMinChunk));
   else
     chunks = std::clamp<int64_t>(ceil_div(kColThreads, b.outer * b.inner), 1,
