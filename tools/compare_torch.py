@@ -78,9 +78,12 @@ def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
             p.grad = None
         return loss
 
-    for _ in range(warmup):
+    # Warm up for the steps asked and at least 0.5 s, as `minitensor bench mlp` does.
+    t_warm, done = time.perf_counter(), 0
+    while done < warmup or time.perf_counter() - t_warm < 0.5:
         step()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        done += 1
     ms, losses = [], []
     for _ in range(steps):
         t0 = time.perf_counter()

@@ -17,10 +17,12 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
   Tensor loss;
   // Warm-up: opts.warmup steps, or fewer once half of max_seconds is spent (slow CPU shapes).
   auto warm_begin = Clock::now();
-  for (int i = 0; i < std::max(1, opts.warmup); ++i) {
+  for (int i = 0;; ++i) {
+    const double spent = std::chrono::duration<double>(Clock::now() - warm_begin).count();
+    if (i >= std::max(1, opts.warmup) && spent >= opts.min_warmup_seconds) break;
+    if (i >= 1 && spent > opts.max_seconds / 2) break;
     loss = mlp::train_step(model, task.x, task.target, opts.lr);
     sync();
-    if (std::chrono::duration<double>(Clock::now() - warm_begin).count() > opts.max_seconds / 2) break;
   }
   std::vector<double> ms;
   Tensor first_loss;

@@ -13,6 +13,10 @@ namespace mt::bench {
 
 struct MlpOptions {
   int warmup = 5;            // steps, fewer where they take over max_seconds / 2
+  // ... and at least this long: after set-up (the task is drawn with CPU matmuls),
+  // OpenBLAS's threads busy-wait for a while, on every core; measured on the GPU host
+  // (16 vCPUs), steps timed in that window took 0.22 ms instead of 0.12 ms.
+  double min_warmup_seconds = 0.5;
   int steps = 50;            // timed steps, at most
   int min_steps = 3;         // timed steps, at least (even past max_seconds)
   double max_seconds = 10;   // stop timing a shape after this much (slow CPU shapes)
