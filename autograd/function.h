@@ -145,6 +145,7 @@ struct CustomNode final : autograd::Node {
     ctx.saved_.clear();
     ctx.data.clear();
   }
+  size_t saved_count() const override { return saved.size() + ctx.saved_.size(); }
   AutogradContext ctx;
   std::array<autograd::InputSlot, NIn> in_slots;
   std::array<autograd::OutputMeta, NOut> out_slots;

@@ -157,7 +157,7 @@ std::string dump_tape() {
     for (const OutputMeta& o : n.outputs) outs.push_back(meta_str(o.sizes, o.dtype));
     out += fmt::format("#{} {}({}) -> ({}){}{}\n", i, n.name, fmt::join(ins, ", "),
                        fmt::join(outs, ", "),
-                       n.saved.empty() ? "" : fmt::format(" saved={}", n.saved.size()),
+                       n.saved_count() == 0 ? "" : fmt::format(" saved={}", n.saved_count()),
                        n.released ? " [released]" : "");
   }
   return out;

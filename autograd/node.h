@@ -78,6 +78,8 @@ struct Node : std::enable_shared_from_this<Node> {
 
   // Frees saved tensors and the closure (after a backward without retain_graph).
   virtual void release();
+  // The tensors saved for backward: the node's own and its context's (custom ops).
+  virtual size_t saved_count() const { return saved.size(); }
 
   // Gives the node heap slots for n_in inputs and n_out outputs. Subclasses with a
   // fixed arity point inputs and outputs at slots of their own instead (no allocation).
