@@ -17,15 +17,6 @@ Tensor copy_into(const Tensor& x, DType t, Device d) {
   return out;
 }
 
-template <typename F, typename Backward, typename Setup>
-void register_everywhere(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
-  auto op = custom_op(name, fn, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, fn);
-  op.register_fake(fn);
-  op.register_autograd(bw, setup);
-  keep(op);
-}
-
 template <typename F, typename Fake>
 void register_inplace(const char* name, const char* schema, F fn, Fake fake) {
   auto op = custom_op(name, fn, {.schema = schema});

@@ -17,6 +17,18 @@ void keep(const Op& op) {
   keep_alive(std::make_shared<Op>(op));
 }
 
+// Registers fn as the op's CPU, CUDA and Fake kernel (fn must work on all three: views,
+// and ops built from other ops or from factories that are fake under FakeMode), with the
+// given backward and setup_context.
+template <typename F, typename Backward, typename Setup>
+void register_everywhere(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
+  auto op = custom_op(name, fn, {.schema = schema});
+  op.register_kernel(DeviceType::CUDA, fn);
+  op.register_fake(fn);
+  op.register_autograd(bw, setup);
+  keep(op);
+}
+
 // A typed handle to a built-in op, looked up once per call site.
 #define MT_BUILTIN_OP(name, Sig)                                                           \
   static const auto op = ::mt::dispatcher().find_or_throw(name).typed<Sig>()

@@ -8,27 +8,8 @@ namespace mt {
 namespace ops {
 namespace {
 
-// Registers fn for CPU, CUDA and Fake, and the given backward.
-template <typename F, typename Backward, typename Setup>
-void register_view(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
-  auto op = custom_op(name, fn, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, fn);
-  op.register_fake(fn);
-  op.register_autograd(bw, setup);
-  keep(op);
-}
-
 std::vector<int64_t> vec(const Shape& s) { return s.vec(); }
 
-// For ops that compute (not views): fn for CPU, CUDA and Fake (zeros() is fake under FakeMode).
-template <typename F, typename Backward, typename Setup>
-void register_everywhere_fn(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
-  auto op = custom_op(name, fn, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, fn);
-  op.register_fake(fn);
-  op.register_autograd(bw, setup);
-  keep(op);
-}
 Shape shape_of(AutogradContext& ctx) { return Shape(std::any_cast<std::vector<int64_t>>(ctx.data["sizes"])); }
 void save_sizes(AutogradContext& ctx, const Tensor& x) { ctx.data["sizes"] = vec(x.sizes()); }
 
@@ -46,19 +27,19 @@ void register_views() {
   auto reshape_back = [](AutogradContext& ctx, const Tensor& g) { return g.reshape(shape_of(ctx)); };
   auto keep_sizes = [](AutogradContext& ctx, const Tensor& x, auto&&...) { save_sizes(ctx, x); };
 
-  register_view("mt::view", "(Tensor(a) self, int[] size) -> Tensor(a)",
+  register_everywhere("mt::view", "(Tensor(a) self, int[] size) -> Tensor(a)",
                 [](const Tensor& x, const std::vector<int64_t>& size) { return detail::view_of(x, Shape(size)); },
                 reshape_back, keep_sizes);
-  register_view("mt::reshape", "(Tensor(a) self, int[] shape) -> Tensor(a)", reshape_impl,
+  register_everywhere("mt::reshape", "(Tensor(a) self, int[] shape) -> Tensor(a)", reshape_impl,
                 reshape_back, keep_sizes);
-  register_view("mt::squeeze", "(Tensor(a) self) -> Tensor(a)",
+  register_everywhere("mt::squeeze", "(Tensor(a) self) -> Tensor(a)",
                 [](const Tensor& x) { return detail::squeeze_of(x); }, reshape_back, keep_sizes);
-  register_view("mt::squeeze.dim", "(Tensor(a) self, int dim) -> Tensor(a)",
+  register_everywhere("mt::squeeze.dim", "(Tensor(a) self, int dim) -> Tensor(a)",
                 [](const Tensor& x, int64_t d) { return detail::squeeze_of(x, d); }, reshape_back, keep_sizes);
-  register_view("mt::unsqueeze", "(Tensor(a) self, int dim) -> Tensor(a)",
+  register_everywhere("mt::unsqueeze", "(Tensor(a) self, int dim) -> Tensor(a)",
                 [](const Tensor& x, int64_t d) { return detail::unsqueeze_of(x, d); }, reshape_back, keep_sizes);
 
-  register_view(
+  register_everywhere(
       "mt::transpose", "(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
       [](const Tensor& x, int64_t a, int64_t b) { return detail::transpose_of(x, a, b); },
       [](AutogradContext& ctx, const Tensor& g) {
@@ -69,7 +50,7 @@ void register_views() {
         ctx.data["dim1"] = b;
       });
 
-  register_view(
+  register_everywhere(
       "mt::permute", "(Tensor(a) self, int[] dims) -> Tensor(a)",
       [](const Tensor& x, const std::vector<int64_t>& dims) { return detail::permute_of(x, Shape(dims)); },
       [](AutogradContext& ctx, const Tensor& g) {
@@ -83,12 +64,12 @@ void register_views() {
         ctx.data["dims"] = dims;
       });
 
-  register_view(
+  register_everywhere(
       "mt::expand", "(Tensor(a) self, int[] size) -> Tensor(a)",
       [](const Tensor& x, const std::vector<int64_t>& size) { return detail::expand_of(x, Shape(size)); },
       [](AutogradContext& ctx, const Tensor& g) { return sum_to(g, shape_of(ctx)); }, keep_sizes);
 
-  register_view(
+  register_everywhere(
       "mt::slice", "(Tensor(a) self, int dim, int start, int end, int step=1) -> Tensor(a)",
       [](const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) { return detail::slice_of(x, d, s, e, st); },
       [](AutogradContext& ctx, const Tensor& g) {
@@ -105,7 +86,7 @@ void register_views() {
         ctx.data["step"] = st;
       });
 
-  register_view(
+  register_everywhere(
       "mt::select", "(Tensor(a) self, int dim, int index) -> Tensor(a)",
       [](const Tensor& x, int64_t d, int64_t i) { return detail::select_of(x, d, i); },
       [](AutogradContext& ctx, const Tensor& g) {
@@ -126,7 +107,7 @@ void register_views() {
     if (!gi.is_fake()) detail::copy_impl(detail::slice_of(gi, d, s, e, st), g);
     return gi;
   };
-  register_everywhere_fn(
+  register_everywhere(
       "mt::slice_backward",
       "(Tensor grad_output, int[] input_sizes, int dim, int start, int end, int step) -> Tensor",
       slice_bwd,
@@ -146,7 +127,7 @@ void register_views() {
     if (!gi.is_fake()) detail::copy_impl(detail::select_of(gi, d, i), g);
     return gi;
   };
-  register_everywhere_fn(
+  register_everywhere(
       "mt::select_backward", "(Tensor grad_output, int[] input_sizes, int dim, int index) -> Tensor",
       select_bwd,
       [](AutogradContext& ctx, const Tensor& gg) {
