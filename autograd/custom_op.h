@@ -49,18 +49,11 @@ void post_call(const PostCall& pc, const Ret* r, const A&... args) {
   if (pc.mutated_args != 0) {
     size_t pos = 0;
     auto bump = [&](const auto& v) {
-      using T = std::remove_cvref_t<decltype(v)>;
-      const bool written = pos < 64 && (pc.mutated_args >> pos & 1u);
-      ++pos;
-      if (!written) return;
-      if constexpr (std::is_same_v<T, Tensor>) {
-        if (v.defined()) v.bump_version();
-      } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
-        if (v && v->defined()) v->bump_version();
-      } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-        for (const Tensor& t : v)
+      if (pos < 64 && (pc.mutated_args >> pos & 1u))
+        visit_tensors<true>(v, [](const Tensor& t) {
           if (t.defined()) t.bump_version();
-      }
+        });
+      ++pos;
     };
     (bump(args), ...);
   }
@@ -70,22 +63,11 @@ void post_call(const PostCall& pc, const Ret* r, const A&... args) {
       const StorageImpl* so = storage_of(out);
       if (so == nullptr) return;
       size_t i = 0;  // tensor inputs, list elements flattened
-      auto against = [&](const auto& v) {
-        using T = std::remove_cvref_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, Tensor>) {
-          if (storage_of(v) == so) pc.alias_error(i, o);
-          ++i;
-        } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
-          if (v && storage_of(*v) == so) pc.alias_error(i, o);
-          ++i;
-        } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-          for (const Tensor& t : v) {
-            if (storage_of(t) == so) pc.alias_error(i, o);
-            ++i;
-          }
-        }
-      };
-      (against(args), ...);
+      (visit_tensors<true>(args, [&](const Tensor& t) {
+         if (storage_of(t) == so) pc.alias_error(i, o);
+         ++i;
+       }),
+       ...);
     };
     if constexpr (std::is_same_v<Ret, Tensor>) {
       check_output(0, *r);

@@ -58,12 +58,19 @@ template <typename T>
 inline constexpr size_t tensor_arg_count = std::is_same_v<std::remove_cvref_t<T>, Tensor> ||
                                            std::is_same_v<std::remove_cvref_t<T>, std::optional<Tensor>>;
 
-template <typename T>
-void collect_tensor(std::vector<Tensor>& out, const T& v) {
+// Calls f(const Tensor&) for each tensor a kernel argument holds: a Tensor, an optional
+// one (an undefined Tensor when empty) and, with Lists, each element of a Tensor list.
+// Other argument types hold none. Tensor lists are not differentiable inputs of a custom
+// op (its backward returns one gradient per Tensor argument), so autograd visits without.
+template <bool Lists, typename T, typename F>
+void visit_tensors(const T& v, F&& f) {
   if constexpr (std::is_same_v<T, Tensor>) {
-    out.push_back(v);
+    f(v);
   } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
-    out.push_back(v ? *v : Tensor());
+    static const Tensor none;
+    f(v ? *v : none);
+  } else if constexpr (Lists && std::is_same_v<T, std::vector<Tensor>>) {
+    for (const Tensor& t : v) f(t);
   }
 }
 
@@ -119,33 +126,21 @@ struct BackwardCheck {
   }
 };
 
-template <typename T>
-inline bool requires_grad_of(const T& v) {
-  if constexpr (std::is_same_v<T, Tensor>) return v.defined() && v.requires_grad();
-  else if constexpr (std::is_same_v<T, std::optional<Tensor>>) return v && v->defined() && v->requires_grad();
-  else if constexpr (std::is_same_v<T, std::vector<Tensor>>) return autograd::any_requires_grad(v);
-  else return false;
-}
-
-// The tape entry of a custom op: the node with its AutogradContext and, when the
-// numbers of tensor inputs and outputs are fixed (NIn, NOut > 0), its slots, all in one
-// allocation. NIn or NOut of 0: heap slots (tensor lists, or no tensor inputs at all).
+// The tape entry of a custom op: the node with its AutogradContext and its input slots
+// (and output slots, unless the op returns a Tensor list: NOut 0) in one allocation.
 template <size_t NIn, size_t NOut>
 struct CustomNode final : autograd::Node {
-  CustomNode(size_t n_in, size_t n_out) {
-    if constexpr (NIn > 0 && NOut > 0) {
-      inputs = in_slots;
-      outputs = out_slots;
-    } else {
-      allocate_slots(n_in, n_out);
-    }
+  explicit CustomNode(size_t n_out) {
+    if constexpr (NOut == 0) allocate_slots(0, n_out);
+    else outputs = out_slots;
+    inputs = in_slots;
   }
   void release() override {
     autograd::Node::release();
     ctx.saved_.clear();
     ctx.data.clear();
   }
-  size_t saved_count() const override { return saved.size() + ctx.saved_.size(); }
+  size_t saved_count() const override { return ctx.saved_.size(); }
   AutogradContext ctx;
   std::array<autograd::InputSlot, NIn> in_slots;
   std::array<autograd::OutputMeta, NOut> out_slots;
@@ -153,10 +148,9 @@ struct CustomNode final : autograd::Node {
 
 template <typename Ret, typename... Args, typename Backward>
 struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
-  static constexpr bool kHasLists = (std::is_same_v<std::remove_cvref_t<Args>, std::vector<Tensor>> || ...);
   static constexpr size_t kTensors = (tensor_arg_count<Args> + ... + 0);
   static constexpr bool kFixedOutputs = !std::is_same_v<Ret, std::vector<Tensor>>;
-  using NodeT = CustomNode<kHasLists ? 0 : kTensors, kFixedOutputs ? output_count<Ret> : 0>;
+  using NodeT = CustomNode<kTensors, kFixedOutputs ? output_count<Ret> : 0>;
 
   template <typename Setup>
   static KernelFunction make(std::string name, TypedOperatorHandle<Ret(Args...)> op,
@@ -168,33 +162,21 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
             ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
             return op.redispatch(ks.below(DispatchKey::Autograd), args...);
           }();
-          if (!(false || ... || requires_grad_of(canon_value_cref(args)))) return out;
-          size_t n_out = 0;
-          if constexpr (kFixedOutputs) n_out = output_count<Ret>;
-          else n_out = out.size();
-          // The tensor inputs in order (list elements flattened): on the stack unless the
-          // op takes a tensor list.
-          std::shared_ptr<autograd::Node> node;
-          NodeT* typed = nullptr;
+          bool any = false;
+          (visit_tensors<false>(args, [&](const Tensor& t) { any = any || (t.defined() && t.requires_grad()); }), ...);
+          if (!any) return out;
+          std::array<Tensor, kTensors> inputs;  // the tensor inputs, in order
+          size_t n = 0;
+          (visit_tensors<false>(args, [&](const Tensor& t) { inputs[n++] = t; }), ...);
+          size_t n_out = output_count<Ret>;
+          if constexpr (!kFixedOutputs) n_out = out.size();
+          auto made = std::make_shared<NodeT>(n_out);
+          NodeT* typed = made.get();
+          const std::shared_ptr<autograd::Node> node = std::move(made);
+          autograd::record_node(node, name, inputs);
           uint64_t needs = 0;
-          auto record = [&](std::span<const Tensor> inputs) {
-            auto made = std::make_shared<NodeT>(inputs.size(), n_out);
-            typed = made.get();
-            node = std::move(made);
-            autograd::record_node(node, name, inputs);
-            for (size_t i = 0; i < inputs.size() && i < 64; ++i)
-              if (node->inputs[i].requires_grad) needs |= uint64_t(1) << i;
-          };
-          if constexpr (kHasLists) {
-            std::vector<Tensor> inputs;
-            (collect_tensor(inputs, canon_value_cref(args)), ...);
-            record(inputs);
-          } else {
-            std::array<Tensor, kTensors> inputs;
-            size_t i = 0;
-            (put_tensor(inputs, i, canon_value_cref(args)), ...);
-            record(inputs);
-          }
+          for (size_t i = 0; i < kTensors && i < 64; ++i)
+            if (node->inputs[i].requires_grad) needs |= uint64_t(1) << i;
           AutogradContext& ctx = typed->ctx;
           ctx.op_ = node->name;
           ctx.needs_input_grad_ = needs;
@@ -223,15 +205,6 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           };
           return out;
         });
-  }
-
- private:
-  template <typename T>
-  static const T& canon_value_cref(const T& v) { return v; }
-  template <size_t N, typename T>
-  static void put_tensor(std::array<Tensor, N>& a, size_t& i, const T& v) {
-    if constexpr (std::is_same_v<T, Tensor>) a[i++] = v;
-    else if constexpr (std::is_same_v<T, std::optional<Tensor>>) a[i++] = v ? *v : Tensor();
   }
 };
 

@@ -65,8 +65,6 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, std::string_view 
 void Node::release() {
   released = true;
   backward = nullptr;
-  saved.clear();
-  context.reset();
 }
 
 bool any_requires_grad(std::span<const Tensor> ts) {

@@ -72,14 +72,12 @@ struct Node : std::enable_shared_from_this<Node> {
   std::span<InputSlot> inputs;    // one per tensor input (list elements flattened)
   std::span<OutputMeta> outputs;  // one per output
   BackwardFn backward;
-  std::vector<SavedTensor> saved;
-  std::shared_ptr<void> context;  // state of the backward closure, freed with the graph
   bool released = false;
 
-  // Frees saved tensors and the closure (after a backward without retain_graph).
+  // Frees the closure and what it saved (after a backward without retain_graph).
   virtual void release();
-  // The tensors saved for backward: the node's own and its context's (custom ops).
-  virtual size_t saved_count() const { return saved.size(); }
+  // How many tensors the node keeps for backward (a custom op's: its context's).
+  virtual size_t saved_count() const { return 0; }
 
   // Gives the node heap slots for n_in inputs and n_out outputs. Subclasses with a
   // fixed arity point inputs and outputs at slots of their own instead (no allocation).

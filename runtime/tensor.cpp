@@ -224,27 +224,29 @@ Tensor fake_empty(const Shape& shape, const TensorOptions& opts) {
   return finish(detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device), opts);
 }
 
-Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& opts) {
-  check_sizes(shape, "empty_strided");
-  MT_CHECK(shape.size() == strides.size(),
-           "[empty_strided] shape {} and strides {} have different lengths", shape, strides);
+namespace {
+// A tensor over fresh storage of `elements` elements (fake under FakeMode); the callers
+// have checked shape and strides.
+Tensor allocate(const Shape& shape, const Shape& strides, int64_t elements,
+                const TensorOptions& opts) {
   if (t_fake_mode) return finish(detail::make_fake(shape, strides, opts.dtype, opts.device), opts);
-  int64_t extent = storage_extent(shape, strides);
-  auto storage = std::make_shared<StorageImpl>(size_t(extent) * dtype_size(opts.dtype),
+  auto storage = std::make_shared<StorageImpl>(size_t(elements) * dtype_size(opts.dtype),
                                                allocator_for(opts.device));
   return finish(detail::make_tensor(std::move(storage), shape, strides, 0, opts.dtype, opts.device),
                 opts);
 }
+}  // namespace
+
+Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& opts) {
+  check_sizes(shape, "empty_strided");
+  MT_CHECK(shape.size() == strides.size(),
+           "[empty_strided] shape {} and strides {} have different lengths", shape, strides);
+  return allocate(shape, strides, t_fake_mode ? 0 : storage_extent(shape, strides), opts);
+}
 
 Tensor empty(const Shape& shape, const TensorOptions& opts) {
   check_sizes(shape, "empty");
-  if (t_fake_mode)
-    return finish(detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device), opts);
-  auto storage = std::make_shared<StorageImpl>(size_t(shape_numel(shape)) * dtype_size(opts.dtype),
-                                               allocator_for(opts.device));
-  return finish(detail::make_tensor(std::move(storage), shape, contiguous_strides(shape), 0,
-                                    opts.dtype, opts.device),
-                opts);
+  return allocate(shape, contiguous_strides(shape), shape_numel(shape), opts);
 }
 
 Tensor empty_like(const Tensor& t) {

@@ -129,22 +129,6 @@ inline const TensorImpl& check_cpu(const char* op, const Tensor& t, const char* 
   return *p;
 }
 
-inline char* data_of(const TensorImpl& t) {
-  if (t.numel == 0 || !t.storage || t.storage->data() == nullptr) return nullptr;
-  return static_cast<char*>(t.storage->data()) + t.offset * int64_t(dtype_size(t.dtype));
-}
-
-// Dense in row-major order (size-1 dims may have any stride).
-inline bool row_major_dense(const TensorImpl& t) {
-  int64_t expected = 1;
-  for (size_t i = t.sizes.size(); i-- > 0;) {
-    if (t.sizes[i] == 1) continue;
-    if (t.strides[i] != expected) return false;
-    expected *= t.sizes[i];
-  }
-  return true;
-}
-
 }  // namespace
 
 Loop make_loop(const char* op, const Tensor& out,
@@ -155,19 +139,24 @@ Loop make_loop(const char* op, const Tensor& out,
   it.nops = int(inputs.size()) + 1;
   it.numel = o.numel;
   const int nd = int(o.sizes.size());
+  const Tensor* tensors[Loop::kMaxOperands];
   const TensorImpl* ops[Loop::kMaxOperands];
+  tensors[0] = &out;
   ops[0] = &o;
   int k = 1;
-  for (const Tensor& t : inputs) ops[k++] = &check_cpu(op, t, "input");
+  for (const Tensor& t : inputs) {
+    tensors[k] = &t;
+    ops[k++] = &check_cpu(op, t, "input");
+  }
   for (k = 0; k < it.nops; ++k) {
     it.dtype[k] = ops[k]->dtype;
-    it.data[k] = data_of(*ops[k]);
+    it.data[k] = it.numel ? static_cast<char*>(tensors[k]->data_ptr()) : nullptr;
   }
 
-  // The common case: every operand has out's shape and is dense row-major. One row.
+  // The common case: every operand has out's shape and is contiguous. One row.
   bool same_dense = true;
   for (k = 0; k < it.nops && same_dense; ++k)
-    same_dense = (k == 0 || ops[k]->sizes == o.sizes) && row_major_dense(*ops[k]);
+    same_dense = (k == 0 || ops[k]->sizes == o.sizes) && tensors[k]->is_contiguous();
   if (same_dense) {
     it.ndim = 1;
     it.sizes[0] = it.numel;
