@@ -20,11 +20,12 @@ namespace {
 // at exit) go straight to free().
 // Under AddressSanitizer the lists are off, so that it still sees every use after free.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr size_t kSmallMax = 0;
+constexpr bool kSmallCacheOn = false;
 #else
-constexpr size_t kSmallMax = 1024;
+constexpr bool kSmallCacheOn = true;
 #endif
-constexpr size_t kClasses = kSmallMax / 64 + 1;
+constexpr size_t kSmallMax = 1024;
+constexpr size_t kClasses = kSmallMax / 64;  // class c holds blocks of (c + 1) * 64 bytes
 constexpr int kPerClass = 32;
 
 struct SmallCache {
@@ -53,7 +54,7 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = (nbytes + 63) / 64 * 64;
-    if (rounded <= kSmallMax) {
+    if (kSmallCacheOn && rounded <= kSmallMax) {  // rounded >= 64 here
       size_t c = rounded / 64 - 1;
       if (t_small.count[c] > 0) return t_small.blocks[c][--t_small.count[c]];
     }
@@ -63,7 +64,8 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t nbytes) noexcept override {
     size_t rounded = (nbytes + 63) / 64 * 64;
-    if (ptr != nullptr && rounded <= kSmallMax && !t_small.closed) {
+    if (kSmallCacheOn && ptr != nullptr && rounded != 0 && rounded <= kSmallMax &&
+        !t_small.closed) {
       if (!t_small.live) {  // first small free on this thread: arm the flush at thread exit
         t_small_flusher.arm();
         t_small.live = true;
