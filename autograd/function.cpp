@@ -7,11 +7,10 @@
 namespace mt {
 
 void AutogradContext::save_for_backward(std::span<const Tensor> tensors) {
-  saved_.reserve(saved_.size() + tensors.size());
   for (const Tensor& t : tensors) {
     bool is_output = std::any_of(outputs_.begin(), outputs_.end(),
                                  [&](const Tensor& o) { return t.defined() && o.is_same(t); });
-    saved_.emplace_back(t, is_output);
+    saved_.push(t, is_output);
   }
 }
 
@@ -23,7 +22,7 @@ std::vector<Tensor> AutogradContext::saved() const {
   std::shared_ptr<autograd::Node> owner = node_->shared_from_this();
   std::vector<Tensor> out;
   out.reserve(saved_.size());
-  for (const auto& s : saved_) out.push_back(s.unpack(owner, op_));
+  for (size_t i = 0; i < saved_.size(); ++i) out.push_back(saved_[i].unpack(owner, op_));
   return out;
 }
 

@@ -45,7 +45,29 @@ class AutogradContext {
   friend struct detail::AutogradKernel;
   template <size_t, size_t>
   friend struct detail::CustomNode;
-  std::vector<autograd::SavedTensor> saved_;
+  // The saved tensors: the first kInlineSaved inside the context (so inside the node's
+  // one allocation), any further ones in `more`.
+  struct SavedList {
+    static constexpr size_t kInlineSaved = 2;
+    std::array<autograd::SavedTensor, kInlineSaved> first;
+    std::vector<autograd::SavedTensor> more;
+    size_t n = 0;
+    void push(const Tensor& t, bool is_output) {
+      if (n < kInlineSaved) first[n] = autograd::SavedTensor(t, is_output);
+      else more.emplace_back(t, is_output);
+      ++n;
+    }
+    const autograd::SavedTensor& operator[](size_t i) const {
+      return i < kInlineSaved ? first[i] : more[i - kInlineSaved];
+    }
+    size_t size() const { return n; }
+    void clear() {
+      for (size_t i = 0; i < n && i < kInlineSaved; ++i) first[i] = {};
+      more.clear();
+      n = 0;
+    }
+  };
+  SavedList saved_;
   uint64_t needs_input_grad_ = 0;  // bit i: tensor input i requires grad
   std::span<const Tensor> outputs_;  // during setup_context only, to tell outputs from inputs
   std::string_view op_;  // the node's name (the node owns this context)
@@ -165,9 +187,9 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           bool any = false;
           (visit_tensors<false>(args, [&](const Tensor& t) { any = any || (t.defined() && t.requires_grad()); }), ...);
           if (!any) return out;
-          std::array<Tensor, kTensors> inputs;  // the tensor inputs, in order
+          std::array<const Tensor*, kTensors> inputs;  // the tensor inputs, in order
           size_t n = 0;
-          (visit_tensors<false>(args, [&](const Tensor& t) { inputs[n++] = t; }), ...);
+          (visit_tensors<false>(args, [&](const Tensor& t) { inputs[n++] = &t; }), ...);
           size_t n_out = output_count<Ret>;
           if constexpr (!kFixedOutputs) n_out = out.size();
           auto made = std::make_shared<NodeT>(n_out);

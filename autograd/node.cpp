@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "runtime/tls.h"
+
 namespace mt::autograd {
 namespace {
 
@@ -24,7 +26,7 @@ struct Tape {
   }
 };
 
-thread_local Tape t_tape;
+MT_TLS Tape t_tape;
 
 std::string meta_str(const Shape& s, DType t) { return fmt::format("{} {}", s, t); }
 
@@ -80,13 +82,14 @@ void Node::allocate_slots(size_t n_in, size_t n_out) {
   outputs = output_slots_;
 }
 
-void record_node(const std::shared_ptr<Node>& n, std::string name, std::span<const Tensor> inputs) {
+void record_node(const std::shared_ptr<Node>& n, std::string_view name,
+                 std::span<const Tensor* const> inputs) {
   MT_ASSERT(n->inputs.size() == inputs.size(), "node {} has {} input slots for {} inputs", name,
             n->inputs.size(), inputs.size());
-  n->name = std::move(name);
+  n->name = name;
   n->sequence_nr = t_tape.next_sequence_nr++;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
+    const Tensor& t = *inputs[i];
     InputSlot& s = n->inputs[i];
     if (!t.defined()) continue;
     const TensorImpl* p = t.impl();
@@ -110,7 +113,9 @@ std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs
                                 size_t num_outputs) {
   auto n = std::make_shared<Node>();
   n->allocate_slots(inputs.size(), num_outputs);
-  record_node(n, std::move(name), inputs);
+  std::vector<const Tensor*> ptrs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) ptrs[i] = &inputs[i];
+  record_node(n, name, ptrs);
   return n;
 }
 

@@ -35,7 +35,6 @@ class SavedTensor {
   bool is_output_ = false;
   bool requires_grad_ = false;
   uint32_t output_nr_ = 0;
-  std::weak_ptr<Node> grad_fn_;  // for saved inputs that are themselves non-leaf
 };
 
 // Where the gradient for one tensor input of a node goes.
@@ -89,9 +88,10 @@ struct Node : std::enable_shared_from_this<Node> {
 };
 
 // Names `node` (whose inputs and outputs spans are already sized), fills its input slots
-// from `inputs` and appends it to this thread's tape.
-void record_node(const std::shared_ptr<Node>& node, std::string name,
-                 std::span<const Tensor> inputs);
+// from `inputs` (pointers, so that recording copies no handle) and appends it to this
+// thread's tape.
+void record_node(const std::shared_ptr<Node>& node, std::string_view name,
+                 std::span<const Tensor* const> inputs);
 // Makes and records a node with an input slot per tensor in `inputs` and `num_outputs`
 // output slots.
 std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs,

@@ -14,6 +14,7 @@
 
 #include "dispatcher/kernel_function.h"
 #include "dispatcher/schema.h"
+#include "runtime/tls.h"
 
 namespace mt {
 
@@ -24,7 +25,7 @@ struct LocalDispatchKeySet {
   DispatchKeySet excluded;  // removed from every call's keys (e.g. Autograd under no_grad)
 };
 namespace detail {
-inline thread_local LocalDispatchKeySet t_local_keys;
+inline MT_TLS LocalDispatchKeySet t_local_keys;
 extern std::atomic<bool> g_trace_dispatch;
 }  // namespace detail
 inline const LocalDispatchKeySet& local_dispatch_keys() { return detail::t_local_keys; }

@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
+#include "runtime/tls.h"
 
 namespace mt {
 namespace {
@@ -16,8 +17,9 @@ namespace {
 // drop the same small sizes over and over; blocks of up to kSmallMax bytes are therefore
 // kept, per thread, in a short free list for each 64-byte size class. A block may be
 // freed on another thread than the one that made it: it then joins that thread's list.
-// The lists are emptied when their thread ends; blocks freed after that (static tensors
-// at exit) go straight to free().
+// A thread's lists are made at its first small free and emptied when it ends; blocks
+// freed after that (static tensors at exit) go straight to free(). The thread reaches
+// them through one pointer (Note [Thread-local variables in a shared library]).
 // Under AddressSanitizer the lists are off, so that it still sees every use after free.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSmallCacheOn = false;
@@ -31,32 +33,35 @@ constexpr int kPerClass = 32;
 struct SmallCache {
   void* blocks[kClasses][kPerClass];
   int count[kClasses];
-  bool live;    // the flush at thread exit is armed
-  bool closed;  // the thread is ending: free() at once
 };
-thread_local SmallCache t_small{};  // trivially destructible: usable until the thread ends
+MT_TLS SmallCache* t_small = nullptr;
+MT_TLS bool t_small_closed = false;  // the thread is ending: free() at once
 
-struct SmallCacheFlusher {
-  void arm() {}
-  ~SmallCacheFlusher() {
-    for (size_t c = 0; c < kClasses; ++c) {
-      for (int i = 0; i < t_small.count[c]; ++i) std::free(t_small.blocks[c][i]);
-      t_small.count[c] = 0;
-    }
-    t_small.live = false;
-    t_small.closed = true;
+struct SmallCacheOwner {
+  SmallCache* make() {
+    t_small = static_cast<SmallCache*>(std::calloc(1, sizeof(SmallCache)));
+    return t_small;
+  }
+  ~SmallCacheOwner() {
+    t_small_closed = true;
+    SmallCache* c = t_small;
+    t_small = nullptr;
+    if (c == nullptr) return;
+    for (size_t k = 0; k < kClasses; ++k)
+      for (int i = 0; i < c->count[k]; ++i) std::free(c->blocks[k][i]);
+    std::free(c);
   }
 };
-thread_local SmallCacheFlusher t_small_flusher;
+thread_local SmallCacheOwner t_small_owner;  // its destructor runs when the thread ends
 
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = (nbytes + 63) / 64 * 64;
-    if (kSmallCacheOn && rounded <= kSmallMax) {  // rounded >= 64 here
-      size_t c = rounded / 64 - 1;
-      if (t_small.count[c] > 0) return t_small.blocks[c][--t_small.count[c]];
+    if (SmallCache* cache = t_small; kSmallCacheOn && cache != nullptr && rounded <= kSmallMax) {
+      size_t c = rounded / 64 - 1;  // rounded >= 64 here
+      if (cache->count[c] > 0) return cache->blocks[c][--cache->count[c]];
     }
     void* p = std::aligned_alloc(64, rounded);
     MT_CHECK(p != nullptr, "[cpu allocator] out of memory allocating {} bytes", nbytes);
@@ -64,15 +69,12 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t nbytes) noexcept override {
     size_t rounded = (nbytes + 63) / 64 * 64;
-    if (kSmallCacheOn && ptr != nullptr && rounded != 0 && rounded <= kSmallMax &&
-        !t_small.closed) {
-      if (!t_small.live) {  // first small free on this thread: arm the flush at thread exit
-        t_small_flusher.arm();
-        t_small.live = true;
-      }
+    if (kSmallCacheOn && ptr != nullptr && rounded != 0 && rounded <= kSmallMax) {
+      SmallCache* cache = t_small;
+      if (cache == nullptr && !t_small_closed) cache = t_small_owner.make();  // first small free
       size_t c = rounded / 64 - 1;
-      if (t_small.count[c] < kPerClass) {
-        t_small.blocks[c][t_small.count[c]++] = ptr;
+      if (cache != nullptr && cache->count[c] < kPerClass) {
+        cache->blocks[c][cache->count[c]++] = ptr;
         return;
       }
     }

@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/fake.h"
+#include "runtime/tls.h"
 
 namespace mt {
 
@@ -121,8 +122,7 @@ void Tensor::bump_version() const {
 
 AutogradMeta& Tensor::ensure_autograd_meta() const {
   TensorImpl* t = checked();
-  if (!t->autograd) t->autograd = std::make_unique<AutogradMeta>();
-  return *t->autograd;
+  return t->autograd ? *t->autograd.get() : t->autograd.emplace();
 }
 
 const Tensor& Tensor::requires_grad_(bool requires_grad) const {
@@ -191,7 +191,7 @@ void check_sizes(const Shape& shape, const char* op) {
     MT_CHECK(s >= 0, "[{}] negative size {} in shape {}; sizes must be >= 0", op, s, shape);
 }
 
-thread_local bool t_fake_mode = false;
+MT_TLS bool t_fake_mode = false;
 
 // Bytes needed to hold every element reachable through (sizes, strides).
 int64_t storage_extent(const Shape& sizes, const Shape& strides) {

@@ -34,6 +34,25 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
 };
 
+// A tensor's AutogradMeta, kept inside the TensorImpl (no allocation of its own) and
+// empty until first asked for; it reads like the pointer it replaced.
+class AutogradSlot {
+ public:
+  explicit operator bool() const { return engaged_; }
+  AutogradMeta* get() { return engaged_ ? &meta_ : nullptr; }
+  const AutogradMeta* get() const { return engaged_ ? &meta_ : nullptr; }
+  AutogradMeta* operator->() { return &meta_; }
+  const AutogradMeta* operator->() const { return &meta_; }
+  AutogradMeta& emplace() {
+    engaged_ = true;
+    return meta_;
+  }
+
+ private:
+  AutogradMeta meta_;
+  bool engaged_ = false;
+};
+
 // The state behind a Tensor handle. Internal: use Tensor's methods.
 struct TensorImpl {
   TensorImpl() = default;
@@ -53,7 +72,7 @@ struct TensorImpl {
   Storage storage;  // null for fake tensors
   bool fake = false;
   DispatchKeySet keys;  // backend or Fake, plus Autograd when it requires grad
-  std::unique_ptr<AutogradMeta> autograd;
+  AutogradSlot autograd;
 
   void refresh_keys();
 };

@@ -62,7 +62,9 @@ build_opts=()
 ninja_targets=()
 if [ $sanitize -eq 1 ]; then
   builddir=build-asan
-  build_opts=(-Db_sanitize=address,undefined -Db_lundef=false)
+  # -O1, as the ASan docs advise: every check stays, and the build (CI's longest step)
+  # takes about a third less time than at -O2.
+  build_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1)
 fi
 if [ $tsan -eq 1 ]; then
   [ $sanitize -eq 0 ] || { echo "dev.sh: --tsan and --sanitize are separate builds; pick one" >&2; exit 2; }
