@@ -192,7 +192,7 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           (visit_tensors<false>(args, [&](const Tensor& t) { inputs[n++] = &t; }), ...);
           size_t n_out = output_count<Ret>;
           if constexpr (!kFixedOutputs) n_out = out.size();
-          auto made = std::make_shared<NodeT>(n_out);
+          auto made = make_object<NodeT>(n_out);
           NodeT* typed = made.get();
           const std::shared_ptr<autograd::Node> node = std::move(made);
           autograd::record_node(node, name, inputs);

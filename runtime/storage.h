@@ -54,4 +54,31 @@ class StorageImpl {
 
 using Storage = std::shared_ptr<StorageImpl>;
 
+namespace detail {
+// Memory for the runtime's small objects (TensorImpl, StorageImpl, tape entries): blocks of
+// up to 1 KiB come from per-thread free lists (Note [Small CPU blocks]), larger ones from
+// malloc. Aligned for any fundamental type.
+void* object_alloc(size_t nbytes);
+void object_free(void* ptr, size_t nbytes) noexcept;
+
+template <typename T>
+struct ObjectAllocator {
+  static_assert(alignof(T) <= alignof(std::max_align_t), "object_alloc aligns to max_align_t");
+  using value_type = T;
+  ObjectAllocator() = default;
+  template <typename U>
+  ObjectAllocator(const ObjectAllocator<U>&) noexcept {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(object_alloc(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { object_free(p, n * sizeof(T)); }
+  friend bool operator==(const ObjectAllocator&, const ObjectAllocator&) { return true; }
+};
+
+// std::make_shared with the object allocator: the object and its reference counts in one
+// block from those lists.
+template <typename T, typename... Args>
+std::shared_ptr<T> make_object(Args&&... args) {
+  return std::allocate_shared<T>(ObjectAllocator<T>{}, std::forward<Args>(args)...);
+}
+}  // namespace detail
+
 }  // namespace mt
