@@ -198,7 +198,10 @@ int64_t storage_extent(const Shape& sizes, const Shape& strides) {
   int64_t max_off = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] == 0) return 0;
-    MT_CHECK(strides[i] >= 0, "[empty_strided] negative stride {} is not supported", strides[i]);
+    MT_CHECK(strides[i] >= 0,
+             "[empty_strided] negative stride {} in strides {} is not supported; use strides "
+             ">= 0",
+             strides[i], strides);
     max_off += (sizes[i] - 1) * strides[i];
   }
   return max_off + 1;
@@ -241,7 +244,8 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptio
   check_sizes(shape, "empty_strided");
   MT_CHECK(shape.size() == strides.size(),
            "[empty_strided] shape {} and strides {} have different lengths", shape, strides);
-  return allocate(shape, strides, t_fake_mode ? 0 : storage_extent(shape, strides), opts);
+  int64_t extent = storage_extent(shape, strides);  // checks the strides, fake or not
+  return allocate(shape, strides, extent, opts);
 }
 
 Tensor empty(const Shape& shape, const TensorOptions& opts) {

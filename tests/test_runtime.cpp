@@ -463,6 +463,21 @@ TEST_CASE("fake tensors carry metadata only; reading their data is an error") {
   CHECK_FALSE(FakeMode::enabled());
 }
 
+TEST_CASE("empty_strided: the same checks for real and fake tensors") {
+  Tensor real = empty_strided({2, 3}, {1, 2});
+  CHECK(real.strides() == Shape{1, 2});
+  CHECK(real.storage()->nbytes() == 6 * sizeof(float));
+  const char* negative = "[empty_strided] negative stride -1 in strides [3, -1] is not supported; "
+                         "use strides >= 0";
+  CHECK_THROWS_WITH_AS(empty_strided({2, 3}, {3, -1}), negative, Error);
+  CHECK_THROWS_WITH_AS(empty_strided({2}, {1, 1}), doctest::Contains("different lengths"), Error);
+  FakeMode mode;
+  Tensor fake = empty_strided({2, 3}, {1, 2});
+  CHECK(fake.is_fake());
+  CHECK(fake.strides() == Shape{1, 2});
+  CHECK_THROWS_WITH_AS(empty_strided({2, 3}, {3, -1}), negative, Error);
+}
+
 TEST_CASE("requires_grad: only floating tensors, and detach drops it") {
   Tensor x = zeros({2});
   x.requires_grad_();
