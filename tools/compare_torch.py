@@ -18,6 +18,14 @@ ratio torch / minitensor (> 1 means minitensor is faster).
 
   compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING]
                          [--steps N] [--warmup N]
+
+With --dispatch: the host cost of one call, `minitensor bench dispatch --json` against
+tools/bench_libtorch.cpp (the same loops in libtorch C++, built by tools/gpu_check.sh),
+run alternately --rounds times (default 3) in one process tree on one machine; prints
+the median of the rounds per row and the ratio libtorch / minitensor, and the range of
+that ratio over the rounds.
+
+  compare_torch.py --dispatch --libtorch-bench PATH [--minitensor PATH] [--json OUT]
 """
 import argparse
 import json
@@ -150,6 +158,63 @@ def main_mlp(args):
     return 0 if mt else 1
 
 
+# minitensor's row names (bench dispatch --json) -> bench_libtorch's keys, and what the
+# libtorch side of each row is.
+DISPATCH_ROWS = [
+    ("direct C++ call of the no-op kernel", "direct", "direct call"),
+    ("unboxed dispatch, CPU kernel only", "dispatch", "op.call, autograd fallback in the path"),
+    (None, "below_autograd", "op.call under AutoDispatchBelowADInplaceOrView"),
+    ("unboxed dispatch, Autograd kernel redispatching to CPU", "autograd_redispatch",
+     "Autograd kernel, redispatch after_autograd_keyset"),
+    ("boxed call (Stack)", "boxed", "callBoxed"),
+    ("mt::silu on 1 element, requires grad (records the tape)", "silu_grad",
+     "at::silu, requires grad"),
+    ("mt::add on 1 element", "add", "at::add"),
+]
+
+
+def main_dispatch(args):
+    mt_runs, lt_runs = [], []
+    for r in range(args.rounds):
+        out = subprocess.run([args.minitensor, "bench", "dispatch", "--json"], check=True,
+                             capture_output=True, text=True).stdout
+        mt_runs.append(json.loads(out))
+        out = subprocess.run([args.libtorch_bench], check=True, capture_output=True,
+                             text=True).stdout
+        lt_runs.append(json.loads(out))
+        print(f"[dispatch] round {r + 1}/{args.rounds} done", file=sys.stderr)
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"Host cost of one call, ns (median of {args.rounds} alternating rounds, each row "
+          f"itself the median of 5 timed loops), on {cpu}, torch {torch.__version__}")
+    print("| call | minitensor ns | libtorch ns | libtorch/mt | ratio range over rounds |"
+          " libtorch side |")
+    print("|---|---|---|---|---|---|")
+    rows = []
+    for mt_name, key, what in DISPATCH_ROWS:
+        lt = [run[key] for run in lt_runs]
+        mt = [run[mt_name] for run in mt_runs] if mt_name else None
+        lt_med = statistics.median(lt)
+        mt_med = statistics.median(mt) if mt else None
+        if mt:
+            ratios = [l / m for l, m in zip(lt, mt)]
+            ratio, rng = f"{lt_med / mt_med:.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"
+        else:
+            ratio = rng = "-"
+        name = mt_name or "(no minitensor row) below autograd"
+        mts = f"{mt_med:.1f}" if mt else "-"
+        print(f"| {name} | {mts} | {lt_med:.1f} | {ratio} | {rng} | {what} |")
+        rows.append({"row": key, "minitensor": mt, "libtorch": lt})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": cpu, "torch": torch.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default="build/tools/bench_silu")
@@ -160,7 +225,13 @@ def main():
     ap.add_argument("--minitensor", default="build/tools/minitensor")
     ap.add_argument("--steps", type=int, default=0, help="--mlp: timed steps (default 50)")
     ap.add_argument("--warmup", type=int, default=None, help="--mlp: warm-up steps (default 5)")
+    ap.add_argument("--dispatch", action="store_true",
+                    help="host cost of one call against libtorch C++ (tools/bench_libtorch.cpp)")
+    ap.add_argument("--libtorch-bench", default="build-gpu/tools/bench_libtorch")
+    ap.add_argument("--rounds", type=int, default=3, help="--dispatch: alternating rounds")
     args = ap.parse_args()
+    if args.dispatch:
+        return main_dispatch(args)
     if args.mlp:
         return main_mlp(args)
 

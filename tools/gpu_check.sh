@@ -71,8 +71,23 @@ if want bench && grep -q -- '--mlp' tools/compare_torch.py 2>/dev/null; then
 fi
 
 if want bench && [ -x build-gpu/tools/minitensor ]; then
-  # Host cost of one tiny op, on the CPU that ANCHORS.md's libtorch figures came from.
-  step dispatch 60 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch
+  # Host cost of one tiny op, against libtorch C++ built from the torch wheel and run
+  # alternately with minitensor on the same CPU (tools/bench_libtorch.cpp).
+  TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+  TORCH_ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
+  if [ -n "$TORCH_DIR" ]; then
+    step libtorch-build 120 "$OUT/dispatch.log" g++ -O2 -std=c++20 -w \
+        -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" -I"$TORCH_DIR/include" \
+        tools/bench_libtorch.cpp -o build-gpu/tools/bench_libtorch \
+        -L"$TORCH_DIR/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$TORCH_DIR/lib"
+  fi
+  if [ -x build-gpu/tools/bench_libtorch ]; then
+    step dispatch 120 "$OUT/dispatch.log" python3 tools/compare_torch.py --dispatch \
+        --minitensor build-gpu/tools/minitensor --libtorch-bench build-gpu/tools/bench_libtorch \
+        --json "$OUT/compare_dispatch.json"
+  else
+    step dispatch 60 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch
+  fi
 fi
 
 # The one case that makes a driver call fail on purpose (a bad device ordinal) is left
@@ -99,7 +114,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests mlp-train bench+torch mlp+torch dispatch memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests mlp-train bench+torch mlp+torch libtorch-build dispatch memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -110,7 +125,7 @@ fi
   echo "synccheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/synccheck.log" 2>/dev/null
   echo
   echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
-  echo "dispatch:"; tail -n 14 "$OUT/dispatch.log" 2>/dev/null
+  echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
   echo "bench + torch comparison:"
   sed -n '/^| dtype | pass | n | ms/,$p' "$OUT/bench.log" 2>/dev/null
