@@ -21,7 +21,7 @@ ratio torch / minitensor (> 1 means minitensor is faster).
 
 With --dispatch: the host cost of one call, `minitensor bench dispatch --json` against
 tools/bench_libtorch.cpp (the same loops in libtorch C++, built by tools/gpu_check.sh),
-run alternately --rounds times (default 3) in one process tree on one machine; prints
+run alternately --rounds times (default 5) in one process tree on one machine; prints
 the median of the rounds per row and the ratio libtorch / minitensor, and the range of
 that ratio over the rounds.
 
@@ -228,7 +228,7 @@ def main():
     ap.add_argument("--dispatch", action="store_true",
                     help="host cost of one call against libtorch C++ (tools/bench_libtorch.cpp)")
     ap.add_argument("--libtorch-bench", default="build-gpu/tools/bench_libtorch")
-    ap.add_argument("--rounds", type=int, default=3, help="--dispatch: alternating rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="--dispatch: alternating rounds")
     args = ap.parse_args()
     if args.dispatch:
         return main_dispatch(args)

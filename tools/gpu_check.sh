@@ -84,7 +84,7 @@ if want bench && [ -x build-gpu/tools/minitensor ]; then
   if [ -x build-gpu/tools/bench_libtorch ]; then
     step dispatch 120 "$OUT/dispatch.log" python3 tools/compare_torch.py --dispatch \
         --minitensor build-gpu/tools/minitensor --libtorch-bench build-gpu/tools/bench_libtorch \
-        --json "$OUT/compare_dispatch.json"
+        --rounds "${ROUNDS:-5}" --json "$OUT/compare_dispatch.json"
   else
     step dispatch 60 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch
   fi
