@@ -303,7 +303,7 @@ TEST_SUITE("jit") {
     CHECK(kernels[0].name_expressions.size() == 24);  // 6 kernels x 4 dtypes
     CHECK(kernels[1].name_expressions.size() == 84);  // fill 2 x 6, copy_cast 2 x 36
     CHECK(silu_name_expression(SiluKernel::FwdVec, DType::BFloat16) ==
-          "silu_fwd_vec<mt::BFloat16, 4>");
+          "silu_fwd_vec<mt::BFloat16, 2>");
     CHECK(copy_cast_name_expression(DType::Int64, DType::Float16, true) ==
           "copy_cast_strided<long long, mt::Half>");
     CHECK(fill_name_expression(DType::Bool, false) == "fill<bool>");
@@ -350,11 +350,17 @@ TEST_SUITE("jit") {
           "[jit] a strided kernel handles up to 8 dims after merging; this layout has 9");
   }
 
-  TEST_CASE("jit: elementwise_launch_shape uses 256 threads and at most 8 blocks a SM") {
+  TEST_CASE("jit: launch shapes: 256 threads; at most 8 blocks a SM, uncapped for SiLU's vec kernels") {
     CHECK(elementwise_launch_shape(0, 132).grid.x == 1);
     CHECK(elementwise_launch_shape(1000, 132).grid.x == 4);
     CHECK(elementwise_launch_shape(int64_t(1) << 28, 132).grid.x == 132 * 8);
     CHECK(elementwise_launch_shape(1000, 132).block.x == 256);
+    // SiLU's vec kernels: one block per 256 items, uncapped (Note [SiLU's launch shape]).
+    CHECK(vec_launch_shape(0).grid.x == 1);
+    CHECK(vec_launch_shape(1000).grid.x == 4);
+    CHECK(vec_launch_shape(int64_t(1) << 28).grid.x == (1u << 20));
+    CHECK(vec_launch_shape(int64_t(1) << 50).grid.x == 0x7fffffffu);
+    CHECK(vec_launch_shape(1000).block.x == 256);
     alignas(16) char buf[32];
     CHECK(aligned16({buf, buf + 16}));
     CHECK_FALSE(aligned16({buf, buf + 4}));
@@ -913,7 +919,7 @@ TEST_SUITE("jit") {
           if (vec && offset != 0) continue;  // the launcher never picks vec off-alignment
           const LaunchShape shape =
               std::string(variant) == "vec_small_grid" ? LaunchShape{{1, 1, 1}, {32, 1, 1}}
-              : vec ? elementwise_launch_shape((n / kPack + kSiluUnroll - 1) / kSiluUnroll, 1)
+              : vec ? vec_launch_shape((n / kPack + kSiluUnroll - 1) / kSiluUnroll)
                     : elementwise_launch_shape(n, 1);
           std::fill(y_buf, y_buf + n + kPack, T(-777.0f));
           emu::launch(shape, [&] {

@@ -22,11 +22,11 @@ namespace mt::jit {
 std::string_view kernel_type_name(DType t);
 
 enum class SiluKernel { Fwd, FwdVec, FwdStrided, Bwd, BwdVec, BwdStrided };
-inline constexpr int kSiluUnroll = 4;  // 16-byte packs per thread per loop of the vec kernels
+inline constexpr int kSiluUnroll = 2;  // 16-byte packs per thread per loop of the vec kernels
 inline constexpr DType kSiluDTypes[] = {DType::Float32, DType::Float64, DType::Float16,
                                         DType::BFloat16};
 
-// "silu_fwd_vec<float, 4>", "copy_cast_strided<mt::Half, long long>", ...
+// "silu_fwd_vec<float, 2>", "copy_cast_strided<mt::Half, long long>", ...
 std::string silu_name_expression(SiluKernel k, DType t);
 std::string fill_name_expression(DType t, bool strided);
 std::string copy_cast_name_expression(DType dst, DType src, bool strided);
@@ -56,6 +56,10 @@ struct LaunchShape {
   Dim3 grid, block;
 };
 LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count);
+// Grid and block of SiLU's vec kernels: 256 threads a block and one block for every 256
+// work items (packs / kSiluUnroll), however many waves that makes, so a thread runs its
+// loop once. Note [SiLU's launch shape].
+LaunchShape vec_launch_shape(int64_t work_items);
 // True when every pointer is 16-byte aligned (the vec kernels' condition).
 bool aligned16(std::initializer_list<const void*> ptrs);
 
