@@ -77,7 +77,7 @@ if want bench && [ -x build-gpu/tools/minitensor ]; then
   TORCH_ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
   if [ -n "$TORCH_DIR" ]; then
     step libtorch-build 120 "$OUT/dispatch.log" g++ -O2 -std=c++20 -w \
-        -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" -I"$TORCH_DIR/include" \
+        -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" -I. -I"$TORCH_DIR/include" \
         tools/bench_libtorch.cpp -o build-gpu/tools/bench_libtorch \
         -L"$TORCH_DIR/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$TORCH_DIR/lib"
   fi

@@ -13,6 +13,7 @@
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
+#include "tools/bench/host_loop.h"
 #include "tools/bench/matmul.h"
 #include "tools/bench/mlp.h"
 #include "tools/bench/plot.h"
@@ -218,17 +219,6 @@ int demo(const std::string& device_name) {
 
 Tensor noop(const Tensor& x) { return x; }
 
-template <typename F>
-double ns_per_call(F&& f, int64_t iters) {
-  std::vector<double> runs;
-  for (int r = 0; r < 5; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < iters; ++i) f();
-    runs.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(iters));
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[2];
-}
 
 // What every bench subcommand takes: --json (JSON on stdout instead of the table) and
 // --plot FILE.svg.
@@ -260,15 +250,15 @@ int bench_dispatch(const BenchOutput& o) {
   Tensor xg = zeros({1}, {.requires_grad = true});
   Tensor (*volatile direct)(const Tensor&) = &noop;
   const int64_t n = 2000000;
-  double t_direct = ns_per_call([&] { Tensor r = direct(x); (void)r; }, n);
-  double t_cpu = ns_per_call([&] { Tensor r = op(x); (void)r; }, n);
-  double t_ag = ns_per_call([&] { Tensor r = ag(xg); (void)r; }, n);
+  double t_direct = bench::ns_per_call([&] { Tensor r = direct(x); (void)r; }, n);
+  double t_cpu = bench::ns_per_call([&] { Tensor r = op(x); (void)r; }, n);
+  double t_ag = bench::ns_per_call([&] { Tensor r = ag(xg); (void)r; }, n);
   auto handle = dispatcher().find_or_throw("bench::noop");
-  double t_boxed = ns_per_call([&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
+  double t_boxed = bench::ns_per_call([&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
   Tensor one = ones({1}, {.requires_grad = true});
-  double t_silu = ns_per_call([&] { Tensor r = silu(one); (void)r; }, n / 20);
+  double t_silu = bench::ns_per_call([&] { Tensor r = silu(one); (void)r; }, n / 20);
   Tensor a = ones({1}), b = ones({1});
-  double t_add = ns_per_call([&] { Tensor r = add(a, b); (void)r; }, n / 20);
+  double t_add = bench::ns_per_call([&] { Tensor r = add(a, b); (void)r; }, n / 20);
   struct Row { const char* name; double ns; };
   Row rows[] = {{"direct C++ call of the no-op kernel", t_direct},
                 {"unboxed dispatch, CPU kernel only", t_cpu},
