@@ -169,7 +169,7 @@ namespace detail {
 Tensor make_tensor(Storage storage, const Shape& sizes, const Shape& strides, int64_t offset,
                    DType dtype, Device device) {
   return Tensor(detail::make_object<TensorImpl>(sizes, strides, offset, dtype, device,
-                                             std::move(storage), false));
+                                                std::move(storage), false));
 }
 
 Tensor make_fake(const Shape& sizes, const Shape& strides, DType dtype, Device device) {
@@ -234,7 +234,7 @@ Tensor allocate(const Shape& shape, const Shape& strides, int64_t elements,
                 const TensorOptions& opts) {
   if (t_fake_mode) return finish(detail::make_fake(shape, strides, opts.dtype, opts.device), opts);
   auto storage = detail::make_object<StorageImpl>(size_t(elements) * dtype_size(opts.dtype),
-                                               allocator_for(opts.device));
+                                                  allocator_for(opts.device));
   return finish(detail::make_tensor(std::move(storage), shape, strides, 0, opts.dtype, opts.device),
                 opts);
 }

@@ -219,7 +219,6 @@ int demo(const std::string& device_name) {
 
 Tensor noop(const Tensor& x) { return x; }
 
-
 // What every bench subcommand takes: --json (JSON on stdout instead of the table) and
 // --plot FILE.svg.
 struct BenchOutput {

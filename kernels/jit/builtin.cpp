@@ -129,11 +129,20 @@ StridedLayout make_strided_layout(std::span<const int64_t> sizes,
   return l;
 }
 
-LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
-  constexpr int64_t kBlock = 256, kBlocksPerSm = 8;
-  const int64_t max_blocks = std::max<int64_t>(1, int64_t(sm_count) * kBlocksPerSm);
+namespace {
+
+// 256 threads a block, one block per 256 work items, between 1 and max_blocks blocks.
+LaunchShape blocks_of_256(int64_t work_items, int64_t max_blocks) {
+  constexpr int64_t kBlock = 256;
   const int64_t blocks = std::clamp<int64_t>((work_items + kBlock - 1) / kBlock, 1, max_blocks);
   return {Dim3{unsigned(blocks), 1, 1}, Dim3{unsigned(kBlock), 1, 1}};
+}
+
+}  // namespace
+
+LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
+  constexpr int64_t kBlocksPerSm = 8;
+  return blocks_of_256(work_items, std::max<int64_t>(1, int64_t(sm_count) * kBlocksPerSm));
 }
 
 // Note [SiLU's launch shape]
@@ -148,9 +157,7 @@ LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
 // elementwise kernels keep the capped grid: uncapped, the sigmoid-then-multiply pair got
 // slower (0.407 -> 0.558 ms at 2^26).
 LaunchShape vec_launch_shape(int64_t work_items) {
-  constexpr int64_t kBlock = 256, kMaxBlocks = 0x7fffffff;  // gridDim.x's limit
-  const int64_t blocks = std::clamp<int64_t>((work_items + kBlock - 1) / kBlock, 1, kMaxBlocks);
-  return {Dim3{unsigned(blocks), 1, 1}, Dim3{unsigned(kBlock), 1, 1}};
+  return blocks_of_256(work_items, 0x7fffffff);  // gridDim.x's limit
 }
 
 bool aligned16(std::initializer_list<const void*> ptrs) {
