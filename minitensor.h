@@ -5,6 +5,8 @@
 #include "autograd/autograd.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
+#include "kernels/jit/pointwise.h"
+#include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/device.h"

@@ -19,6 +19,8 @@ namespace mt::jit {
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
+  constexpr Dim3() = default;
+  constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}  // NOLINT
 };
 
 // What to compile. For a built-in kernel, name the embedded file and leave source

@@ -1,0 +1,63 @@
+// The pointwise builder's little language: C-style expressions over named inputs, parsed
+// once into a list of single-assignment nodes, from which come both the CUDA functor
+// (pointwise.cpp compiles it with NVRTC) and the CPU evaluation, so both devices compute
+// the same expression. Note [Pointwise expressions] in expr.cpp gives the grammar.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mt::jit::expr {
+
+enum class Fn : uint8_t {
+  Exp, Log, Sqrt, Rsqrt, Tanh, Sin, Cos, Abs, Erf, Floor, Ceil, Log1p, Expm1, Sigmoid,
+  Max, Min, Pow,
+};
+inline constexpr int kNumFns = int(Fn::Pow) + 1;
+int fn_arity(Fn f);
+const char* fn_name(Fn f);  // "exp": the name the CUDA source calls (mt::pw::exp)
+
+enum class Op : uint8_t {
+  Const, Input, Scalar,                          // leaves
+  Neg, Not,                                      // a
+  Add, Sub, Mul, Div, Lt, Le, Gt, Ge, Eq, Ne, And, Or,  // a, b
+  Select,                                        // a ? b : c
+  Call,                                          // fn(a) or fn(a, b)
+};
+
+struct Node {
+  Op op = Op::Const;
+  Fn fn = Fn::Exp;
+  int a = -1, b = -1, c = -1;  // operand nodes (earlier in the list)
+  int index = -1;              // Input / Scalar: which one
+  double value = 0;            // Const
+};
+
+struct Program {
+  std::vector<std::string> inputs, scalars, outputs;
+  std::vector<Node> nodes;
+  std::vector<int> output_nodes;  // the node each output takes, in outputs' order
+  std::string body;               // as written, for messages and the generated source
+};
+
+// Parses `body` for the op `name` (named in messages). Unknown names are errors unless
+// infer_inputs, which makes each new free name an input in order of first appearance.
+// Throws mt::Error with the position and a caret line.
+Program parse(std::string_view name, std::string_view body, std::vector<std::string> inputs,
+              std::vector<std::string> scalars, std::vector<std::string> outputs,
+              bool infer_inputs);
+
+// The body of a device functor: `template <class C> __device__ void operator()(const C* in,
+// C* out, const C* s) const { ... }` computing every output from the inputs.
+std::string cuda_body(const Program& p);
+
+// Evaluates p over n elements (n <= kChunk) in compute type C (float or double):
+// in[k][i] -> out[k][i]; s: the scalars, converted to C.
+inline constexpr int64_t kChunk = 256;
+template <typename C>
+void eval_chunk(const Program& p, const C* const* in, C* const* out, const C* s, int64_t n,
+                std::vector<C>& scratch);
+
+}  // namespace mt::jit::expr
