@@ -425,3 +425,37 @@ TEST_SUITE("user kernels") {
     }
   }
 }
+
+TEST_SUITE("user kernels") {
+  TEST_CASE("custom op (gpu): a user's pointwise CUDA kernel passes gradcheck and opcheck on cuda:0, "
+            "and a wrong backward is caught" * doctest::skip(no_gpu())) {
+    static const jit::Pointwise fwd = jit::pointwise("t_silu", "x / (1.0f + expf(-x))");
+    static const jit::Pointwise bwd = jit::pointwise(
+        {.name = "t_silu_bwd", .inputs = {"g", "x"},
+         .body = "float s = sigmoid(x); return g * s * (1.0f + x * (1.0f - s));"});
+    static const jit::Pointwise wrong = jit::pointwise({.name = "t_silu_wrong", .inputs = {"g", "x"},
+                                                        .body = "g * sigmoid(x)"});
+    auto make = [](const char* name, const jit::Pointwise& grad) {
+      auto op = custom_op(name, [](const Tensor& x) { return fwd(x); });
+      op.register_kernel(DeviceType::CUDA, [](const Tensor& x) { return fwd(x); });
+      op.register_fake([](const Tensor& x) { return fwd(x); });  // fake in, fake out
+      op.register_autograd(
+          [&grad](AutogradContext& ctx, const Tensor& g) { return grad(g, ctx.saved()[0]); },
+          [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); });
+      return op;
+    };
+    auto good = make("user_kernels_test::silu", bwd);
+    auto bad = make("user_kernels_test::silu_wrong", wrong);
+    const Device gpu("cuda:0");
+    manual_seed(6);
+    Tensor xd = randn({6}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
+    GradcheckResult gc = gradcheck([&](const std::vector<Tensor>& in) { return good(in[0]); }, {xd});
+    CHECK_MESSAGE(gc.ok, gc.message);
+    OpCheckReport r = opcheck(good.handle(), {Stack{randn({4, 5}).to(gpu)},
+                                              Stack{randn({7}).view({7, 1}).t().to(gpu)}});
+    CHECK_MESSAGE(r.ok(), r.str());
+    GradcheckResult gw = gradcheck([&](const std::vector<Tensor>& in) { return bad(in[0]); }, {xd});
+    CHECK_FALSE(gw.ok);
+    CHECK(gw.message.starts_with("[gradcheck] Jacobian mismatch"));
+  }
+}

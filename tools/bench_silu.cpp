@@ -133,6 +133,14 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | 2^%d | %.4f | %.0f | %.1f | %.4f | %.4f | %.2fx |\n", r.dtype.c_str(),
                 r.pass.c_str(), r.log2n, r.ms, r.gbps, r.pct_copy, r.copy_ms, r.unfused_ms,
                 r.speedup);
+  std::printf("\nA user's SiLU against mt::silu / mt::silu_backward called as ops (each allocates "
+              "its output):\n");
+  std::printf("| dtype | pass | n | mt op ms | user pointwise ms | pointwise/op | user raw ms | "
+              "raw/op |\n|---|---|---|---|---|---|---|---|\n");
+  for (const bench::SiluCudaRow& r : rows)
+    std::printf("| %s | %s | 2^%d | %.4f | %.4f | %.3fx | %.4f | %.3fx |\n", r.dtype.c_str(),
+                r.pass.c_str(), r.log2n, r.op_ms, r.user_pointwise_ms,
+                r.user_pointwise_ms / r.op_ms, r.user_raw_ms, r.user_raw_ms / r.op_ms);
   std::printf("\n| host cost (4096 elems, CUDA) | us/call |\n|---|---|\n");
   std::printf("| mt::silu via dispatcher | %.2f |\n| mt::silu_backward via dispatcher | %.2f |\n",
               us_silu, us_bwd);
@@ -148,10 +156,12 @@ int main(int argc, char** argv) {
       const bench::SiluCudaRow& r = rows[i];
       j += fmt::format(
           "{}{{\"dtype\": \"{}\", \"pass\": \"{}\", \"log2n\": {}, \"ms\": {}, \"gbps\": {}, "
-          "\"pct_copy\": {}, \"copy_ms\": {}, \"unfused_ms\": {}, \"speedup_unfused\": {}}}",
+          "\"pct_copy\": {}, \"copy_ms\": {}, \"unfused_ms\": {}, \"speedup_unfused\": {}, "
+          "\"op_ms\": {}, \"user_pointwise_ms\": {}, \"user_raw_ms\": {}}}",
           i ? ", " : "", r.dtype, r.pass, r.log2n, r.ms, r.gbps, r.pct_copy, r.copy_ms,
           std::isnan(r.unfused_ms) ? "NaN" : fmt::format("{}", r.unfused_ms),
-          std::isnan(r.speedup) ? "NaN" : fmt::format("{}", r.speedup));
+          std::isnan(r.speedup) ? "NaN" : fmt::format("{}", r.speedup), r.op_ms,
+          r.user_pointwise_ms, r.user_raw_ms);
     }
     j += fmt::format(
         "], \"host_us\": {{\"silu\": {}, \"silu_backward\": {}, \"silu_requires_grad\": {}, "

@@ -267,6 +267,9 @@ def main():
                     row["mt"] = r["ms"]
                     row["mt_unfused"] = r["unfused_ms"]
                     row["mt_pct_copy"] = r["pct_copy"]
+                    row["mt_op"] = r.get("op_ms")
+                    row["user_pointwise"] = r.get("user_pointwise_ms")
+                    row["user_raw"] = r.get("user_raw_ms")
                 results.append(row)
             del x, g, y
     torch.cuda.empty_cache()
@@ -290,6 +293,25 @@ def main():
         print(f"| {r['dtype']} | {r['pass']} | 2^{r['log2n']} | {f(m)} | {f(tm)} | {ratio(tm)} |"
               f" {f(tr)} | {ratio(tr)} | {f(xs)} | {ratio(xs)} |"
               f" {ratio(r.get('mt_unfused'))} | {r.get('mt_pct_copy', 0):.1f} |")
+    print()
+    print("A user's SiLU in minitensor (pointwise builder, raw typed-launch kernel) against the\n"
+          "built-in mt::silu called as an op, torch and Triton, in the same run:")
+    print("| dtype | pass | n | mt op ms | user pointwise ms | pointwise/op | user raw ms |"
+          " raw/op | torch ms | torch/pointwise | triton ms | triton/pointwise |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        op, pw, raw = r.get("mt_op"), r.get("user_pointwise"), r.get("user_raw")
+        tm = r.get("torch_silu", r.get("torch_silu_backward"))
+        tr = r.get("triton")
+
+        def g(v):
+            return f"{v:.4f}" if v is not None else "-"
+
+        def over(a, b):
+            return f"{a / b:.3f}x" if (a is not None and b) else "-"
+
+        print(f"| {r['dtype']} | {r['pass']} | 2^{r['log2n']} | {g(op)} | {g(pw)} | {over(pw, op)} |"
+              f" {g(raw)} | {over(raw, op)} | {g(tm)} | {over(tm, pw)} | {g(tr)} | {over(tr, pw)} |")
     print()
     print(f"minitensor host cost us/call: {mt.get('host_us')}")
     print(f"minitensor JIT ms: {mt.get('jit_ms')}")

@@ -13,8 +13,10 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
-STEPS=${STEPS:-tests,mlp,bench,silu,sanitize}  # which steps after the build: a comma list
-# (bench: the MLP step against PyTorch and the dispatch host cost; silu: the SiLU sweep)
+STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,sanitize}  # which steps after the build: a comma list
+# (tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
+# memcheck and racecheck; bench: the MLP step against PyTorch and the dispatch host cost;
+# silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in)
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 declare -A STATUS TIME
 
@@ -53,6 +55,19 @@ fi
 if want tests && [ -x build-gpu/tests/mt_tests ]; then
   step tests 200 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro
   grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log"
+fi
+
+# The tutorial on the GPU: the user's own CUDA kernels registered, checked (gradcheck,
+# opcheck on cuda:0) and timed; the docs' snippets (their GPU blocks run here); both again
+# under memcheck and racecheck.
+if want tutorial && [ -x build-gpu/examples/silu_custom_op ]; then
+  step tutorial 60 "$OUT/tutorial.log" build-gpu/examples/silu_custom_op
+  step docs 120 "$OUT/tutorial.log" meson test -C build-gpu --suite extra --print-errorlogs \
+      "docs tutorial" "docs readme" "example silu_custom_op"
+  step tutorial-memcheck 90 "$OUT/tutorial.log" compute-sanitizer --tool memcheck \
+      --print-limit 20 build-gpu/examples/silu_custom_op
+  step tutorial-racecheck 90 "$OUT/tutorial.log" compute-sanitizer --tool racecheck \
+      --print-limit 20 build-gpu/examples/silu_custom_op
 fi
 
 # The MLP on the GPU and on the CPU from one seed: both should train, to close losses.
@@ -95,26 +110,26 @@ fi
 NOAPI='-tce=*driver errors name*'
 if want sanitize && [ -x build-gpu/tests/mt_tests ]; then
   step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
-      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*' "$NOAPI"
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' "$NOAPI"
   # racecheck looks for shared-memory hazards. Every CUDA case but the op harness runs
   # with all kernels instrumented; the harness (thousands of launches) runs with every
   # minitensor kernel instrumented and cuBLAS's left out (instrumented, they took it past
   # 150 s; they are not ours to fix).
   step racecheck 120 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
-      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*' '-tce=ops on cuda*,*driver errors name*'
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' '-tce=ops on cuda*,*driver errors name*'
   step racecheck-ops 220 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
       --kernel-regex-exclude 'kns=gemm|gemv|xmma|cutlass|splitK|Kernel2|cublas' \
       build-gpu/tests/mt_tests --no-intro '-tc=ops on cuda*'
   step synccheck 120 "$OUT/synccheck.log" compute-sanitizer --tool synccheck --print-limit 20 \
       --kernel-regex-exclude 'kns=gemm|gemv|xmma|cutlass|splitK|Kernel2|cublas' \
-      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*' "$NOAPI"
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' "$NOAPI"
 fi
 
 {
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests mlp-train bench+torch mlp+torch libtorch-build dispatch memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -124,10 +139,11 @@ fi
   echo "racecheck:"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/racecheck.log" 2>/dev/null
   echo "synccheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/synccheck.log" 2>/dev/null
   echo
+  echo "tutorial:"; grep -E "cuda:0|2\^24|checks passed|CHECKS FAILED|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tutorial.log" 2>/dev/null
   echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
   echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
   echo "bench + torch comparison:"
-  sed -n '/^| dtype | pass | n | ms/,$p' "$OUT/bench.log" 2>/dev/null
+  sed -n '/^| dtype | pass | n | minitensor ms/,$p' "$OUT/bench.log" 2>/dev/null
   echo "total ${SECONDS}s"
 } | tee "$OUT/summary.txt"

@@ -10,6 +10,9 @@
 #ifdef MT_HAVE_CUDA
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
+#include "kernels/jit/pointwise.h"
+#include "kernels/jit/user_kernel.h"
+#include "kernels/ops.h"
 #include "runtime/cuda/driver.h"
 #endif
 
@@ -77,6 +80,38 @@ __global__ void silu_grad_from_s_k(const T* g, const T* x, const T* s, T* out, l
 }
 )";
 
+// SiLU as a user writes it: one expression each way (mt::jit::pointwise), and plain
+// grid-stride kernels launched with typed arguments.
+const jit::Pointwise& user_silu_pointwise() {
+  static const jit::Pointwise f = jit::pointwise("user_silu", "x / (1.0f + expf(-x))");
+  return f;
+}
+const jit::Pointwise& user_silu_bwd_pointwise() {
+  static const jit::Pointwise f = jit::pointwise(
+      {.name = "user_silu_bwd",
+       .inputs = {"g", "x"},
+       .body = "float s = 1.0f / (1.0f + expf(-x)); return g * s * (1.0f + x * (1.0f - s));"});
+  return f;
+}
+const char* kUserRawSource = R"(
+#include "common.cuh"
+template <typename T>
+__global__ void user_silu_raw(const T* x, T* y, long long n) {
+  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
+    const float v = mt::load_compute(x[i]);
+    y[i] = mt::store_compute<T>(v / (1.0f + expf(-v)));
+  }
+}
+template <typename T>
+__global__ void user_silu_bwd_raw(const T* g, const T* x, T* out, long long n) {
+  for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
+    const float v = mt::load_compute(x[i]);
+    const float s = 1.0f / (1.0f + expf(-v));
+    out[i] = mt::store_compute<T>(mt::load_compute(g[i]) * s * (1.0f + v * (1.0f - s)));
+  }
+}
+)";
+
 const jit::Kernel& user_kernel(int device, const std::string& name, DType t) {
   jit::KernelSpec spec{.name = "bench_unfused.cu", .source = kUnfusedSource};
   return jit::get_kernel(device, spec, fmt::format("{}<{}>", name, jit::kernel_type_name(t)));
@@ -104,6 +139,9 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
       std::fprintf(stderr, "unfused baseline unavailable for %s: %s\n", dtype_name(t).data(), e.what());
       k_sig = nullptr;
     }
+    const std::string ty(jit::kernel_type_name(t));
+    const jit::UserKernel raw_fwd = jit::kernel(kUserRawSource, "user_silu_raw<" + ty + ">");
+    const jit::UserKernel raw_bwd = jit::kernel(kUserRawSource, "user_silu_bwd_raw<" + ty + ">");
     for (int lg = min_log2; lg <= max_log2; lg += 2) {
       progress.step(fmt::format("{} 2^{}", dtype_name(t), lg));
       long long n = 1LL << lg;
@@ -149,8 +187,22 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
                                             reinterpret_cast<CUdeviceptr>(cpy.data_ptr()),
                                             bytes / 2, stream));
         });
+        const double op_ms = cuda_median_ms(device, timing, [&] {
+          if (fwd) silu(x);
+          else silu_backward(g, x);
+        });
+        const double pw_ms = cuda_median_ms(device, timing, [&] {
+          if (fwd) user_silu_pointwise()(x);
+          else user_silu_bwd_pointwise()(g, x);
+        });
+        const jit::LaunchConfig cfg{.grid = jit::grid_stride_for(n, device)};
+        const double raw_ms = cuda_median_ms(device, timing, [&] {
+          if (fwd) raw_fwd.launch(cfg, x, y, n);
+          else raw_bwd.launch(cfg, g, x, y, n);
+        });
         rows.push_back({std::string(dtype_name(t)), fwd ? "fwd" : "bwd", lg, ms,
-                        double(bytes) / ms / 1e6, 100.0 * copy_ms / ms, copy_ms, unf, unf / ms});
+                        double(bytes) / ms / 1e6, 100.0 * copy_ms / ms, copy_ms, unf, unf / ms,
+                        op_ms, pw_ms, raw_ms});
       }
     }
   }

@@ -31,6 +31,10 @@ struct SiluCudaRow {
   int log2n;
   double ms, gbps, pct_copy, copy_ms;
   double unfused_ms, speedup;  // NaN where the unfused baseline could not be compiled
+  // The same pass as a user writes it, next to mt::silu / mt::silu_backward called as ops
+  // (output allocated each call, as the user's kernels allocate theirs): the pointwise
+  // builder (mt::jit::pointwise) and a plain grid-stride kernel through the typed launch.
+  double op_ms, user_pointwise_ms, user_raw_ms;
 };
 
 // On cuda:device, for each dtype, n = 2^min_log2 ... 2^max_log2 in steps of 2^2.
