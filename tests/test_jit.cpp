@@ -291,7 +291,8 @@ TEST_SUITE("jit") {
           std::string_view::npos);
     CHECK(error_of([] { embedded_source("nope.cu"); }) ==
           "[jit] no embedded source named 'nope.cu'; the embedded sources are: common.cuh, "
-          "copy.cu, elementwise.cu, layout.h, random.cu, reduce.cu, silu.cu, softmax.cu");
+          "copy.cu, elementwise.cu, layout.h, pointwise.cuh, random.cu, reduce.cu, silu.cu, "
+          "softmax.cu");
     // A new .cu file without an entry in embedded_kernels() would go untested.
     const auto kernels = embedded_kernels();
     for (std::string_view n : names) {
