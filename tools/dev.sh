@@ -16,6 +16,7 @@ commands:
                             examples, run the demo and the examples
   test [--sanitize|--tsan]  set up, build, run every test suite
   build [--sanitize|--tsan] set up and build everything
+  deps                      install the missing Debian packages only
   help                      print this text (also -h, --help)
 
 options:
@@ -159,6 +160,9 @@ esac
 tsan_tests=${MT_TSAN_TESTS:-'*other threads dispatch*,*tape per thread*,*threads asking for one key*,*threads allocate and free*'}
 
 case "$cmd" in
+  deps)
+    install_missing
+    ;;
   build)
     install_missing
     configure "$builddir" "${build_opts[@]}"
