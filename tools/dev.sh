@@ -30,7 +30,7 @@ environment:
   NO_COLOR       set: no colour in dev.sh's own messages (none goes to pipes or logs anyway)
   CI=true        configure with -Dwerror=true
 
-A first build takes about 10 minutes on 2 idle cores (ccache, when installed, makes
+A first build takes about 6 minutes on 2 idle cores (ccache, when installed, makes
 rebuilds of unchanged files quick); the build's full output goes to BUILDDIR.build.log.
 EOF_USAGE
 }
