@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
-#include "kernels/ops.h"
+#include "dispatcher/dispatcher.h"
 #include "runtime/fake.h"
 
 namespace mt {
@@ -29,7 +29,10 @@ struct Capture {
 Tensor accumulate(const Tensor& have, const Tensor& g) {
   if (!have.defined()) return g;
   if (!g.defined()) return have;
-  return add(have, g);
+  // mt::add sits in the kernels library, a layer above: call it through the dispatcher.
+  static const auto add = dispatcher().find_or_throw("mt::add").typed<Tensor(
+      const Tensor&, const Tensor&, double)>();
+  return add.call(have, g, 1.0);
 }
 
 Tensor zeros_for(const autograd::OutputMeta& m) {

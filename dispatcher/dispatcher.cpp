@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/init.h"
+
 namespace mt {
 
 // Note [Dispatch table publication]
@@ -318,7 +320,6 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
   if (log_registrations_) log(fmt::format("[registration] def {} at {}", schema.str(), debug));
   e.schema_ = std::move(schema);
   e.schema_debug_ = std::move(debug);
-  e.schema_id_ = id;
   by_id_[id] = {&e, -1};
   return id;
 }
@@ -383,7 +384,6 @@ void Dispatcher::deregister(uint64_t id) {
       log(fmt::format("[deregistration] def {} at {}", entry->schema_->str(), entry->schema_debug_));
     entry->schema_.reset();
     entry->schema_debug_.clear();
-    entry->schema_id_ = 0;
     return;
   }
   drop(entry->kernels_[size_t(key)], "impl");
@@ -474,26 +474,10 @@ std::vector<std::string> Dispatcher::find_dangling_impls() {
   return out;
 }
 
-namespace detail {
-void register_builtins();  // kernels/register_builtins.cpp
-}
-
-// Note [Built-in registration]
-// The built-in ops register on the first call of dispatcher(), from any thread; other
-// threads wait for it. The registering thread itself reaches dispatcher() again (the
-// ops register through custom_op like a user's would) and must not wait for itself.
+// The built-in ops register on the first call (Note [Library initialization]).
 Dispatcher& dispatcher() {
-  static std::once_flag once;
-  thread_local bool registering = false;
-  Dispatcher& d = Dispatcher::singleton();
-  if (!registering) {
-    std::call_once(once, [] {
-      registering = true;
-      detail::register_builtins();
-      registering = false;
-    });
-  }
-  return d;
+  detail::ensure_initialized();
+  return Dispatcher::singleton();
 }
 
 }  // namespace mt

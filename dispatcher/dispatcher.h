@@ -116,7 +116,6 @@ class OperatorEntry {
   OperatorName name_;
   std::optional<FunctionSchema> schema_;
   std::string schema_debug_;
-  uint64_t schema_id_ = 0;
   std::array<std::list<Registration>, kNumDispatchKeys> kernels_;  // newest first
   std::atomic<const DispatchTable*> table_{nullptr};
   std::vector<std::unique_ptr<DispatchTable>> tables_;  // every table ever published
@@ -245,8 +244,8 @@ class Dispatcher {
   std::function<void(std::string_view)> sink_;
 };
 
-// The dispatcher, with the built-in ops registered (on first use, not by static
-// initializers; see kernels/register_builtins.cpp).
+// The dispatcher, with the built-in ops registered (on the first call, not by static
+// initializers: Note [Library initialization] in runtime/init.h).
 Dispatcher& dispatcher();
 
 template <typename Sig>

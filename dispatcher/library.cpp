@@ -7,10 +7,10 @@ namespace mt {
 
 namespace detail {
 
+// file_name() is relative to the source root: meson.build maps the root away with
+// -fmacro-prefix-map, wherever the build directory is.
 std::string debug_location(const std::source_location& loc) {
-  std::string_view f = loc.file_name();
-  while (f.starts_with("../")) f.remove_prefix(3);
-  return fmt::format("{}:{}", f, loc.line());
+  return fmt::format("{}:{}", loc.file_name(), loc.line());
 }
 
 namespace {
@@ -22,13 +22,10 @@ std::map<std::string, std::string>& defining_libraries() {
 }  // namespace
 
 LibraryInit::LibraryInit(Library::Kind kind, const char* ns, std::optional<DispatchKey> key,
-                         void (*init)(Library&), const char* file, int line) {
-  std::string_view f = file;
-  while (f.starts_with("../")) f.remove_prefix(3);
-  std::string where = fmt::format("{}:{}", f, line);
+                         void (*init)(Library&), std::source_location loc) {
+  const std::string where = debug_location(loc);
   try {
-    lib.emplace(kind, ns, key);
-    lib->debug_ = where;
+    lib.emplace(kind, ns, key, loc);  // the block's location, also in a second Def's error
     init(*lib);
   } catch (const std::exception& e) {
     lib.reset();

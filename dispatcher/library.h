@@ -81,7 +81,7 @@ namespace detail {
 // to stderr instead of terminating the program.
 struct LibraryInit {
   LibraryInit(Library::Kind kind, const char* ns, std::optional<DispatchKey> key,
-              void (*init)(Library&), const char* file, int line);
+              void (*init)(Library&), std::source_location loc);
   std::optional<Library> lib;
 };
 }  // namespace detail
@@ -100,5 +100,6 @@ struct LibraryInit {
 #define MT_LIBRARY_BLOCK_(kind, ns, key, m, uid)                                           \
   static void MT_CONCAT(uid, _init)(::mt::Library&);                                      \
   static ::mt::detail::LibraryInit MT_CONCAT(uid, _static)(                               \
-      ::mt::Library::Kind::kind, #ns, key, &MT_CONCAT(uid, _init), __FILE__, __LINE__);    \
+      ::mt::Library::Kind::kind, #ns, key, &MT_CONCAT(uid, _init),                        \
+      ::std::source_location::current());                                                 \
   void MT_CONCAT(uid, _init)(::mt::Library & m)

@@ -1,7 +1,9 @@
-// Registers the built-in op library on the dispatcher's first use (not from static
-// initializers, which static libraries drop and which run in no defined order).
+// The library's initialization: the fallbacks, the built-in ops and the device hooks,
+// run once on first use (Note [Library initialization] in runtime/init.h).
 #include "dispatcher/dispatcher.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
+#include "runtime/init.h"
 
 namespace mt {
 namespace detail {
@@ -32,9 +34,7 @@ void check_floating(const Tensor& t, const char* op) {
 }  // namespace ops
 
 namespace detail {
-void install_device_kernels() { dispatcher(); }
-
-void register_builtins() {
+void initialize_library() {
   install_autograd_fallback();
   install_trace_fallback();
   ops::register_binary();
@@ -46,7 +46,7 @@ void register_builtins() {
   ops::register_matmul();
   ops::register_loss();
   ops::register_softmax();
-  ops::register_cuda_kernels();
+  gpu::install_device_hooks();
 }
 }  // namespace detail
 }  // namespace mt

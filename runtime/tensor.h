@@ -28,7 +28,6 @@ struct Node;
 // grad_fn is the tape entry that produced a non-leaf tensor.
 struct AutogradMeta {
   bool requires_grad = false;
-  bool retains_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<autograd::Node> grad_fn;
   uint32_t output_nr = 0;

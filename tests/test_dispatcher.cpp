@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -191,6 +192,59 @@ TEST_CASE("Library undoes its registrations when destroyed; the previous kernel 
   }
   CHECK(op(x).item<float>() == 2);
   CHECK(dispatcher().dump("test_raii::op").find("(inactive)") == std::string::npos);
+}
+
+// A block registered at static-initialization time (its location goes through LibraryInit).
+const int kBlockLine = __LINE__ + 1;
+MT_LIBRARY(test_block_def, m) { m.def("op(Tensor x) -> Tensor"); }
+
+TEST_CASE("a second defining library names the MT_LIBRARY block's own line") {
+  CHECK_THROWS_WITH_AS(Library(Library::Kind::Def, "test_block_def"),
+                       fmt::format("[library] namespace 'test_block_def' is already defined by the "
+                                   "library at {}; a namespace has one MT_LIBRARY: add ops to it "
+                                   "from elsewhere with MT_LIBRARY_FRAGMENT(test_block_def, m)",
+                                   loc(kBlockLine))
+                           .c_str(),
+                       Error);
+  CHECK(dispatcher().dump("test_block_def::op").find("registered at " + loc(kBlockLine) + "\n") !=
+        std::string::npos);
+}
+
+namespace {
+// Where the dump of `op` says its kernel for `key` ("CPU ", "CUDA", "Fake") was registered.
+std::string kernel_location(const char* op, std::string_view key) {
+  const std::string dump = dispatcher().dump_table(op);
+  const size_t at = dump.find(fmt::format("  {:<10}kernel      [", key));
+  if (at == std::string::npos) return "no " + std::string(key) + " kernel in:\n" + dump;
+  const size_t open = dump.find('[', at), close = dump.find(']', open);
+  return dump.substr(open + 1, close - open - 1);
+}
+}  // namespace
+
+TEST_CASE("built-in ops registered through a helper name their own line, not the helper's") {
+  // Each pair is registered through one helper from two lines of one file.
+  const std::vector<std::array<const char*, 3>> pairs = {
+      {"mt::view", "mt::reshape", "kernels/ops/views.cpp:"},
+      {"mt::clone", "mt::copy_", "kernels/ops/copy.cpp:"},
+      {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax.cpp:"},
+      {"mt::sum", "mt::mean", "kernels/ops/reduce.cpp:"},
+  };
+  for (const auto& [a, b, file] : pairs) {
+    CAPTURE(a);
+    for (const char* key : {"CPU", "CUDA", "Fake", "Autograd"}) {
+      if (std::string_view(a) == "mt::clone" && std::string_view(key) == "Autograd")
+        continue;  // copy_ has no autograd formula
+      CAPTURE(key);
+      const std::string la = kernel_location(a, key), lb = kernel_location(b, key);
+      CHECK(la.starts_with(file));
+      CHECK(lb.starts_with(file));
+      CHECK(la != lb);
+    }
+  }
+  // Ops registered with custom_op directly already name their line.
+  CHECK(kernel_location("mt::matmul", "CPU").starts_with("kernels/ops/matmul.cpp:"));
+  CHECK(kernel_location("mt::mse_loss", "CUDA").starts_with("kernels/ops/loss.cpp:"));
+  CHECK(kernel_location("mt::silu", "CUDA").starts_with("kernels/ops/silu.cpp:"));
 }
 
 TEST_CASE("only one defining library per namespace; fragments add to it") {

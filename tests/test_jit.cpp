@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/layout.h"
 #include "kernels/gpu/names.h"
+#include "kernels/gpu/silu.h"
 #include "runtime/tensor.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/cache.h"
@@ -86,6 +87,8 @@ void launch(::mt::jit::LaunchShape s, F&& kernel) {
 
 namespace fs = std::filesystem;
 using namespace mt::jit;
+using mt::gpu::launch_silu_bwd;
+using mt::gpu::launch_silu_fwd;
 using mt::DType;
 using mt::StridedLayout;
 

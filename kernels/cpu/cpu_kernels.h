@@ -28,9 +28,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 
 // Fused, one pass: out = grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
 void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out);
-// The pieces of mse_loss: out = (a - b)^2, and its gradient out = scale * (a - b).
+// mse_loss's elementwise piece: out = (a - b)^2.
 void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out);
-void scaled_diff(const Tensor& a, const Tensor& b, double scale, const Tensor& out);
 
 // Reductions over `dims` (wrapped, sorted, unique; empty means all). out has x's shape
 // with those dims removed, or kept as size 1 with keepdim. Float inputs accumulate in

@@ -291,17 +291,4 @@ void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out) {
   });
 }
 
-void scaled_diff(const Tensor& a, const Tensor& b, double scale, const Tensor& out) {
-  check_floating_out("mse_loss_backward", out);
-  Loop it = make_loop("mse_loss_backward", out, {a, b});
-  visit_compute(out.dtype(), [&](auto tag) {
-    using C = decltype(tag);
-    const C sc = C(scale);
-    for_each_block<C>(it, [&](C* o, const C* const* in, int64_t n) {
-      const C *x = in[0], *y = in[1];
-      MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = sc * (x[i] - y[i]);
-    });
-  });
-}
-
 }  // namespace mt::cpu

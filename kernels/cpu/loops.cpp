@@ -129,48 +129,30 @@ inline const TensorImpl& check_cpu(const char* op, const Tensor& t, const char* 
   return *p;
 }
 
-}  // namespace
+// make_loop's pieces, in the order it runs them. Each is called once, so inlined.
 
-Loop make_loop(const char* op, const Tensor& out,
-               std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
-  const TensorImpl& o = check_cpu(op, out, "output");
-  MT_ASSERT(inputs.size() + 1 <= size_t(Loop::kMaxOperands), "too many operands");
-  Loop it;
-  it.nops = int(inputs.size()) + 1;
-  it.numel = o.numel;
+// The common case: every operand has out's shape and is contiguous. One row.
+bool set_one_dense_row(Loop& it, const Tensor* const* tensors, const TensorImpl* const* ops) {
+  for (int k = 0; k < it.nops; ++k)
+    if ((k > 0 && ops[k]->sizes != ops[0]->sizes) || !tensors[k]->is_contiguous()) return false;
+  it.ndim = 1;
+  it.sizes[0] = it.numel;
+  it.contiguous = true;
+  for (int k = 0; k < it.nops; ++k) {
+    it.strides[k][0] = int64_t(dtype_size(it.dtype[k]));
+    it.contiguous = it.contiguous && it.dtype[k] == it.dtype[0];
+  }
+  return true;
+}
+
+// Broadcast strides in bytes, st[k][d] for out's dim d: an input's dims align with out's
+// from the right; 0 along the dims it broadcasts over. Throws if an input does not
+// broadcast, or if out has elements that share memory.
+void broadcast_byte_strides(const char* op, int nops, const TensorImpl* const* ops,
+                            int64_t (*st)[kMaxDims]) {
+  const TensorImpl& o = *ops[0];
   const int nd = int(o.sizes.size());
-  const Tensor* tensors[Loop::kMaxOperands];
-  const TensorImpl* ops[Loop::kMaxOperands];
-  tensors[0] = &out;
-  ops[0] = &o;
-  int k = 1;
-  for (const Tensor& t : inputs) {
-    tensors[k] = &t;
-    ops[k++] = &check_cpu(op, t, "input");
-  }
-  for (k = 0; k < it.nops; ++k) {
-    it.dtype[k] = ops[k]->dtype;
-    it.data[k] = it.numel ? static_cast<char*>(tensors[k]->data_ptr()) : nullptr;
-  }
-
-  // The common case: every operand has out's shape and is contiguous. One row.
-  bool same_dense = true;
-  for (k = 0; k < it.nops && same_dense; ++k)
-    same_dense = (k == 0 || ops[k]->sizes == o.sizes) && tensors[k]->is_contiguous();
-  if (same_dense) {
-    it.ndim = 1;
-    it.sizes[0] = it.numel;
-    it.contiguous = true;
-    for (k = 0; k < it.nops; ++k) {
-      it.strides[k][0] = int64_t(dtype_size(it.dtype[k]));
-      it.contiguous = it.contiguous && it.dtype[k] == it.dtype[0];
-    }
-    return it;
-  }
-
-  // Broadcast strides (in bytes): an input's dims align with out's from the right.
-  int64_t st[Loop::kMaxOperands][kMaxDims] = {};
-  for (k = 0; k < it.nops; ++k) {
+  for (int k = 0; k < nops; ++k) {
     const TensorImpl& t = *ops[k];
     const int td = int(t.sizes.size());
     const int64_t es = int64_t(dtype_size(t.dtype));
@@ -194,50 +176,86 @@ Loop make_loop(const char* op, const Tensor& out,
              "[{}] the output (shape {}, strides {}) has elements that share memory (an "
              "expanded tensor); write into a contiguous tensor instead",
              op, o.sizes, o.strides);
+}
 
-  // Keep the dims of size > 1, ordered by out's strides (largest first; an insertion
-  // sort, which is stable and allocates nothing, for at most kMaxDims dims).
-  int order[kMaxDims];
+// The dims of size > 1, ordered by out's strides, largest first, into order[]; returns
+// their count. An insertion sort: stable, and it allocates nothing for kMaxDims dims.
+int order_dims(const TensorImpl& o, const int64_t* out_strides, int* order) {
   int n = 0;
-  for (int d = 0; d < nd; ++d) {
+  for (int d = 0; d < int(o.sizes.size()); ++d) {
     if (o.sizes[size_t(d)] == 1) continue;
     int i = n++;
-    while (i > 0 && st[0][order[i - 1]] < st[0][d]) {
+    while (i > 0 && out_strides[order[i - 1]] < out_strides[d]) {
       order[i] = order[i - 1];
       --i;
     }
     order[i] = d;
   }
+  return n;
+}
 
-  // Merge neighbours that are one dim for every operand.
+// Sets it's sizes and strides from the ordered dims, merging neighbours that are one dim
+// for every operand; a single element becomes one row of length 1.
+void merge_dims(Loop& it, const TensorImpl& o, const int* order, int n,
+                const int64_t (*st)[kMaxDims]) {
   int m = 0;
   for (int i = 0; i < n; ++i) {
-    int d = order[i];
+    const int d = order[i];
     const int64_t size_d = o.sizes[size_t(d)];
     if (m > 0) {
       bool merge = true;
-      for (k = 0; k < it.nops && merge; ++k) merge = it.strides[k][m - 1] == st[k][d] * size_d;
+      for (int k = 0; k < it.nops && merge; ++k)
+        merge = it.strides[k][m - 1] == st[k][d] * size_d;
       if (merge) {
         it.sizes[m - 1] *= size_d;
-        for (k = 0; k < it.nops; ++k) it.strides[k][m - 1] = st[k][d];
+        for (int k = 0; k < it.nops; ++k) it.strides[k][m - 1] = st[k][d];
         continue;
       }
     }
     it.sizes[m] = size_d;
-    for (k = 0; k < it.nops; ++k) it.strides[k][m] = st[k][d];
+    for (int k = 0; k < it.nops; ++k) it.strides[k][m] = st[k][d];
     ++m;
   }
   it.ndim = m;
-  if (m == 0 && it.numel == 1) {  // a single element: one row of length 1
+  if (m == 0 && it.numel == 1) {
     it.ndim = 1;
     it.sizes[0] = 1;
-    for (k = 0; k < it.nops; ++k) it.strides[k][0] = int64_t(dtype_size(it.dtype[k]));
+    for (int k = 0; k < it.nops; ++k) it.strides[k][0] = int64_t(dtype_size(it.dtype[k]));
   }
-
   it.contiguous = it.ndim <= 1;
-  for (k = 0; k < it.nops && it.contiguous; ++k)
+  for (int k = 0; k < it.nops && it.contiguous; ++k)
     it.contiguous = it.dtype[k] == it.dtype[0] &&
                     (it.ndim == 0 || it.strides[k][0] == int64_t(dtype_size(it.dtype[k])));
+}
+
+}  // namespace
+
+Loop make_loop(const char* op, const Tensor& out,
+               std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
+  const TensorImpl& o = check_cpu(op, out, "output");
+  MT_ASSERT(inputs.size() + 1 <= size_t(Loop::kMaxOperands), "too many operands");
+  Loop it;
+  it.nops = int(inputs.size()) + 1;
+  it.numel = o.numel;
+  const Tensor* tensors[Loop::kMaxOperands];
+  const TensorImpl* ops[Loop::kMaxOperands];
+  tensors[0] = &out;
+  ops[0] = &o;
+  int k = 1;
+  for (const Tensor& t : inputs) {
+    tensors[k] = &t;
+    ops[k++] = &check_cpu(op, t, "input");
+  }
+  for (k = 0; k < it.nops; ++k) {
+    it.dtype[k] = ops[k]->dtype;
+    it.data[k] = it.numel ? static_cast<char*>(tensors[k]->data_ptr()) : nullptr;
+  }
+  if (set_one_dense_row(it, tensors, ops)) return it;
+  int64_t st[Loop::kMaxOperands][kMaxDims] = {};
+  broadcast_byte_strides(op, it.nops, ops, st);
+  int order[kMaxDims];
+  const int n = order_dims(o, st[0], order);
+  merge_dims(it, o, order, n, st);
   return it;
 }
 

@@ -106,7 +106,7 @@ EwFn unary_fn(UnaryOp op) {
     case UnaryOp::Relu: return EwFn::Relu;
     case UnaryOp::Silu: break;
   }
-  MT_ERROR("[silu] has its own kernels (kernels/ops/cuda_silu.cpp), not the unary template");
+  MT_ERROR("[silu] has its own kernels (kernels/gpu/silu.cpp), not the unary template");
 }
 
 void check_integral(const char* op, const Tensor& out, double v, const char* what) {

@@ -4,7 +4,8 @@
 // code is kernels/cuda/*.cu, compiled by NVRTC on first use (kernels/jit). Inputs may be
 // strided or broadcast; they are read in place where the kernel can (elementwise), and
 // copied to a contiguous layout where it cannot (reductions over non-adjacent dims).
-// In a build without CUDA each function throws (kernels/gpu/stub.cpp).
+// Every file builds without CUDA too; there nothing can be a CUDA tensor, and a call that
+// gets one anyway throws (kernels/gpu/launch.cpp's stream_of).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,11 @@ void max(const Tensor& x, std::span<const int64_t> dims, bool keepdim, const Ten
          const Tensor& indices_or_undefined);
 void sum_to(const Tensor& grad, const Shape& shape, const Tensor& out);
 
+// SiLU and its fused gradient (kernels/gpu/silu.cpp, kernels/cuda/silu.cu): floating
+// dtypes; grad is converted to x's dtype when they differ.
+void silu(const Tensor& x, const Tensor& out);
+void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out);
+
 void softmax(const Tensor& x, int64_t dim, const Tensor& out);
 void log_softmax(const Tensor& x, int64_t dim, const Tensor& out);
 
@@ -55,5 +61,9 @@ std::string cublas_unavailable_reason();
 // counters base + i (uniform in [0, 1)) or base + 2i and base + 2i + 1 (normal, Box-Muller),
 // exactly the stream mt::rand and mt::randn make on the CPU.
 void random(const Tensor& t, uint64_t seed, uint64_t base, bool normal);
+
+// Installs the runtime's copy, fill and random kernels (cuda::set_copy_kernel, ...;
+// kernels/gpu/device_hooks.cpp). Run once by the library's initialization.
+void install_device_hooks();
 
 }  // namespace mt::gpu

@@ -146,16 +146,15 @@ LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
 }
 
 // Note [SiLU's launch shape]
-// The vec kernels are grid-stride like the others, so any grid is correct; what grid is
-// fastest was measured on the H200 (bench_silu, 2026-12-03, medians of 20, float32 at
-// 2^28 elements): with the grid capped at 8 blocks a SM and 4 packs a thread a loop, the
-// forward pass took 0.581 ms (88% of a copy of the same bytes) and the backward 0.791;
-// with one block per 256 work items (many waves; the hardware hands a finished block's
-// place to the next) 0.511 (99%) and 0.744; and with 2 packs a thread instead of 4,
-// 0.511 and 0.740 (bfloat16: 0.308 -> 0.282 and 0.425 -> 0.397 ms). 1 pack a thread lost
-// 10% on the float32 forward pass; 128 threads a block matched 256. The generic
-// elementwise kernels keep the capped grid: uncapped, the sigmoid-then-multiply pair got
-// slower (0.407 -> 0.558 ms at 2^26).
+// The vec kernels are grid-stride like the others, so any grid is correct; which grid is
+// fastest was measured on the H200 with bench_silu (the figures and the sweep are in
+// docs/gpu.md). With the grid capped at 8 blocks a SM, each thread loops over many packs
+// and the float32 forward pass stayed well short of a copy of the same bytes. One block
+// per 256 work items, however many waves that makes (the hardware hands a finished
+// block's place to the next), so that each thread runs its loop once, brought it to a
+// copy's speed; 2 packs a thread (kSiluUnroll) did a little better than 4, 1 was slower,
+// and 128 threads a block matched 256. The generic elementwise kernels keep the capped
+// grid: uncapped, the sigmoid-then-multiply pair got slower.
 LaunchShape vec_launch_shape(int64_t work_items) {
   return blocks_of_256(work_items, 0x7fffffff);  // gridDim.x's limit
 }
@@ -168,70 +167,12 @@ bool aligned16(std::initializer_list<const void*> ptrs) {
 
 namespace {
 
-constexpr int kNumSiluKernels = 6;
-KernelTable<kNumSiluKernels * kNumDTypes> g_silu;
 KernelTable<2 * kNumDTypes> g_fill;
 KernelTable<2 * kNumDTypes * kNumDTypes> g_copy;
-
-void check_silu_dtype(DType t) {
-  MT_CHECK(is_floating(t),
-           "[silu] the CUDA kernel takes float32, float64, float16 or bfloat16, not {}; convert "
-           "the input with .to(mt::DType::Float32) first",
-           t);
-}
-
-const Kernel& silu_kernel(int device, SiluKernel k, DType t) {
-  return g_silu.get(device, int(k) * kNumDTypes + int(t), "silu.cu",
-                    [&] { return silu_name_expression(k, t); });
-}
 
 }  // namespace
 
 int sm_count(int device) { return cuda::device_props(device).sm_count; }
-
-void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, void* y, int64_t n,
-                     const StridedLayout* layout) {
-  check_silu_dtype(t);
-  if (n <= 0) return;
-  long long count = n;
-  if (layout) {
-    StridedLayout l = *layout;
-    void* args[] = {&x, &y, &count, &l};
-    const auto s = elementwise_launch_shape(n, sm_count(device));
-    silu_kernel(device, SiluKernel::FwdStrided, t).launch(s.grid, s.block, 0, stream, args);
-  } else if (aligned16({x, y})) {
-    const int64_t packs = n / int64_t(16 / dtype_size(t));
-    void* args[] = {&x, &y, &count};
-    const auto s = vec_launch_shape((packs + kSiluUnroll - 1) / kSiluUnroll);
-    silu_kernel(device, SiluKernel::FwdVec, t).launch(s.grid, s.block, 0, stream, args);
-  } else {
-    void* args[] = {&x, &y, &count};
-    const auto s = elementwise_launch_shape(n, sm_count(device));
-    silu_kernel(device, SiluKernel::Fwd, t).launch(s.grid, s.block, 0, stream, args);
-  }
-}
-
-void launch_silu_bwd(int device, CUstream_st* stream, DType t, const void* grad, const void* x,
-                     void* grad_in, int64_t n, const StridedLayout* layout) {
-  check_silu_dtype(t);
-  if (n <= 0) return;
-  long long count = n;
-  if (layout) {
-    StridedLayout l = *layout;
-    void* args[] = {&grad, &x, &grad_in, &count, &l};
-    const auto s = elementwise_launch_shape(n, sm_count(device));
-    silu_kernel(device, SiluKernel::BwdStrided, t).launch(s.grid, s.block, 0, stream, args);
-  } else if (aligned16({grad, x, grad_in})) {
-    const int64_t packs = n / int64_t(16 / dtype_size(t));
-    void* args[] = {&grad, &x, &grad_in, &count};
-    const auto s = vec_launch_shape((packs + kSiluUnroll - 1) / kSiluUnroll);
-    silu_kernel(device, SiluKernel::BwdVec, t).launch(s.grid, s.block, 0, stream, args);
-  } else {
-    void* args[] = {&grad, &x, &grad_in, &count};
-    const auto s = elementwise_launch_shape(n, sm_count(device));
-    silu_kernel(device, SiluKernel::Bwd, t).launch(s.grid, s.block, 0, stream, args);
-  }
-}
 
 void launch_fill(int device, CUstream_st* stream, DType t, void* out, int64_t n, const void* value,
                  const StridedLayout* layout) {

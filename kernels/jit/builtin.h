@@ -1,6 +1,7 @@
 // The built-in device kernels (kernels/cuda/*.cu): their name expressions, the
-// layouts and launch shapes they take, and launchers on raw device pointers for
-// the ops (kernels/ops/silu.cpp) and the runtime's copies (runtime/cuda/copy.cpp).
+// layouts and launch shapes they take, and launchers on raw device pointers for the
+// runtime's copies and fills (kernels/gpu/device_hooks.cpp). SiLU's launchers are in
+// kernels/gpu/silu.h.
 #pragma once
 
 #include <atomic>
@@ -85,12 +86,8 @@ struct KernelTable {
 };
 
 // Launchers on device pointers of cuda:device, on `stream`. n is the element count;
-// a null layout means every operand is contiguous (then the vec kernel runs when all
-// pointers are 16-byte aligned). fill takes one element of dtype t at `value` (host).
-void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, void* y, int64_t n,
-                     const StridedLayout* layout = nullptr);
-void launch_silu_bwd(int device, CUstream_st* stream, DType t, const void* grad, const void* x,
-                     void* grad_in, int64_t n, const StridedLayout* layout = nullptr);
+// a null layout means every operand is contiguous. fill takes one element of dtype t at
+// `value` (host).
 void launch_fill(int device, CUstream_st* stream, DType t, void* out, int64_t n, const void* value,
                  const StridedLayout* layout = nullptr);
 void launch_copy_cast(int device, CUstream_st* stream, DType dst_t, void* dst, DType src_t,

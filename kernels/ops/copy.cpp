@@ -18,10 +18,11 @@ Tensor copy_into(const Tensor& x, DType t, Device d) {
 }
 
 template <typename F, typename Fake>
-void register_inplace(const char* name, const char* schema, F fn, Fake fake) {
-  auto op = custom_op(name, fn, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, fn);
-  op.register_fake(fake);
+void register_inplace(const char* name, const char* schema, F fn, Fake fake,
+                      std::source_location loc = std::source_location::current()) {
+  auto op = custom_op(name, fn, {.schema = schema}, loc);
+  op.register_kernel(DeviceType::CUDA, fn, loc);
+  op.register_fake(fake, loc);
   keep(op);
 }
 

@@ -67,13 +67,17 @@ Tensor sum_or_mean(const Tensor& x, const std::vector<int64_t>& dim, bool keepdi
 }
 
 template <bool Mean>
-void register_sum_or_mean(const char* name) {
+void register_sum_or_mean(const char* name,
+                          std::source_location loc = std::source_location::current()) {
   auto op = custom_op(name, sum_or_mean<Mean, Mean ? cpu::mean : cpu::sum>,
-      {.mutates_args = {}, .schema = "(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor"});
-  op.register_kernel(DeviceType::CUDA, sum_or_mean<Mean, Mean ? gpu::mean : gpu::sum>);
-  op.register_fake([](const Tensor& x, const std::vector<int64_t>& dim, bool keepdim) {
-    return reduce_result(x, normalize_dims(x, dim, Mean ? "mean" : "sum"), keepdim, Mean);
-  });
+      {.mutates_args = {}, .schema = "(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor"},
+      loc);
+  op.register_kernel(DeviceType::CUDA, sum_or_mean<Mean, Mean ? gpu::mean : gpu::sum>, loc);
+  op.register_fake(
+      [](const Tensor& x, const std::vector<int64_t>& dim, bool keepdim) {
+        return reduce_result(x, normalize_dims(x, dim, Mean ? "mean" : "sum"), keepdim, Mean);
+      },
+      loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
         Shape sizes(std::any_cast<std::vector<int64_t>>(ctx.data["sizes"]));
@@ -88,7 +92,8 @@ void register_sum_or_mean(const char* name) {
       [](AutogradContext& ctx, const Tensor& x, const std::vector<int64_t>& dim, bool keepdim,
          const Tensor&) {
         save_reduction(ctx, x, normalize_dims(x, dim, Mean ? "mean" : "sum"), keepdim);
-      });
+      },
+      loc);
   keep(op);
 }
 

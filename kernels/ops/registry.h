@@ -1,8 +1,10 @@
 // How the built-in op files register: each defines register_<family>(), called once
-// from kernels/register_builtins.cpp, and keeps its custom_op handles alive here.
+// from kernels/register_builtins.cpp (Note [Library initialization] in runtime/init.h), and
+// keeps its custom_op handles alive here.
 #pragma once
 
 #include <memory>
+#include <source_location>
 #include <vector>
 
 #include "autograd/custom_op.h"
@@ -20,12 +22,16 @@ void keep(const Op& op) {
 // Registers fn as the op's CPU, CUDA and Fake kernel (fn must work on all three: views,
 // and ops built from other ops or from factories that are fake under FakeMode), with the
 // given backward and setup_context.
+//
+// A registration helper takes the caller's location and passes it to every registration,
+// so that `minitensor dump mt::view` names the op's own line, not the helper's.
 template <typename F, typename Backward, typename Setup>
-void register_everywhere(const char* name, const char* schema, F fn, Backward bw, Setup setup) {
-  auto op = custom_op(name, fn, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, fn);
-  op.register_fake(fn);
-  op.register_autograd(bw, setup);
+void register_everywhere(const char* name, const char* schema, F fn, Backward bw, Setup setup,
+                         std::source_location loc = std::source_location::current()) {
+  auto op = custom_op(name, fn, {.schema = schema}, loc);
+  op.register_kernel(DeviceType::CUDA, fn, loc);
+  op.register_fake(fn, loc);
+  op.register_autograd(bw, setup, loc);
   keep(op);
 }
 
@@ -43,7 +49,6 @@ void register_reduce();
 void register_matmul();
 void register_loss();
 void register_softmax();
-void register_cuda_kernels();  // kernels/ops/cuda_silu.cpp: CUDA silu kernels, device copy/fill hooks
 
 // Helpers shared by op files.
 DType float_result(DType t);  // int64/bool inputs of float ops compute in float32

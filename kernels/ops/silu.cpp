@@ -1,7 +1,9 @@
 // mt::silu: y = x * sigmoid(x), and mt::silu_backward, its fused gradient
-// grad * s * (1 + x * (1 - s)) in one pass over x and grad. The CUDA kernels are in
-// kernels/cuda/silu.cu; their launch is registered by kernels/cuda_ops.
+// grad * s * (1 + x * (1 - s)) in one pass over x and grad. Every key registers here,
+// through one custom_op handle per op: CPU (kernels/cpu), CUDA (kernels/gpu/silu.cpp, whose
+// device code is kernels/cuda/silu.cu), Fake and Autograd.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {
@@ -17,6 +19,12 @@ void register_silu() {
         return out;
       },
       {.schema = "(Tensor self) -> Tensor"});
+  silu_op.register_kernel(DeviceType::CUDA, [](const Tensor& x) {
+    check_floating(x, "silu");
+    Tensor out = empty_like(x);
+    gpu::silu(x, out);
+    return out;
+  });
   silu_op.register_fake([](const Tensor& x) {
     check_floating(x, "silu");
     return empty_like(x);
@@ -38,6 +46,15 @@ void register_silu() {
         return out;
       },
       {.schema = "(Tensor grad_output, Tensor self) -> Tensor"});
+  bwd_op.register_kernel(DeviceType::CUDA, [](const Tensor& grad, const Tensor& x) {
+    MT_CHECK(grad.sizes() == x.sizes(),
+             "[silu_backward] grad has shape {} but x has shape {}; they must match", grad.sizes(),
+             x.sizes());
+    check_floating(x, "silu_backward");
+    Tensor out = empty_like(x);
+    gpu::silu_backward(grad, x, out);
+    return out;
+  });
   bwd_op.register_fake([](const Tensor& grad, const Tensor& x) {
     MT_CHECK(grad.sizes() == x.sizes(),
              "[silu_backward] grad has shape {} but x has shape {}; they must match", grad.sizes(),

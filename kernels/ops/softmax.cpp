@@ -1,6 +1,6 @@
 // mt::softmax and mt::log_softmax along one dim, numerically stable (the kernel
 // subtracts the row's max). Integer inputs give float32. Backwards, with y the output
-// (recomputed from the saved input: Note [Saved inputs, not outputs] in unary.cpp):
+// (recomputed from the saved input, as in Note [Saved inputs, not outputs] in unary.cpp):
 // softmax: y * (g - sum(g * y)), log_softmax: g - exp(y) * sum(g), sums along dim.
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gpu/gpu_kernels.h"
@@ -25,11 +25,13 @@ Tensor softmax_kernel(const Tensor& x, int64_t dim) {
 }
 
 template <bool Log>
-void register_softmax_op(const char* name) {
+void register_softmax_op(const char* name,
+                         std::source_location loc = std::source_location::current()) {
   auto op = custom_op(name, softmax_kernel<Log, Log ? cpu::log_softmax : cpu::softmax>,
-                      {.mutates_args = {}, .schema = "(Tensor self, int dim) -> Tensor"});
-  op.register_kernel(DeviceType::CUDA, softmax_kernel<Log, Log ? gpu::log_softmax : gpu::softmax>);
-  op.register_fake(softmax_result<Log>);
+                      {.mutates_args = {}, .schema = "(Tensor self, int dim) -> Tensor"}, loc);
+  op.register_kernel(DeviceType::CUDA, softmax_kernel<Log, Log ? gpu::log_softmax : gpu::softmax>,
+                     loc);
+  op.register_fake(softmax_result<Log>, loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
         Tensor x = ctx.saved()[0];
@@ -42,7 +44,8 @@ void register_softmax_op(const char* name) {
       [](AutogradContext& ctx, const Tensor& x, int64_t dim, const Tensor&) {
         ctx.save_for_backward({x});
         ctx.data["dim"] = dim;
-      });
+      },
+      loc);
   keep(op);
 }
 

@@ -21,10 +21,12 @@ Tensor unary_result(const Tensor& x, bool keeps_dtype) {
 }
 
 // Registers `name` computing cpu::unary(kind) with backward(g, x) -> the gradient of x.
-// Note [Saved inputs, not outputs]: backwards recompute f(x) from the saved input rather
-// than saving the output y, because an output saved in setup_context loses its grad_fn
-// (it is saved before the autograd kernel sets its history), which would cut the
-// second derivative; see the report on autograd/function.h.
+// Note [Saved inputs, not outputs]: backward(g, x) gets the saved input, and exp, sigmoid
+// and tanh recompute f(x) from it (one more op in backward), so every formula is written
+// in x alone. Saving the output would work too: the autograd kernel sets an output's
+// history before setup_context runs, and a saved output gets its grad_fn back when
+// unpacked, so double backward flows through it (tests/test_autograd.cpp, "saved outputs
+// keep their gradient path"). Saving x is a choice of style here, not a necessity.
 template <typename Backward>
 void register_unary_op(const char* name, UnaryOp kind, bool keeps_dtype, Backward backward) {
   auto op = custom_op(

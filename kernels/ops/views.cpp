@@ -21,12 +21,16 @@ Tensor reshape_impl(const Tensor& x, const std::vector<int64_t>& shape) {
   return detail::view_of(x.contiguous(), sizes);
 }
 
-}  // namespace
+// Backward and setup_context of the views whose gradient is the input's shape back.
+constexpr auto reshape_back = [](AutogradContext& ctx, const Tensor& g) {
+  return g.reshape(shape_of(ctx));
+};
+constexpr auto keep_sizes = [](AutogradContext& ctx, const Tensor& x, auto&&...) {
+  save_sizes(ctx, x);
+};
 
-void register_views() {
-  auto reshape_back = [](AutogradContext& ctx, const Tensor& g) { return g.reshape(shape_of(ctx)); };
-  auto keep_sizes = [](AutogradContext& ctx, const Tensor& x, auto&&...) { save_sizes(ctx, x); };
-
+// view, reshape, squeeze, unsqueeze: the gradient is reshaped back to the input's shape.
+void register_reshapes() {
   register_everywhere("mt::view", "(Tensor(a) self, int[] size) -> Tensor(a)",
                 [](const Tensor& x, const std::vector<int64_t>& size) { return detail::view_of(x, Shape(size)); },
                 reshape_back, keep_sizes);
@@ -38,7 +42,10 @@ void register_views() {
                 [](const Tensor& x, int64_t d) { return detail::squeeze_of(x, d); }, reshape_back, keep_sizes);
   register_everywhere("mt::unsqueeze", "(Tensor(a) self, int dim) -> Tensor(a)",
                 [](const Tensor& x, int64_t d) { return detail::unsqueeze_of(x, d); }, reshape_back, keep_sizes);
+}
 
+// transpose, permute: the gradient goes through the inverse permutation.
+void register_permutes() {
   register_everywhere(
       "mt::transpose", "(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
       [](const Tensor& x, int64_t a, int64_t b) { return detail::transpose_of(x, a, b); },
@@ -63,7 +70,10 @@ void register_views() {
       [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>& dims, const Tensor&) {
         ctx.data["dims"] = dims;
       });
+}
 
+// expand, slice, select: the gradient is summed or written back into the input's shape.
+void register_expand_slice_select() {
   register_everywhere(
       "mt::expand", "(Tensor(a) self, int[] size) -> Tensor(a)",
       [](const Tensor& x, const std::vector<int64_t>& size) { return detail::expand_of(x, Shape(size)); },
@@ -98,9 +108,11 @@ void register_views() {
         ctx.data["dim"] = d;
         ctx.data["index"] = i;
       });
+}
 
-  // The gradients of slice and select: the gradient written into zeros of the input's
-  // shape. Ops of their own, so that their own gradient (slice/select again) is known.
+// The gradients of slice and select: the gradient written into zeros of the input's
+// shape. Ops of their own, so that their own gradient (slice/select again) is known.
+void register_slice_select_backward() {
   auto slice_bwd = [](const Tensor& g, const std::vector<int64_t>& sizes, int64_t d, int64_t s,
                       int64_t e, int64_t st) {
     Tensor gi = zeros(Shape(sizes), {.dtype = g.dtype(), .device = g.device()});
@@ -137,6 +149,15 @@ void register_views() {
         ctx.data["dim"] = d;
         ctx.data["index"] = i;
       });
+}
+
+}  // namespace
+
+void register_views() {
+  register_reshapes();
+  register_permutes();
+  register_expand_slice_select();
+  register_slice_select_backward();
 }
 
 }  // namespace ops

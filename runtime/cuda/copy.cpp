@@ -8,12 +8,13 @@
 
 #include "runtime/cuda/driver.h"
 #include "runtime/error.h"
+#include "runtime/init.h"
 #include "runtime/tensor.h"
 
 namespace mt::cuda {
 namespace {
 
-std::atomic<CopyKernel> copy_kernel{nullptr};  // installed by kernels/ops/cuda_silu.cpp
+std::atomic<CopyKernel> copy_kernel{nullptr};  // installed by kernels/gpu/device_hooks.cpp
 std::atomic<FillKernel> fill_kernel{nullptr};
 std::atomic<RandomKernel> g_random_kernel{nullptr};
 
@@ -26,7 +27,7 @@ FillKernel set_fill_kernel(FillKernel fn) { return fill_kernel.exchange(fn); }
 RandomKernel set_random_kernel(RandomKernel fn) { return g_random_kernel.exchange(fn); }
 RandomKernel random_kernel() {
   if (RandomKernel k = g_random_kernel.load()) return k;
-  mt::detail::install_device_kernels();
+  mt::detail::ensure_initialized();
   return g_random_kernel.load();
 }
 
@@ -47,7 +48,7 @@ void copy(const Tensor& dst, const Tensor& src) {
     if (!plain) {
       CopyKernel k = copy_kernel.load();
       if (!k) {
-        mt::detail::install_device_kernels();
+        mt::detail::ensure_initialized();
         k = copy_kernel.load();
       }
       MT_CHECK(k,
@@ -108,7 +109,7 @@ void fill(const Tensor& t, double value) {
   }
   FillKernel k = fill_kernel.load();
   if (!k) {
-    mt::detail::install_device_kernels();
+    mt::detail::ensure_initialized();
     k = fill_kernel.load();
   }
   MT_CHECK(k,

@@ -18,12 +18,6 @@ namespace mt {
 class Tensor;
 }
 
-namespace mt::detail {
-// The device copy and fill kernels live in kernels/ (they are JIT-compiled): this
-// registers the built-in ops, which installs them (kernels/register_builtins.cpp).
-void install_device_kernels();
-}  // namespace mt::detail
-
 namespace mt::cuda {
 
 // False where the build has no CUDA backend, or the driver is missing, fails to
@@ -80,7 +74,8 @@ void fill(const Tensor& t, double value);
 void synchronize(int index = 0);
 
 // Device kernels for what copy() and fill() cannot do with a memcpy or memset, installed
-// by the kernel library (kernels/jit). The copy kernel gets both tensors on one CUDA
+// by the kernel library (kernels/gpu/device_hooks.cpp) when the library initializes; copy,
+// fill and random_kernel() run that first (Note [Library initialization]). The copy kernel gets both tensors on one CUDA
 // device (strided or of different dtypes); both run on the current stream. Each setter
 // returns the kernel it replaces; nullptr removes it.
 using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
@@ -88,8 +83,8 @@ using FillKernel = void (*)(const Tensor& t, double value);
 CopyKernel set_copy_kernel(CopyKernel fn);
 FillKernel set_fill_kernel(FillKernel fn);
 // Fills a contiguous CUDA tensor with the counter-based generator's stream (mt::rand,
-// or mt::randn when normal) from counter `base` of `seed`. random_kernel() installs the
-// kernel library's on first use; nullptr where there is none (then rand/randn draw on
+// or mt::randn when normal) from counter `base` of `seed`. random_kernel() gives the
+// kernel library's; nullptr where there is none (then rand/randn draw on
 // the host and copy).
 using RandomKernel = void (*)(const Tensor& t, uint64_t seed, uint64_t base, bool normal);
 RandomKernel set_random_kernel(RandomKernel fn);

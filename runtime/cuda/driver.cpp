@@ -94,55 +94,66 @@ bool query_props(Driver& d, int index) {
   return true;
 }
 
-Driver load() {
-  Driver d;
+// load()'s pieces: open the driver, resolve its entry points, initialize it and query
+// the devices. Each sets d.reason and returns false (or null) where it stops.
+
+using GetProc =
+    CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+// dlopens libcuda.so.1 and finds cuGetProcAddress_v2 in it.
+GetProc open_driver(Driver& d) {
   dlerror();
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* err = dlerror();
     d.reason = fmt::format("libcuda.so.1 could not be loaded: {}", err ? err : "unknown error");
-    return d;
+    return nullptr;
   }
-  using GetProc =
-      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get_proc = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
   if (!get_proc) {
     d.reason =
         "libcuda.so.1 has no cuGetProcAddress_v2: the NVIDIA driver predates CUDA 12; "
         "update the driver";
-    return d;
   }
+  return get_proc;
+}
+
+// Sets fn to the driver's `name` for the ABI of CUDA `version`, counting it in `resolved`.
+template <typename Fn>
+bool resolve(Driver& d, GetProc get_proc, const char* name, int version, Fn& fn, int& resolved) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CUresult r = get_proc(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  if (r != CUDA_SUCCESS) {
+    d.reason =
+        fmt::format("cuGetProcAddress_v2(\"{}\") failed: {}", name, error_text_with(d.api, r));
+    if (r == CUDA_ERROR_STUB_LIBRARY) {
+      d.reason +=
+          "; this libcuda.so.1 is the toolkit's link stub, not the driver: take the "
+          "stubs folder off LD_LIBRARY_PATH";
+    }
+    return false;
+  }
+  if (status != CU_GET_PROC_ADDRESS_SUCCESS || !p) {
+    d.reason = fmt::format(
+        "libcuda.so.1 has no {} for CUDA {} (the driver supports CUDA {}); update the driver",
+        name, version_text(version), d.version ? version_text(d.version) : "unknown");
+    return false;
+  }
+  fn = reinterpret_cast<Fn>(p);
+  ++resolved;
+  return true;
+}
+
+// Fills d.api, every entry point of kNumDriverEntries, and d.version.
+bool resolve_entry_points(Driver& d, GetProc get_proc) {
   int resolved = 0;
-  auto resolve = [&](const char* name, int version, auto& fn) {
-    void* p = nullptr;
-    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    CUresult r = get_proc(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
-    if (r != CUDA_SUCCESS) {
-      d.reason =
-          fmt::format("cuGetProcAddress_v2(\"{}\") failed: {}", name, error_text_with(d.api, r));
-      if (r == CUDA_ERROR_STUB_LIBRARY) {
-        d.reason +=
-            "; this libcuda.so.1 is the toolkit's link stub, not the driver: take the "
-            "stubs folder off LD_LIBRARY_PATH";
-      }
-      return false;
-    }
-    if (status != CU_GET_PROC_ADDRESS_SUCCESS || !p) {
-      d.reason = fmt::format(
-          "libcuda.so.1 has no {} for CUDA {} (the driver supports CUDA {}); update the driver",
-          name, version_text(version), d.version ? version_text(d.version) : "unknown");
-      return false;
-    }
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-    ++resolved;
-    return true;
-  };
   // #name and PFN_##name keep the name as written (cuMemAlloc); d.api.name follows
   // cuda.h's macros (cuMemAlloc_v2). `version` is that of the ABI cuda.h declares.
 #define MT_RESOLVE(name, version)                                              \
   static_assert(std::is_same_v<decltype(d.api.name), PFN_##name##_v##version>, \
                 #name ": cuda.h declares another ABI than version " #version); \
-  if (!resolve(#name, version, d.api.name)) return d
+  if (!resolve(d, get_proc, #name, version, d.api.name, resolved)) return false
   MT_RESOLVE(cuGetErrorName, 6000);  // first, so that later failures have names
   MT_RESOLVE(cuGetErrorString, 6000);
   MT_RESOLVE(cuDriverGetVersion, 2020);
@@ -193,30 +204,41 @@ Driver load() {
         "minitensor resolved {} of {} driver entry points (a bug: see "
         "kNumDriverEntries in runtime/cuda/driver.cpp)",
         resolved, kNumDriverEntries);
-    return d;
+    return false;
   }
+  return true;
+}
 
+// cuInit, then the device count and each device's properties.
+bool init_devices(Driver& d) {
   if (CUresult r = d.api.cuInit(0)) {
     d.reason = "cuInit failed: " + error_text_with(d.api, r);
-    return d;
+    return false;
   }
   if (CUresult r = d.api.cuDeviceGetCount(&d.count)) {
     d.reason = "cuDeviceGetCount failed: " + error_text_with(d.api, r);
     d.count = 0;
-    return d;
+    return false;
   }
   if (d.count <= 0) {
     d.reason = "the driver sees no CUDA device (cuDeviceGetCount returned 0)";
     d.count = 0;
-    return d;
+    return false;
   }
   for (int i = 0; i < d.count; ++i) {
     if (!query_props(d, i)) {
       d.count = 0;
       d.props.clear();
-      return d;
+      return false;
     }
   }
+  return true;
+}
+
+Driver load() {
+  Driver d;
+  GetProc get_proc = open_driver(d);
+  if (get_proc && resolve_entry_points(d, get_proc)) init_devices(d);
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 
 #ifdef MT_HAVE_CUDA
+#include "kernels/gpu/silu.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
 #include "kernels/jit/pointwise.h"
@@ -167,8 +168,8 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
         const bool fwd = pass == 0;
         const size_t bytes = size_t(n) * es * (fwd ? 2 : 3);
         double ms = cuda_median_ms(device, timing, [&] {
-          if (fwd) jit::launch_silu_fwd(device, stream, t, px, py, n);
-          else jit::launch_silu_bwd(device, stream, t, pg, px, py, n);
+          if (fwd) gpu::launch_silu_fwd(device, stream, t, px, py, n);
+          else gpu::launch_silu_bwd(device, stream, t, pg, px, py, n);
         });
         double unf = !k_sig ? std::nan("") : cuda_median_ms(device, timing, [&] {
           void* a1[] = {&px, &ps, &n};
