@@ -132,12 +132,17 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
              n->name, in_grads.size(), n->inputs.size());
     for (size_t i = 0; i < in_grads.size(); ++i) {
       const auto& slot = n->inputs[i];
-      const Tensor& g = in_grads[i];
+      Tensor g = in_grads[i];
       if (!slot.requires_grad || !g.defined()) continue;
       MT_CHECK(g.sizes() == slot.sizes,
                "[backward] the backward of '{}' returned a gradient of shape {} for input {}, "
                "which has shape {}; each gradient must have its input's shape",
                n->name, g.sizes(), i, slot.sizes);
+      MT_CHECK(g.device() == slot.device,
+               "[backward] the backward of '{}' returned a gradient on {} for input {}, which "
+               "is on {}; return each gradient on its input's device (.to(device))",
+               n->name, g.device(), i, slot.device);
+      if (g.dtype() != slot.dtype) g = g.to(slot.dtype);  // as PyTorch does: x.grad keeps x's dtype
       if (slot.producer) {
         auto& buf = buffers[slot.producer.get()];
         buf.resize(slot.producer->outputs.size());

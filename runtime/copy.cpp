@@ -41,6 +41,8 @@ D convert(S v) {
     return v != S(0);
   } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
     return D(float(v));
+  } else if constexpr (std::is_same_v<D, int64_t> && std::is_floating_point_v<S>) {
+    return saturate_to_int64(v);  // Note [Float to integer conversion]
   } else {
     return D(v);
   }

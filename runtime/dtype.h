@@ -49,6 +49,28 @@ inline bool is_floating(DType t) { return t != DType::Int64 && t != DType::Bool;
 // The result type of a binary op, as PyTorch promotes (bool < int64 < floats;
 // float16 with bfloat16 gives float32).
 DType promote_types(DType a, DType b);
+// Whether a result of dtype `from` may be written into a tensor of dtype `to` by an
+// in-place op or an out= argument, as PyTorch's can_cast: not a float into an integer
+// or bool, and not an integer into a bool (copy_ and .to() convert freely).
+inline bool can_cast(DType from, DType to) {
+  if (is_floating(from) && !is_floating(to)) return false;
+  if (from != DType::Bool && to == DType::Bool) return false;
+  return true;
+}
+
+// Note [Float to integer conversion]
+// C++ leaves a float -> int64 conversion undefined when the value, truncated, does not
+// fit (NaN, +-inf, 1e30); x86 gives INT64_MIN, other CPUs other values. minitensor
+// saturates instead, the same on every path (copy_, .to(), fill_, the CPU kernels'
+// loads and stores): NaN -> 0, values past the range -> INT64_MAX or INT64_MIN, the rest
+// truncated toward zero.
+template <typename F>
+inline int64_t saturate_to_int64(F v) {
+  if (v != v) return 0;                          // NaN
+  if (v >= F(0x1p63)) return INT64_MAX;          // 2^63 and up, +inf
+  if (v < F(-0x1p63)) return INT64_MIN;          // below -2^63, -inf
+  return int64_t(v);
+}
 
 template <typename T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };

@@ -83,10 +83,35 @@ class Shape {
   uint8_t n_ = 0;
 };
 
-// Product of sizes (1 for a 0-d shape).
+namespace detail {
+// "[op] the sizes [...] have 2^64 elements, more than int64 can count; ..." (or a
+// negative size): the error of checked_numel.
+[[noreturn]] void throw_bad_shape(const Shape& s, const char* op);
+}  // namespace detail
+
+// Note [Checked shapes]
+// Every shape a tensor gets is checked where it is made (the factories, view, reshape,
+// expand): no size is negative, and the product of the sizes, counting a 0 as a 1 (what
+// the contiguous strides and the extents need), fits in int64. Shapes derived from a
+// checked one (a slice, a transpose, a flatten) then cannot overflow either, and neither
+// can numel times the element size, which the factories and expand check as well.
+// The number of elements of `s`, refusing ("[op] ...") negative sizes and shapes past int64.
+inline int64_t checked_numel(const Shape& s, const char* op) {
+  int64_t n = 1, strided = 1;
+  for (int64_t v : s) {
+    if (v < 0 || __builtin_mul_overflow(strided, v > 1 ? v : 1, &strided)) [[unlikely]]
+      detail::throw_bad_shape(s, op);
+    n *= v;  // 0 <= n <= strided: no overflow
+  }
+  return n;
+}
+
+// Product of sizes (1 for a 0-d shape), for shapes already checked; one that overflows
+// is refused all the same, never wrapped.
 inline int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t v : s) n *= v;
+  for (int64_t v : s)
+    if (__builtin_mul_overflow(n, v, &n)) [[unlikely]] detail::throw_bad_shape(s, "tensor");
   return n;
 }
 

@@ -88,6 +88,9 @@ class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    // the factories never ask for more (Note [Checked shapes]); rounding up past it would wrap
+    MT_CHECK(nbytes <= size_t(INT64_MAX),
+             "[cpu allocator] cannot allocate {} bytes: more than int64 can count", nbytes);
     size_t rounded = round64(nbytes);
     if (void* p = small_take(kDataPool, rounded)) return p;
     void* p = std::aligned_alloc(64, rounded);

@@ -186,25 +186,78 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
 
 namespace {
 
-void check_sizes(const Shape& shape, const char* op) {
-  for (int64_t s : shape)
-    MT_CHECK(s >= 0, "[{}] negative size {} in shape {}; sizes must be >= 0", op, s, shape);
+// A count that may be past int64: "2^64" when it is exactly a power of two (`exact`: the
+// factors were), else "1.845e+19".
+std::string describe_count(double n, bool exact = true) {
+  int e = 0;
+  if (exact && std::frexp(n, &e) == 0.5) return fmt::format("2^{}", e - 1);
+  return fmt::format("{:.4g}", n);
 }
+
+bool all_powers_of_two(const Shape& s) {
+  return std::all_of(s.begin(), s.end(), [](int64_t v) { return v <= 1 || (v & (v - 1)) == 0; });
+}
+
+}  // namespace
+
+namespace detail {
+
+void throw_bad_shape(const Shape& s, const char* op) {
+  for (int64_t v : s)
+    MT_CHECK(v >= 0, "[{}] negative size {} in shape {}; sizes must be >= 0", op, v, s);
+  double n = 1, nonzero = 1;
+  for (int64_t v : s) n *= double(v), nonzero *= double(std::max<int64_t>(v, 1));
+  if (n != 0)
+    MT_ERROR("[{}] the sizes {} have {} elements, more than int64 can count; make the tensor "
+             "smaller (at most 2^63 - 1 elements)",
+             op, s, describe_count(n, all_powers_of_two(s)));
+  MT_ERROR("[{}] the sizes {} have no elements, but their nonzero sizes multiply to {}, more "
+           "than int64 can count, so the strides cannot be computed; make the other sizes "
+           "smaller",
+           op, s, describe_count(nonzero, all_powers_of_two(s)));
+}
+
+int64_t checked_nbytes(const Shape& s, int64_t elements, DType t, const char* op) {
+  int64_t bytes = 0;
+  MT_CHECK(!__builtin_mul_overflow(elements, int64_t(dtype_size(t)), &bytes),
+           "[{}] a {} tensor of sizes {} takes {} bytes, more than int64 can count; make the "
+           "tensor smaller",
+           op, t, s,
+           describe_count(double(elements) * double(dtype_size(t)),
+                          (elements & (elements - 1)) == 0));
+  return bytes;
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_sizes(const Shape& shape, const char* op) { checked_numel(shape, op); }
 
 MT_TLS bool t_fake_mode = false;
 
-// Bytes needed to hold every element reachable through (sizes, strides).
-int64_t storage_extent(const Shape& sizes, const Shape& strides) {
-  int64_t max_off = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) return 0;
+// Elements needed to hold every element reachable through (sizes, strides): the largest
+// offset plus one, refused when past int64.
+int64_t storage_extent(const Shape& sizes, const Shape& strides, const char* op) {
+  for (size_t i = 0; i < sizes.size(); ++i)
     MT_CHECK(strides[i] >= 0,
-             "[empty_strided] negative stride {} in strides {} is not supported; use strides "
-             ">= 0",
+             "[{}] negative stride {} in strides {} is not supported; use strides >= 0", op,
              strides[i], strides);
-    max_off += (sizes[i] - 1) * strides[i];
+  for (int64_t s : sizes)
+    if (s == 0) return 0;
+  int64_t max_off = 0;
+  bool overflow = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int64_t step = 0;
+    overflow = overflow || __builtin_mul_overflow(sizes[i] - 1, strides[i], &step) ||
+               __builtin_add_overflow(max_off, step, &max_off);
   }
-  return max_off + 1;
+  overflow = overflow || __builtin_add_overflow(max_off, 1, &max_off);
+  MT_CHECK(!overflow,
+           "[{}] the sizes {} with strides {} reach past element 2^63 - 1, more than int64 can "
+           "count; use smaller sizes or strides",
+           op, sizes, strides);
+  return max_off;
 }
 
 Tensor finish(Tensor t, const TensorOptions& opts) {
@@ -223,18 +276,18 @@ Tensor fake_like(const Tensor& t) {
 }
 
 Tensor fake_empty(const Shape& shape, const TensorOptions& opts) {
-  check_sizes(shape, "fake_empty");
+  detail::checked_nbytes(shape, checked_numel(shape, "fake_empty"), opts.dtype, "fake_empty");
   return finish(detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device), opts);
 }
 
 namespace {
 // A tensor over fresh storage of `elements` elements (fake under FakeMode); the callers
-// have checked shape and strides.
+// have checked shape and strides, this checks the byte count.
 Tensor allocate(const Shape& shape, const Shape& strides, int64_t elements,
-                const TensorOptions& opts) {
+                const TensorOptions& opts, const char* op) {
+  int64_t nbytes = detail::checked_nbytes(shape, elements, opts.dtype, op);
   if (t_fake_mode) return finish(detail::make_fake(shape, strides, opts.dtype, opts.device), opts);
-  auto storage = detail::make_object<StorageImpl>(size_t(elements) * dtype_size(opts.dtype),
-                                                  allocator_for(opts.device));
+  auto storage = detail::make_object<StorageImpl>(size_t(nbytes), allocator_for(opts.device));
   return finish(detail::make_tensor(std::move(storage), shape, strides, 0, opts.dtype, opts.device),
                 opts);
 }
@@ -244,13 +297,14 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptio
   check_sizes(shape, "empty_strided");
   MT_CHECK(shape.size() == strides.size(),
            "[empty_strided] shape {} and strides {} have different lengths", shape, strides);
-  int64_t extent = storage_extent(shape, strides);  // checks the strides, fake or not
-  return allocate(shape, strides, extent, opts);
+  // checks the strides, fake or not
+  int64_t extent = storage_extent(shape, strides, "empty_strided");
+  return allocate(shape, strides, extent, opts, "empty_strided");
 }
 
 Tensor empty(const Shape& shape, const TensorOptions& opts) {
-  check_sizes(shape, "empty");
-  return allocate(shape, contiguous_strides(shape), shape_numel(shape), opts);
+  int64_t n = checked_numel(shape, "empty");
+  return allocate(shape, contiguous_strides(shape), n, opts, "empty");
 }
 
 Tensor empty_like(const Tensor& t) {
@@ -277,7 +331,7 @@ namespace {
 // Fills a host buffer of `opts.dtype` from f(i) and moves it to the device.
 template <typename F>
 Tensor generate(const Shape& shape, const TensorOptions& opts, const char* op, F&& f) {
-  check_sizes(shape, op);
+  detail::checked_nbytes(shape, checked_numel(shape, op), opts.dtype, op);
   if (t_fake_mode) return fake_empty(shape, opts);
   Tensor host = empty(shape, {.dtype = opts.dtype});
   int64_t n = host.numel();
@@ -295,12 +349,19 @@ Tensor arange(double end, const TensorOptions& opts) { return arange(0, end, 1, 
 
 Tensor arange(double start, double end, double step, const TensorOptions& opts) {
   MT_CHECK(step != 0, "[arange] step must be non-zero");
-  MT_CHECK(std::isfinite(start) && std::isfinite(end), "[arange] start and end must be finite");
-  MT_CHECK((end - start) / step >= 0,
+  MT_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+           "[arange] start, end and step must be finite, got {}, {} and {}", start, end, step);
+  double count = std::ceil((end - start) / step);
+  MT_CHECK(count >= 0,
            "[arange] the range from {} to {} with step {} goes the wrong way; use a step of "
            "the other sign",
            start, end, step);
-  auto n = int64_t(std::ceil((end - start) / step));
+  // 2^63 is the first double past int64: converting it (or more) would be undefined
+  MT_CHECK(count < 0x1p63,
+           "[arange] the range from {} to {} with step {} has {} elements, more than int64 can "
+           "count; use a larger step or a shorter range",
+           start, end, step, describe_count(count));
+  auto n = int64_t(count);
   return generate({n}, opts, "arange", [&](int64_t i) { return start + double(i) * step; });
 }
 
@@ -359,7 +420,7 @@ Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
   {
     std::lock_guard<std::mutex> lock(g_gen_mutex);
     seed = g.seed();
-    base = g.advance(uint64_t(shape_numel(shape)));
+    base = g.advance(uint64_t(checked_numel(shape, "rand")));
   }
   if (Tensor t = device_random(shape, opts, seed, base, false); t.defined()) return t;
   return generate(shape, opts, "rand",
@@ -373,7 +434,7 @@ Tensor randn(const Shape& shape, const TensorOptions& opts, Generator* gen) {
   {
     std::lock_guard<std::mutex> lock(g_gen_mutex);
     seed = g.seed();
-    base = g.advance(2 * uint64_t(shape_numel(shape)));
+    base = g.advance(2 * uint64_t(checked_numel(shape, "randn")));
   }
   if (Tensor t = device_random(shape, opts, seed, base, true); t.defined()) return t;
   return generate(shape, opts, "randn", [&](int64_t i) {
@@ -418,9 +479,9 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
            "[from_blob] shape {} and strides {} have different lengths", shape, strides);
   MT_CHECK(data != nullptr || shape_numel(shape) == 0,
            "[from_blob] data is null but shape {} has elements", shape);
-  int64_t extent = storage_extent(shape, strides);
-  auto storage = std::make_shared<StorageImpl>(data, size_t(extent) * dtype_size(dtype), device,
-                                               std::move(deleter));
+  int64_t extent = storage_extent(shape, strides, "from_blob");
+  int64_t nbytes = detail::checked_nbytes(shape, extent, dtype, "from_blob");
+  auto storage = std::make_shared<StorageImpl>(data, size_t(nbytes), device, std::move(deleter));
   return detail::make_tensor(std::move(storage), shape, strides, 0, dtype, device);
 }
 

@@ -275,6 +275,8 @@ Tensor make_tensor(Storage storage, const Shape& sizes, const Shape& strides, in
                    DType dtype, Device device);
 Tensor make_fake(const Shape& sizes, const Shape& strides, DType dtype, Device device);
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
+// elements * dtype_size(t), refused ("[op] ... sizes s ...") when past int64.
+int64_t checked_nbytes(const Shape& s, int64_t elements, DType t, const char* op);
 // The copy behind Tensor::copy_ (no autograd, no version bump).
 void copy_impl(const Tensor& dst, const Tensor& src);
 void fill_impl(const Tensor& t, double value);

@@ -6,17 +6,18 @@ namespace mt::detail {
 
 Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   Shape out = shape;
-  int64_t known = 1;
   int infer = -1;
+  Shape known_sizes;  // shape without its -1
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       MT_CHECK(infer < 0, "[{}] only one dimension can be -1 in shape {}", op, shape);
       infer = int(i);
     } else {
       MT_CHECK(shape[i] >= 0, "[{}] invalid size {} in shape {}", op, shape[i], shape);
-      known *= shape[i];
+      known_sizes.push_back(shape[i]);
     }
   }
+  int64_t known = checked_numel(known_sizes, op);  // Note [Checked shapes]
   if (infer >= 0) {
     MT_CHECK(known != 0 && numel % known == 0,
              "[{}] shape {} is invalid for a tensor of {} elements", op, shape, numel);
@@ -112,9 +113,26 @@ Tensor slice_of(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_
   start = std::clamp<int64_t>(start, 0, len);
   end = std::clamp<int64_t>(end, start, len);
   Shape sizes = t.sizes(), strides = t.strides();
-  sizes[size_t(d)] = (end - start + step - 1) / step;
-  strides[size_t(d)] *= step;
-  return make_view(t, sizes, strides, t.storage_offset() + start * t.strides()[size_t(d)]);
+  // (end - start + step - 1) / step, without overflowing for a huge step
+  int64_t n = end > start ? (end - start - 1) / step + 1 : 0;
+  sizes[size_t(d)] = n;
+  // A dim of 0 or 1 elements never steps, so it keeps the old stride when the product
+  // would overflow; with 2 or more the new stride stays inside the storage.
+  int64_t stride = 0;
+  if (!__builtin_mul_overflow(strides[size_t(d)], step, &stride)) {
+    strides[size_t(d)] = stride;
+  } else {
+    MT_CHECK(n < 2, "[slice] step {} times stride {} overflows int64 for a dimension of {} elements",
+             step, strides[size_t(d)], n);
+  }
+  // start == len (an empty slice) can point one stride past the storage's last element
+  int64_t offset = 0;
+  if (__builtin_mul_overflow(start, t.strides()[size_t(d)], &offset) ||
+      __builtin_add_overflow(offset, t.storage_offset(), &offset)) {
+    MT_CHECK(n == 0, "[slice] the offset of element {} overflows int64", start);
+    offset = t.storage_offset();
+  }
+  return make_view(t, sizes, strides, offset);
 }
 
 Tensor narrow_of(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
@@ -122,7 +140,7 @@ Tensor narrow_of(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   int64_t d = wrap_dim(dim, t.dim(), "narrow");
   int64_t len = t.sizes()[size_t(d)];
   if (start < 0) start += len;
-  MT_CHECK(start >= 0 && length >= 0 && start + length <= len,
+  MT_CHECK(start >= 0 && start <= len && length >= 0 && length <= len - start,
            "[narrow] start {} and length {} are out of range for dimension {} of size {}",
            start, length, d, len);
   return slice_of(t, d, start, start + length, 1);
@@ -150,11 +168,18 @@ Tensor expand_of(const Tensor& t, const Shape& shape) {
   Shape sizes(shape.size()), strides(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i < lead) {
-      MT_CHECK(shape[i] >= 0, "[expand] size -1 is not allowed in a new leading dimension");
+      MT_CHECK(shape[i] >= 0,
+               "[expand] size {} is not allowed in the new leading dimension {} of {}; sizes "
+               "must be >= 0",
+               shape[i], i, shape);
       sizes[i] = shape[i];
       strides[i] = 0;
       continue;
     }
+    MT_CHECK(shape[i] >= -1,
+             "[expand] cannot expand shape {} to {}: size {} in dimension {} is negative; "
+             "sizes must be >= 0, or -1 to keep the size",
+             t.sizes(), shape, shape[i], i);
     int64_t have = t.sizes()[i - lead];
     int64_t want = shape[i] == -1 ? have : shape[i];
     MT_CHECK(have == want || have == 1,
@@ -164,6 +189,9 @@ Tensor expand_of(const Tensor& t, const Shape& shape) {
     sizes[i] = want;
     strides[i] = have == want ? t.strides()[i - lead] : 0;
   }
+  // Note [Checked shapes]: an expanded tensor has no storage behind its elements, but its
+  // numel and nbytes must still be countable
+  checked_nbytes(sizes, checked_numel(sizes, "expand"), t.dtype(), "expand");
   return make_view(t, sizes, strides, t.storage_offset());
 }
 
@@ -189,7 +217,9 @@ Tensor squeeze_of(const Tensor& t, int64_t dim) {
 Tensor unsqueeze_of(const Tensor& t, int64_t dim) {
   int64_t d = wrap_dim(dim, t.dim() + 1, "unsqueeze");
   Shape sizes = t.sizes(), strides = t.strides();
-  int64_t st = size_t(d) < sizes.size() ? sizes[size_t(d)] * strides[size_t(d)] : 1;
+  int64_t st = 1;  // any stride works for a size-1 dim; PyTorch's choice when it fits
+  if (size_t(d) < sizes.size() && __builtin_mul_overflow(sizes[size_t(d)], strides[size_t(d)], &st))
+    st = strides[size_t(d)];
   sizes.insert(size_t(d), 1);
   strides.insert(size_t(d), st);
   return make_view(t, sizes, strides, t.storage_offset());

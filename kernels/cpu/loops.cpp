@@ -76,16 +76,30 @@ void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
 
 }  // namespace detail
 
+namespace {
+// S -> C; a float into int64 saturates (Note [Float to integer conversion]).
+template <typename C, typename S>
+inline C convert_to(S v) {
+  if constexpr (std::is_same_v<C, int64_t> && !std::is_integral_v<S>) {
+    if constexpr (std::is_floating_point_v<S>) return saturate_to_int64(v);
+    else return saturate_to_int64(float(v));  // float16, bfloat16
+  } else {
+    return C(v);
+  }
+}
+}  // namespace
+
 template <typename C>
 void load_row(DType src, const char* p, int64_t stride, int64_t n, C* dst) {
   visit_dtype(src, [&](auto tag) {
     using S = decltype(tag);
     if (stride == 0) {
-      C v = C(*reinterpret_cast<const S*>(p));
+      C v = convert_to<C>(*reinterpret_cast<const S*>(p));
       for (int64_t i = 0; i < n; ++i) dst[i] = v;
       return;
     }
-    for (int64_t i = 0; i < n; ++i) dst[i] = C(*reinterpret_cast<const S*>(p + i * stride));
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = convert_to<C>(*reinterpret_cast<const S*>(p + i * stride));
   });
 }
 
@@ -100,7 +114,7 @@ void store_row(DType dst, char* p, int64_t stride, int64_t n, const C* src) {
       } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
         *q = D(float(src[i]));
       } else {
-        *q = D(src[i]);
+        *q = convert_to<D>(src[i]);
       }
     }
   });

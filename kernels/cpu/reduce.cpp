@@ -59,6 +59,9 @@ Plan make_plan(const Tensor& x, const bool* reduced, const int64_t* ostr, const 
   Plan p;
   for (int64_t d = 0; d < x.dim(); ++d) {
     int64_t s = x.size(d);
+    // every shape is checked where it is made (Note [Checked shapes]); a negative size here
+    // would divide by zero below
+    MT_ASSERT(s >= 0, "a reduction got a tensor of shape {}", x.sizes());
     if (reduced[d])
       p.n_red *= s;
     else

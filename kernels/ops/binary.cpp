@@ -1,5 +1,7 @@
 // mt::add, sub, mul, div (tensor and scalar forms) and the in-place add_, sub_, mul_.
 // Broadcasting and type promotion happen here; kernels/cpu computes.
+#include <cmath>
+
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
@@ -59,13 +61,42 @@ Tensor scalar_form(const Tensor& a, double s) {
   return out;
 }
 
-template <BinaryOp Op, auto Compute>
-Tensor inplace_form(const Tensor& self, const Tensor& other, double alpha) {
-  Shape b = detail::broadcast_shapes(self.sizes(), other.sizes(), name_of(Op));
+// "Float32" for DType::Float32: how the fix is spelled in C++.
+const char* enumerator_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "Float32";
+    case DType::Float64: return "Float64";
+    case DType::Float16: return "Float16";
+    case DType::BFloat16: return "BFloat16";
+    case DType::Int64: return "Int64";
+    case DType::Bool: return "Bool";
+  }
+  return "?";
+}
+
+// What an in-place op checks, real or fake: the result keeps self's shape, and its dtype
+// (promoted, as the out-of-place op's) can be cast to self's, as in PyTorch (can_cast).
+void check_inplace(const Tensor& self, const Tensor& other, double alpha, BinaryOp op) {
+  Shape b = detail::broadcast_shapes(self.sizes(), other.sizes(), name_of(op));
   MT_CHECK(b == self.sizes(),
            "[{}_] cannot write the result of shape {} into self of shape {}; in-place ops "
            "keep self's shape",
-           name_of(Op), b, self.sizes());
+           name_of(op), b, self.sizes());
+  DType result = promote_types(self.dtype(), other.dtype());
+  MT_CHECK(can_cast(result, self.dtype()),
+           "[{}_] result type {} can't be cast to the desired output type {} (self's dtype): "
+           "{}_ writes into self. Convert self first (self.to(mt::DType::{})) or use the "
+           "out-of-place mt::{}",
+           name_of(op), result, self.dtype(), name_of(op), enumerator_name(result), name_of(op));
+  MT_CHECK(is_floating(self.dtype()) || alpha == std::trunc(alpha),
+           "[{}_] alpha {} is not an integer, so the result can't be written into self of dtype "
+           "{}; use an integer alpha or a floating self",
+           name_of(op), alpha, self.dtype());
+}
+
+template <BinaryOp Op, auto Compute>
+Tensor inplace_form(const Tensor& self, const Tensor& other, double alpha) {
+  check_inplace(self, other, alpha, Op);
   Compute(Op, self, other, self, alpha);
   return self;
 }
@@ -122,7 +153,10 @@ template <BinaryOp Op>
 void register_inplace(const char* name, const char* schema) {
   auto op = custom_op(name, inplace_form<Op, cpu::binary>, {.schema = schema});
   op.register_kernel(DeviceType::CUDA, inplace_form<Op, gpu::binary>);
-  op.register_fake([](const Tensor& self, const Tensor&, double) { return self; });
+  op.register_fake([](const Tensor& self, const Tensor& other, double alpha) {
+    check_inplace(self, other, alpha, Op);
+    return self;
+  });
   keep(op);
 }
 
@@ -172,6 +206,14 @@ const Tensor& mul_(const Tensor& self, const Tensor& other) {
   return self;
 }
 const Tensor& mul_(const Tensor& self, double other) {
+  // The scalar takes self's dtype, so it must hold a value of it: a C++ double holding an
+  // integer counts as one for an int64 self (PyTorch refuses every float scalar there).
+  MT_CHECK(is_floating(self.dtype()) || (self.dtype() == DType::Int64 ? other == std::trunc(other)
+                                                                      : other == 0 || other == 1),
+           "[mul_] result type float32 can't be cast to the desired output type {} (self's "
+           "dtype): the scalar {} has no exact {} value. Convert self first "
+           "(self.to(mt::DType::Float32)) or use the out-of-place mt::mul",
+           self.dtype(), other, self.dtype());
   return mul_(self, scalar_tensor(other, {.dtype = self.dtype(), .device = self.device()}));
 }
 
