@@ -26,7 +26,7 @@ done
 
 say() { printf '\033[1m[dev.sh]\033[0m %s\n' "$*"; }
 
-packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev)
+packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev nlohmann-json3-dev)
 
 install_missing() {
   local missing=()
