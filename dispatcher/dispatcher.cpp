@@ -264,7 +264,7 @@ bool env_list_has(const char* var, std::string_view word) {
     if (w == word)
       found = true;
     else if (!w.empty())
-      unknown.push_back(quoted(w));
+      unknown.push_back(mt::quoted(w));
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
@@ -456,10 +456,11 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
   std::vector<std::string> names;
   for (auto& [_, n] : close) names.push_back(n);
   if (names.empty())
-    MT_ERROR("[dispatcher] no operator named {} is registered; define it with "
-             "mt::custom_op(\"{}\", fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
-             quoted(name), name);
-  MT_ERROR("[dispatcher] no operator named {} is registered; did you mean: {}?", quoted(name),
+    MT_ERROR(
+        "[dispatcher] no operator named {} is registered; define it with "
+        "mt::custom_op(\"{}\", fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
+        mt::quoted(name), name);
+  MT_ERROR("[dispatcher] no operator named {} is registered; did you mean: {}?", mt::quoted(name),
            fmt::join(names, ", "));
 }
 
@@ -477,7 +478,7 @@ std::string Dispatcher::dump(std::string_view name) {
   check_operator_name(name);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end(), "[dump] no operator named {} is registered", quoted(name));
+  MT_CHECK(it != ops_.end(), "[dump] no operator named {} is registered", mt::quoted(name));
   return it->second->dump();
 }
 
@@ -485,8 +486,7 @@ std::string Dispatcher::dump_table(std::string_view name) {
   check_operator_name(name);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end(), "[dump_table] no operator named {} is registered",
-           quoted(name));
+  MT_CHECK(it != ops_.end(), "[dump_table] no operator named {} is registered", mt::quoted(name));
   return it->second->dump_table();
 }
 

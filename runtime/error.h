@@ -47,10 +47,13 @@ inline std::string quoted(std::string_view s) {
       out += char(c);
     } else {
       // A well-formed UTF-8 sequence (no overlongs, surrogates or C1 controls) stays.
-      const size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                       : c >= 0xf0 && c <= 0xf4                            ? 4 : 0;
+      const size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+                       : c >= 0xe0 && c <= 0xef ? 3
+                       : c >= 0xf0 && c <= 0xf4 ? 4
+                                                : 0;
       bool ok = n != 0 && i + n <= s.size();
-      for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+      for (size_t k = 1; ok && k < n; ++k)
+        ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
       if (ok) {
         const auto c1 = static_cast<unsigned char>(s[i + 1]);
         ok = !(c == 0xc2 && c1 < 0xa0) && !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) &&

@@ -206,9 +206,8 @@ TEST_SUITE("jit") {
     ::close(fd);
     const auto entries = cache.list();
     REQUIRE(entries.size() == 1);
-    CHECK(entries[0].problem ==
-          "too large (3221225472 bytes; an entry is at most " +
-              std::to_string(kMaxCacheEntryBytes) + ")");
+    CHECK(entries[0].problem == "too large (3221225472 bytes; an entry is at most " +
+                                    std::to_string(kMaxCacheEntryBytes) + ")");
     CHECK_FALSE(cache.load(k).has_value());
     CHECK_FALSE(fs::exists(cache.path_for(k)));
   }
@@ -217,9 +216,9 @@ TEST_SUITE("jit") {
     TempDir dir;
     {
       KernelCache cache({.dir = dir.sub("missing"), .warn = false});
-      CHECK(error_of([&] { cache.clear(); }) ==
-            "[jit] cannot clear the kernel cache '" + dir.sub("missing") +
-                "': No such file or directory");
+      CHECK(error_of([&] { cache.clear(); }) == "[jit] cannot clear the kernel cache '" +
+                                                    dir.sub("missing") +
+                                                    "': No such file or directory");
     }
     {
       write_bytes(dir.sub("file"), "x");
@@ -274,8 +273,8 @@ TEST_SUITE("jit") {
     const std::string problem = "cannot create '" + where + "': Not a directory";
     CHECK(cache.disk_problem() == problem);
     const std::string printed = read_bytes(log);
-    CHECK(printed == "minitensor: [jit] the kernel cache in '" + where + "' is not used: " +
-                         problem +
+    CHECK(printed == "minitensor: [jit] the kernel cache in '" + where +
+                         "' is not used: " + problem +
                          "; kernels are compiled again in each process (set MT_KERNEL_CACHE to "
                          "a directory of your own, or to 0 to keep kernels in memory only)\n");
   }
@@ -318,8 +317,8 @@ TEST_SUITE("jit") {
     auto tiny = [](int tag) {
       CompileRequest r;
       r.name = "tiny.cu";
-      r.source = "__global__ void tiny(float* p) { p[threadIdx.x] = " + std::to_string(tag) +
-                 ".0f; }\n";
+      r.source =
+          "__global__ void tiny(float* p) { p[threadIdx.x] = " + std::to_string(tag) + ".0f; }\n";
       r.name_expressions = {"tiny"};
       r.arch = 90;
       return r;

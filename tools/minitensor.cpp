@@ -558,7 +558,7 @@ int cache_cmd(const std::string& what, bool json) {
     return 0;
   }
   for (const auto& e : entries)
-    std::printf("%s  %-12s %-10s %8llu B  %8.0f s  %s\n", e.key.substr(0, 16).c_str(), quoted(e.name).c_str(), e.target.c_str(),
+    std::printf("%s  %-12s %-10s %8llu B  %8.0f s  %s\n", e.key.substr(0, 16).c_str(), mt::quoted(e.name).c_str(), e.target.c_str(),
                 (unsigned long long)e.size_bytes, e.age_s, e.valid ? "ok" : e.problem.c_str());
   return 0;
 }
@@ -609,7 +609,7 @@ int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
       std::vector<std::string> names;
       for (const CLI::App* s : at->get_subcommands({})) names.push_back(s->get_name());
       std::fprintf(stderr, "%s: unknown command %s; the commands are %s (see %s --help)\n", path.c_str(),
-                   quoted(a).c_str(), fmt::format("{}", fmt::join(names, ", ")).c_str(), path.c_str());
+                   mt::quoted(a).c_str(), fmt::format("{}", fmt::join(names, ", ")).c_str(), path.c_str());
       return 2;
     }
     at = sub;
@@ -679,7 +679,7 @@ int main(int argc, char** argv) {
           [](std::string& v) {
             return parse_mlp_shape(v) ? std::string()
                                       : "--shape takes BATCHxINxHIDDEN (e.g. 64x32x64), each from 1 to 2^31 - 1 and no "
-                                        "product of two over 2^31, got " + quoted(v);
+                                        "product of two over 2^31, got " + mt::quoted(v);
           },
           "BATCHxINxHIDDEN"));
   b_mlp->add_option("--steps", mlp_o.steps, "timed steps, at most (default 50; fewer past --max-seconds)")

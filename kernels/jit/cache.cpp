@@ -34,10 +34,10 @@ namespace mt::jit {
 //  - Reads trust nothing: an entry that is not a regular file (a FIFO, a directory,
 //    a link) or is larger than kMaxCacheEntryBytes is removed unread (opened with
 //    O_NONBLOCK, checked by fstat first); a file whose size, magic, version, key,
-//    checksum, arch, options or binary magic is wrong (truncated, a flipped bit, a crash mid-write on a
-//    filesystem that reorders) is deleted and the module recompiled, never loaded.
-//    The delete checks the inode first, so it cannot remove a good file that
-//    another process renamed into place meanwhile.
+//    checksum, arch, options or binary magic is wrong (truncated, a flipped bit, a crash mid-write
+//    on a filesystem that reorders) is deleted and the module recompiled, never loaded. The delete
+//    checks the inode first, so it cannot remove a good file that another process renamed into
+//    place meanwhile.
 //  - The directory is bounded (max_bytes) by least-recently-used eviction: a
 //    hit sets the file's mtime to now; after each store the oldest files go
 //    until the total fits. Eviction racing a reader is harmless: an open file
@@ -191,7 +191,7 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 // What reading one entry found.
 struct EntryRead {
-  bool missing = false;  // no such file: a plain miss
+  bool missing = false;    // no such file: a plain miss
   bool removable = false;  // an entry that must go: not a regular file, or too large
   std::string problem;     // "" when `bytes` holds the whole file
   struct stat st {};
@@ -260,8 +260,7 @@ bool write_all(int fd, std::string_view data) {
 // only when it is empty (rmdir), never recursively.
 void remove_if_same(const std::string& path, const struct stat& seen) {
   struct stat now;
-  if (::lstat(path.c_str(), &now) == 0 && now.st_ino == seen.st_ino &&
-      now.st_dev == seen.st_dev) {
+  if (::lstat(path.c_str(), &now) == 0 && now.st_ino == seen.st_ino && now.st_dev == seen.st_dev) {
     if (S_ISDIR(now.st_mode))
       ::rmdir(path.c_str());
     else
@@ -614,7 +613,8 @@ void KernelCache::clear() {
     const bool is_dir = ::lstat(it->path().c_str(), &est) == 0 && S_ISDIR(est.st_mode);
     if ((is_dir ? ::rmdir(it->path().c_str()) : ::unlink(it->path().c_str())) != 0 &&
         errno != ENOENT) {
-      if (failed++ == 0) first_error = fmt::format("'{}': {}", it->path().string(), errno_text(errno));
+      if (failed++ == 0)
+        first_error = fmt::format("'{}': {}", it->path().string(), errno_text(errno));
     }
   }
   MT_CHECK(!ec, "[jit] cannot clear the kernel cache '{}': {}", dir, ec.message());
