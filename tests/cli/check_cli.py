@@ -21,7 +21,10 @@ def run(args, env=None, timeout=120):
     full_env[b"MT_KERNEL_CACHE"] = scratch.encode() + b"/kernels"
     for k, v in (env or {}).items():
         full_env[k.encode()] = v if isinstance(v, bytes) else v.encode()
-    p = subprocess.run([exe] + args, env=full_env, capture_output=True, timeout=timeout)
+    try:
+        p = subprocess.run([exe] + args, env=full_env, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"(hung: killed after {timeout} s)"
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
@@ -34,8 +37,8 @@ def check(name, cond, detail=""):
         print("     " + detail.replace("\n", "\n     "))
 
 
-def expect(name, args, rc, stderr_has=None, stdout_has=None, env=None, stderr_lacks=None):
-    code, out, err = run(args, env)
+def expect(name, args, rc, stderr_has=None, stdout_has=None, env=None, stderr_lacks=None, timeout=120):
+    code, out, err = run(args, env, timeout)
     detail = f"rc={code}\nstdout={out[-2000:]}\nstderr={err[-2000:]}"
     ok = code == rc
     if stderr_has is not None:
@@ -136,7 +139,7 @@ with tempfile.TemporaryDirectory() as scratch:
     cache_dir = scratch + "/fifo_cache"
     os.mkdir(cache_dir, 0o700)
     os.mkfifo(cache_dir + "/" + "0" * 64 + ".mtk")
-    expect("cache ls with a FIFO entry does not hang", ["cache", "ls"], 0, env={"MT_KERNEL_CACHE": cache_dir},
+    expect("cache ls with a FIFO entry does not hang", ["cache", "ls"], 0, env={"MT_KERNEL_CACHE": cache_dir}, timeout=30,
            stdout_has="not a regular file (a FIFO)")
     expect("cache stats counts it", ["cache", "stats"], 0, env={"MT_KERNEL_CACHE": cache_dir},
            stdout_has="entries 1 (1 invalid)")
