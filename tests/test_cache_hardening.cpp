@@ -274,9 +274,10 @@ TEST_SUITE("jit") {
     CHECK(cache.disk_problem() == problem);
     const std::string printed = read_bytes(log);
     CHECK(printed == "minitensor: [jit] the kernel cache in '" + where +
-                         "' is not used: " + problem +
-                         "; kernels are compiled again in each process (set MT_KERNEL_CACHE to "
-                         "a directory of your own, or to 0 to keep kernels in memory only)\n");
+                         "' cannot be used or written: " + problem +
+                         "; the kernels it lacks are compiled again in each process (set "
+                         "MT_KERNEL_CACHE to a directory of your own, or to 0 to keep kernels in "
+                         "memory only)\n");
   }
 
   TEST_CASE("jit cache: the directories it creates have mode 0700") {

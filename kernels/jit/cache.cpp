@@ -444,9 +444,9 @@ void KernelCache::report(const std::string& problem) {
   }
   if (first && config_.warn)
     std::fprintf(stderr,
-                 "minitensor: [jit] the kernel cache in '%s' is not used: %s; kernels are "
-                 "compiled again in each process (set MT_KERNEL_CACHE to a directory of your "
-                 "own, or to 0 to keep kernels in memory only)\n",
+                 "minitensor: [jit] the kernel cache in '%s' cannot be used or written: %s; the "
+                 "kernels it lacks are compiled again in each process (set MT_KERNEL_CACHE to a "
+                 "directory of your own, or to 0 to keep kernels in memory only)\n",
                  config_.dir.c_str(), problem.c_str());
 }
 
