@@ -100,9 +100,9 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-Digest options_digest(const CompileRequest* r) {
-  return sha256(r ? join(r->options) : std::string());
-}
+// All zero for a file stored without its request (KernelCache::store without `from`): such
+// a file is bound by its key alone.
+Digest options_digest(const CompileRequest* r) { return r ? sha256(join(r->options)) : Digest{}; }
 
 std::string_view as_view(const Digest& d) {
   return {reinterpret_cast<const char*>(d.data()), d.size()};
@@ -163,8 +163,10 @@ std::string parse(std::string_view file, std::string_view key, CompileResult& ou
   const std::string_view payload = rd.bytes(payload_size);
   if (sum != as_view(checksum(file.substr(0, kChecksumAt), tail, meta, payload)))
     return "checksum mismatch";
-  if (expect && file_arch != uint32_t(expect->arch)) return "arch mismatch";
-  if (expect && tail.substr(4) != as_view(options_digest(expect))) return "options mismatch";
+  const bool bound = tail.substr(4) != as_view(Digest{});
+  if (expect && bound && file_arch != uint32_t(expect->arch)) return "arch mismatch";
+  if (expect && bound && tail.substr(4) != as_view(options_digest(expect)))
+    return "options mismatch";
 
   Reader m{meta};
   out.name = m.str();

@@ -99,7 +99,8 @@ class KernelCache {
   // missing or invalid file, and deletes an invalid one; with `expect`, a file stored for
   // other options or another arch is invalid too. store() returns false (and counts a
   // write failure) when the file could not be written; `from` gives the options and
-  // arch bound into the header (none: empty options, arch 0).
+  // arch bound into the header (none: the file is bound by its key alone, and a load
+  // with `expect` checks only that).
   std::string path_for(const std::string& key) const;
   std::optional<CompileResult> load(const std::string& key, const CompileRequest* expect = nullptr);
   bool store(const std::string& key, const CompileResult& result,
