@@ -249,11 +249,39 @@ void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {
 
 // ---- Dispatcher ----------------------------------------------------------------------
 
+namespace {
+// Whether the comma-separated list in environment variable `var` holds `word` (whole
+// words only: MT_TRACE=nodispatch is not dispatch); warns once about words it does not know.
+bool env_list_has(const char* var, std::string_view word) {
+  const char* v = std::getenv(var);
+  if (!v) return false;
+  bool found = false;
+  std::vector<std::string> unknown;
+  std::string_view rest(v);
+  while (true) {
+    const size_t comma = rest.find(',');
+    std::string_view w = rest.substr(0, comma);
+    while (!w.empty() && w.front() == ' ') w.remove_prefix(1);
+    while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
+    if (w == word)
+      found = true;
+    else if (!w.empty())
+      unknown.push_back(mt::quoted(w));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (!unknown.empty())
+    std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %.*s)\n", var,
+                 unknown.size() == 1 ? "word" : "words",
+                 fmt::format("{}", fmt::join(unknown, ", ")).c_str(), int(word.size()),
+                 word.data());
+  return found;
+}
+}  // namespace
+
 Dispatcher::Dispatcher() {
-  if (const char* t = std::getenv("MT_TRACE"); t && std::strstr(t, "dispatch"))
-    detail::g_trace_dispatch.store(true);
-  if (const char* l = std::getenv("MT_LOG"); l && std::strstr(l, "registration"))
-    log_registrations_.store(true);
+  if (env_list_has("MT_TRACE", "dispatch")) detail::g_trace_dispatch.store(true);
+  if (env_list_has("MT_LOG", "registration")) log_registrations_.store(true);
 }
 
 Dispatcher& Dispatcher::singleton() {
@@ -428,10 +456,11 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
   std::vector<std::string> names;
   for (auto& [_, n] : close) names.push_back(n);
   if (names.empty())
-    MT_ERROR("[dispatcher] no operator named '{}' is registered; define it with "
-             "mt::custom_op(\"{}\", fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
-             name, name);
-  MT_ERROR("[dispatcher] no operator named '{}' is registered; did you mean: {}?", name,
+    MT_ERROR(
+        "[dispatcher] no operator named {} is registered; define it with "
+        "mt::custom_op(\"{}\", fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
+        mt::quoted(name), name);
+  MT_ERROR("[dispatcher] no operator named {} is registered; did you mean: {}?", mt::quoted(name),
            fmt::join(names, ", "));
 }
 
@@ -449,7 +478,7 @@ std::string Dispatcher::dump(std::string_view name) {
   check_operator_name(name);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end(), "[dump] no operator named '{}' is registered", name);
+  MT_CHECK(it != ops_.end(), "[dump] no operator named {} is registered", mt::quoted(name));
   return it->second->dump();
 }
 
@@ -457,7 +486,7 @@ std::string Dispatcher::dump_table(std::string_view name) {
   check_operator_name(name);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end(), "[dump_table] no operator named '{}' is registered", name);
+  MT_CHECK(it != ops_.end(), "[dump_table] no operator named {} is registered", mt::quoted(name));
   return it->second->dump_table();
 }
 

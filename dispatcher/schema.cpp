@@ -92,13 +92,14 @@ std::string name_problem(std::string_view name, OperatorName* out) {
   std::string_view op = rest.substr(0, dot);
   std::string_view overload = dot == std::string_view::npos ? "" : rest.substr(dot + 1);
   if (ns.empty()) return "the namespace is empty";
-  if (!is_identifier(ns)) return fmt::format("the namespace '{}' is not an identifier", ns);
+  if (!is_identifier(ns))
+    return fmt::format("the namespace {} is not an identifier", mt::quoted(ns));
   if (op.empty()) return "the op name is empty";
-  if (!is_identifier(op)) return fmt::format("the op name '{}' is not an identifier", op);
+  if (!is_identifier(op)) return fmt::format("the op name {} is not an identifier", mt::quoted(op));
   if (dot != std::string_view::npos && overload.empty())
     return "the overload name after '.' is empty";
   if (dot != std::string_view::npos && !is_identifier(overload))
-    return fmt::format("the overload name '{}' is not an identifier", overload);
+    return fmt::format("the overload name {} is not an identifier", mt::quoted(overload));
   if (out) *out = {std::string(ns), std::string(op), std::string(overload)};
   return {};
 }
@@ -400,7 +401,8 @@ class Parser {
     OperatorName op;
     std::string problem = name_problem(full, &op);
     if (!problem.empty())
-      fail(start, fmt::format("invalid operator name '{}' ({})", raw, problem), name_help(full));
+      fail(start, fmt::format("invalid operator name {} ({})", mt::quoted(raw), problem),
+           name_help(full));
     if (!default_ns_.empty() && op.ns != default_ns_) {
       std::string bare = op.overload.empty() ? op.name : op.name + "." + op.overload;
       fail(start,
@@ -593,6 +595,14 @@ class Parser {
     return lit;
   }
 
+  // A default literal as messages show it: as written, or quoted with escapes when it
+  // holds a control character (a newline inside a list literal, say).
+  static std::string shown(std::string_view text) {
+    const bool plain = std::none_of(text.begin(), text.end(),
+                                    [](char c) { return uint8_t(c) < 0x20 || c == 0x7f; });
+    return plain ? std::string(text) : mt::quoted(text);
+  }
+
   // Checks a literal against the argument's type and converts it (see DefaultValue).
   DefaultValue check_default(const Literal& lit, const Argument& arg) const {
     const SchemaType& type = arg.type;
@@ -616,8 +626,8 @@ class Parser {
     std::optional<DefaultValue> value = convert_literal(lit, type);
     if (!value)
       fail(lit.pos,
-           fmt::format("default value {} does not match type '{}' of argument '{}'", lit.text,
-                       type_name, arg.name),
+           fmt::format("default value {} does not match type '{}' of argument '{}'",
+                       shown(lit.text), type_name, arg.name),
            accepted.empty() ? fmt::format("a '{}' argument can only default to None", type_name)
                             : fmt::format("a default for '{}' is {}{}", type_name, accepted,
                                           type.is_optional ? " or None" : ""));
@@ -627,7 +637,7 @@ class Parser {
     if (lit.is_list && type.list_size > 0 && n != 0 && n != size_t(type.list_size))
       fail(lit.pos,
            fmt::format("default value {} has {} element{}, but type '{}' of argument '{}' needs {}",
-                       lit.text, n, n == 1 ? "" : "s", type_name, arg.name, type.list_size),
+                       shown(lit.text), n, n == 1 ? "" : "s", type_name, arg.name, type.list_size),
            fmt::format("give {} value{}, or [] for none", type.list_size,
                        type.list_size == 1 ? "" : "s"));
     return *value;
@@ -728,7 +738,8 @@ OperatorName parse_operator_name(std::string_view name) {
   OperatorName op;
   std::string problem = name_problem(name, &op);
   if (!problem.empty())
-    MT_ERROR("[schema] invalid operator name '{}' ({}); {}", name, problem, name_help(name));
+    MT_ERROR("[schema] invalid operator name {} ({}); {}", mt::quoted(name), problem,
+             name_help(name));
   return op;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/cpu/cpu_kernels.h"
 #include "minitensor.h"
 #include "tools/bench/matmul.h"
@@ -46,23 +48,18 @@ int main(int argc, char** argv) {
 
   const std::string model = mt::bench::cpu_model();
   if (json) {
-    std::printf("{\"cpu\": \"%s\", \"silu\": [", model.c_str());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const mt::bench::SiluCpuRow& r = rows[i];
-      std::printf(
-          "%s\n  {\"op\": \"%s\", \"threads\": %d, \"n\": %lld, \"seconds\": %.9f, "
-          "\"gbps\": %.3f, \"copy_gbps\": %.3f, \"ratio\": %.3f}",
-          i ? "," : "", r.op.c_str(), r.threads, (long long)r.n, r.seconds, r.gbps, r.copy_gbps,
-          r.gbps / r.copy_gbps);
-    }
-    std::printf("],\n\"matmul\": [");
-    for (size_t i = 0; i < mm.size(); ++i)
-      std::printf(
-          "%s\n  {\"size\": %lld, \"path\": \"%s\", \"threads\": %d, \"seconds\": %.9f, "
-          "\"gflops\": %.3f}",
-          i ? "," : "", (long long)mm[i].size, mm[i].path.c_str(), mm[i].threads,
-          mm[i].seconds, mm[i].gflops);
-    std::printf("]}\n");
+    // Built by nlohmann::json, so the CPU model is escaped; NaN prints as null.
+    nlohmann::ordered_json j = {{"cpu", model}, {"silu", nlohmann::ordered_json::array()},
+                                {"matmul", nlohmann::ordered_json::array()}};
+    for (const mt::bench::SiluCpuRow& r : rows)
+      j["silu"].push_back({{"op", r.op}, {"threads", r.threads}, {"n", r.n}, {"seconds", r.seconds},
+                           {"gbps", r.gbps}, {"copy_gbps", r.copy_gbps},
+                           {"ratio", r.gbps / r.copy_gbps}});
+    for (const mt::bench::MatmulRow& r : mm)
+      j["matmul"].push_back({{"size", r.size}, {"path", r.path}, {"threads", r.threads},
+                             {"seconds", r.seconds}, {"gflops", r.gflops}});
+    std::printf("%s\n",
+                j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
   }
   std::printf("CPU: %s; kernels' threads as listed; cblas %s\n\n", model.c_str(),

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "kernels/gpu/silu.h"
 #include "kernels/jit/builtin.h"
@@ -152,22 +153,25 @@ int main(int argc, char** argv) {
               cold_ms, warm_ms);
 
   if (!json_path.empty()) {
-    std::string j = fmt::format("{{\"device\": \"{}\", \"rows\": [", props.name);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const bench::SiluCudaRow& r = rows[i];
-      j += fmt::format(
-          "{}{{\"dtype\": \"{}\", \"pass\": \"{}\", \"log2n\": {}, \"ms\": {}, \"gbps\": {}, "
-          "\"pct_copy\": {}, \"copy_ms\": {}, \"unfused_ms\": {}, \"speedup_unfused\": {}, "
-          "\"op_ms\": {}, \"user_pointwise_ms\": {}, \"user_raw_ms\": {}}}",
-          i ? ", " : "", r.dtype, r.pass, r.log2n, r.ms, r.gbps, r.pct_copy, r.copy_ms,
-          std::isnan(r.unfused_ms) ? "NaN" : fmt::format("{}", r.unfused_ms),
-          std::isnan(r.speedup) ? "NaN" : fmt::format("{}", r.speedup), r.op_ms,
-          r.user_pointwise_ms, r.user_raw_ms);
-    }
-    j += fmt::format(
-        "], \"host_us\": {{\"silu\": {}, \"silu_backward\": {}, \"silu_requires_grad\": {}, "
-        "\"raw_launch\": {}}}, \"jit_ms\": {{\"cold\": {}, \"warm_disk\": {}}}}}\n",
-        us_silu, us_bwd, us_grad, us_launch, cold_ms, warm_ms);
+    // Built by nlohmann::json: the device name is escaped, NaN (no unfused figure) is null.
+    nlohmann::ordered_json rows_json = nlohmann::ordered_json::array();
+    for (const bench::SiluCudaRow& r : rows)
+      rows_json.push_back({{"dtype", r.dtype}, {"pass", r.pass}, {"log2n", r.log2n}, {"ms", r.ms},
+                           {"gbps", r.gbps}, {"pct_copy", r.pct_copy}, {"copy_ms", r.copy_ms},
+                           {"unfused_ms", r.unfused_ms}, {"speedup_unfused", r.speedup},
+                           {"op_ms", r.op_ms}, {"user_pointwise_ms", r.user_pointwise_ms},
+                           {"user_raw_ms", r.user_raw_ms}});
+    const nlohmann::ordered_json doc = {
+        {"device", props.name},
+        {"rows", rows_json},
+        {"host_us",
+         {{"silu", us_silu},
+          {"silu_backward", us_bwd},
+          {"silu_requires_grad", us_grad},
+          {"raw_launch", us_launch}}},
+        {"jit_ms", {{"cold", cold_ms}, {"warm_disk", warm_ms}}}};
+    const std::string j =
+        doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
       std::fputs(j.c_str(), f);

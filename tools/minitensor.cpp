@@ -1,11 +1,14 @@
 // The minitensor command: doctor, ops, dump, demo, bench, cache.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -32,14 +35,13 @@ std::string cpu_model() {
   return "unknown";
 }
 
-std::string json_str(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
-    out += c;
-  }
-  return out + "\"";
+// Every --json output is built as a value and printed by nlohmann::json, which escapes
+// control characters; bytes that are not UTF-8 (a path, say) become U+FFFD. Keys keep
+// the order they were added in. NaN and infinities (a variant that could not run) print
+// as null.
+using Json = nlohmann::ordered_json;
+void print_json(const Json& j) {
+  std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
 }
 
 // ---- doctor ----------------------------------------------------------------------------
@@ -95,9 +97,9 @@ int doctor(bool json) {
     }
   }
   if (json) {
-    std::printf("{");
-    for (size_t i = 0; i < kv.size(); ++i) std::printf("%s%s: %s", i ? ", " : "", json_str(kv[i].first).c_str(), json_str(kv[i].second).c_str());
-    std::printf("}\n");
+    Json j = Json::object();
+    for (auto& [k, v] : kv) j[k] = v;
+    print_json(j);
   } else {
     for (auto& [k, v] : kv) std::printf("%-14s %s\n", k.c_str(), v.c_str());
   }
@@ -108,8 +110,7 @@ int doctor(bool json) {
 
 int list_ops(const std::string& ns, bool json) {
   auto ops = dispatcher().all_ops();
-  if (json) std::printf("[");
-  bool first = true;
+  Json out = Json::array();
   for (const OperatorName& n : ops) {
     if (!ns.empty() && n.ns != ns) continue;
     auto h = dispatcher().find_or_throw(n.str());
@@ -118,16 +119,12 @@ int list_ops(const std::string& ns, bool json) {
     for (int k = 0; k < kNumDispatchKeys; ++k)
       if (t.origin[size_t(k)] == 1) keys.emplace_back(dispatch_key_name(DispatchKey(k)));
     if (json) {
-      std::printf("%s{\"name\": %s, \"schema\": %s, \"kernels\": [", first ? "" : ", ", json_str(n.str()).c_str(),
-                  json_str(h.schema().str()).c_str());
-      for (size_t i = 0; i < keys.size(); ++i) std::printf("%s%s", i ? ", " : "", json_str(keys[i]).c_str());
-      std::printf("]}");
+      out.push_back({{"name", n.str()}, {"schema", h.schema().str()}, {"kernels", keys}});
     } else {
       std::printf("%-60s [%s]\n", h.schema().str().c_str(), fmt::format("{}", fmt::join(keys, ", ")).c_str());
     }
-    first = false;
   }
-  if (json) std::printf("]\n");
+  if (json) print_json(out);
   return 0;
 }
 
@@ -246,9 +243,6 @@ struct BenchOutput {
   std::string plot;
 };
 
-// A JSON number; NaN and infinities (a variant that could not run) become null.
-std::string jnum(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
-
 void write_plot(const std::string& path, const std::string& svg_text) {
   bench::write_text_file(path, svg_text);
   std::fprintf(stderr, "wrote %s\n", path.c_str());
@@ -292,9 +286,9 @@ int bench_dispatch(const BenchOutput& o) {
     write_plot(o.plot, bench::svg(plot));
   }
   if (o.json) {
-    std::printf("{");
-    for (size_t i = 0; i < std::size(rows); ++i) std::printf("%s%s: %.2f", i ? ", " : "", json_str(rows[i].name).c_str(), rows[i].ns);
-    std::printf("}\n");
+    Json j = Json::object();
+    for (const Row& r : rows) j[r.name] = std::round(r.ns * 100) / 100;
+    print_json(j);
     return 0;
   }
   std::printf("dispatch cost, ns per call (median of 5 runs), on %s\n", cpu_model().c_str());
@@ -332,7 +326,7 @@ int bench_silu(const SweepOptions& s, const BenchOutput& o) {
   const int sizes = (hi - lo) / 2 + 1;
   bench::LinePlot plot{.title = "", .x_label = "elements (float32)", .y_label = "time per call (us)"};
   std::vector<std::vector<std::string>> table;
-  std::string json;
+  Json json_rows = Json::array();
   if (dev.is_cpu()) {
     const auto threads = thread_counts(s);
     std::vector<bench::SiluCpuRow> rows;
@@ -360,14 +354,11 @@ int bench_silu(const SweepOptions& s, const BenchOutput& o) {
                        fmt::format("{:.2f}", r.seconds * 1e6), fmt::format("{:.2f}", r.gbps),
                        fmt::format("{:.2f}", r.copy_seconds * 1e6), fmt::format("{:.2f}", r.copy_gbps),
                        fmt::format("{:.0f}%", 100 * r.gbps / r.copy_gbps)});
-      json += fmt::format("{}{{\"op\": \"{}\", \"threads\": {}, \"n\": {}, \"us\": {}, \"gbps\": {}, \"copy_us\": {}, "
-                          "\"copy_gbps\": {}}}",
-                          i ? ", " : "", r.op, r.threads, r.n, jnum(r.seconds * 1e6), jnum(r.gbps),
-                          jnum(r.copy_seconds * 1e6), jnum(r.copy_gbps));
+      json_rows.push_back({{"op", r.op}, {"threads", r.threads}, {"n", r.n}, {"us", r.seconds * 1e6}, {"gbps", r.gbps},
+                           {"copy_us", r.copy_seconds * 1e6}, {"copy_gbps", r.copy_gbps}});
     }
     if (o.json) {
-      std::printf("{\"bench\": \"silu\", \"device\": \"cpu\", \"cpu\": %s, \"rows\": [%s]}\n", json_str(cpu_model()).c_str(),
-                  json.c_str());
+      print_json({{"bench", "silu"}, {"device", "cpu"}, {"cpu", cpu_model()}, {"rows", json_rows}});
     } else {
       std::printf("SiLU float32 on the CPU (%s): median time per call against a memcpy moving the same bytes\n",
                   cpu_model().c_str());
@@ -407,14 +398,12 @@ int bench_silu(const SweepOptions& s, const BenchOutput& o) {
       table.push_back({r.dtype, r.pass, fmt::format("2^{}", r.log2n), fmt::format("{:.4f}", r.ms), fmt::format("{:.0f}", r.gbps),
                        fmt::format("{:.1f}%", r.pct_copy), fmt::format("{:.4f}", r.copy_ms), fmt::format("{:.4f}", r.unfused_ms),
                        fmt::format("{:.2f}x", r.speedup)});
-      json += fmt::format("{}{{\"dtype\": \"{}\", \"pass\": \"{}\", \"log2n\": {}, \"ms\": {}, \"gbps\": {}, \"pct_copy\": {}, "
-                          "\"copy_ms\": {}, \"unfused_ms\": {}, \"speedup_unfused\": {}}}",
-                          i ? ", " : "", r.dtype, r.pass, r.log2n, jnum(r.ms), jnum(r.gbps), jnum(r.pct_copy), jnum(r.copy_ms),
-                          jnum(r.unfused_ms), jnum(r.speedup));
+      json_rows.push_back({{"dtype", r.dtype}, {"pass", r.pass}, {"log2n", r.log2n}, {"ms", r.ms}, {"gbps", r.gbps},
+                           {"pct_copy", r.pct_copy}, {"copy_ms", r.copy_ms}, {"unfused_ms", r.unfused_ms},
+                           {"speedup_unfused", r.speedup}});
     }
     if (o.json) {
-      std::printf("{\"bench\": \"silu\", \"device\": %s, \"gpu\": %s, \"rows\": [%s]}\n", json_str(dev.str()).c_str(),
-                  json_str(gpu).c_str(), json.c_str());
+      print_json({{"bench", "silu"}, {"device", dev.str()}, {"gpu", gpu}, {"rows", json_rows}});
     } else {
       std::printf("SiLU %s on %s (%s): median of %d runs (events, L2 flushed), against a device copy of the same bytes\n",
                   s.dtype.c_str(), dev.str().c_str(), gpu.c_str(), s.repeats);
@@ -466,15 +455,11 @@ int bench_matmul(const SweepOptions& s, const BenchOutput& o) {
   plot.series.push_back(std::move(floor));
   if (!o.plot.empty()) write_plot(o.plot, bench::svg(plot));
   if (o.json) {
-    std::string json;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      json += fmt::format("{}{{\"size\": {}, \"path\": \"{}\", \"threads\": {}, \"ms\": {}, \"gflops\": {}, \"copy_ms\": {}}}",
-                          i ? ", " : "", r.size, r.path, r.threads, jnum(r.seconds * 1e3), jnum(r.gflops),
-                          jnum(r.copy_seconds * 1e3));
-    }
-    std::printf("{\"bench\": \"matmul\", \"device\": %s, \"where\": %s, \"rows\": [%s]}\n", json_str(dev.str()).c_str(),
-                json_str(where).c_str(), json.c_str());
+    Json json_rows = Json::array();
+    for (const auto& r : rows)
+      json_rows.push_back({{"size", r.size}, {"path", r.path}, {"threads", r.threads}, {"ms", r.seconds * 1e3},
+                           {"gflops", r.gflops}, {"copy_ms", r.copy_seconds * 1e3}});
+    print_json({{"bench", "matmul"}, {"device", dev.str()}, {"where", where}, {"rows", json_rows}});
     return 0;
   }
   std::printf("matmul float32 (n x n @ n x n) on %s: median time per call, and a copy of the bytes it must move\n",
@@ -495,18 +480,28 @@ struct MlpCliOptions {
   int warmup = -1, steps = -1;  // -1: 5 and 50
 };
 
-mlp::Shape parse_mlp_shape(const std::string& text) {
-  long long b = 0, i = 0, h = 0;
-  char tail = 0;
-  MT_CHECK(std::sscanf(text.c_str(), "%lldx%lldx%lld%c", &b, &i, &h, &tail) == 3 && b > 0 && i > 0 && h > 0,
-           "[bench mlp] --shape takes BATCHxINxHIDDEN (e.g. 64x32x64), got '{}'", text);
-  return {.batch = b, .in = i, .hidden = h, .out = i};  // output dim = input dim
+// BATCHxINxHIDDEN with each size in 1..2^31-1 and no matrix over 2^31 elements; nullopt
+// for anything else (out-of-range numbers too: from_chars does not saturate).
+std::optional<mlp::Shape> parse_mlp_shape(std::string_view text) {
+  int64_t dims[3];
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (int k = 0; k < 3; ++k) {
+    if (k > 0 && (p == end || *p++ != 'x')) return std::nullopt;
+    auto [next, ec] = std::from_chars(p, end, dims[k]);
+    if (ec != std::errc() || next == p || dims[k] < 1 || dims[k] >= (int64_t(1) << 31)) return std::nullopt;
+    p = next;
+  }
+  if (p != end) return std::nullopt;
+  const int64_t cap = int64_t(1) << 31;
+  if (dims[0] * dims[1] > cap || dims[0] * dims[2] > cap || dims[1] * dims[2] > cap) return std::nullopt;
+  return mlp::Shape{.batch = dims[0], .in = dims[1], .hidden = dims[2], .out = dims[1]};  // output dim = input dim
 }
 
 int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   Device dev = bench_device(m.device, "bench mlp");
   std::vector<mlp::Shape> shapes;
-  for (const std::string& s : m.shapes) shapes.push_back(parse_mlp_shape(s));
+  for (const std::string& s : m.shapes) shapes.push_back(*parse_mlp_shape(s));  // checked by CLI11
   bench::MlpOptions opts = m.opts;
   if (m.warmup >= 0) opts.warmup = m.warmup;
   if (m.steps >= 0) opts.steps = m.steps;
@@ -528,16 +523,12 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
     write_plot(o.plot, bench::svg(plot));
   }
   if (o.json) {
-    std::string json;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      json += fmt::format("{}{{\"batch\": {}, \"in\": {}, \"hidden\": {}, \"out\": {}, \"steps\": {}, \"ms_median\": {}, "
-                          "\"ms_min\": {}, \"ms_max\": {}, \"loss_first\": {}, \"loss_last\": {}}}",
-                          i ? ", " : "", r.shape.batch, r.shape.in, r.shape.hidden, r.shape.out, r.steps, jnum(r.ms_median),
-                          jnum(r.ms_min), jnum(r.ms_max), jnum(r.loss_first), jnum(r.loss_last));
-    }
-    std::printf("{\"bench\": \"mlp\", \"device\": %s, \"where\": %s, \"lr\": %s, \"rows\": [%s]}\n", json_str(dev.str()).c_str(),
-                json_str(where).c_str(), jnum(opts.lr).c_str(), json.c_str());
+    Json json_rows = Json::array();
+    for (const auto& r : rows)
+      json_rows.push_back({{"batch", r.shape.batch}, {"in", r.shape.in}, {"hidden", r.shape.hidden}, {"out", r.shape.out},
+                           {"steps", r.steps}, {"ms_median", r.ms_median}, {"ms_min", r.ms_min}, {"ms_max", r.ms_max},
+                           {"loss_first", r.loss_first}, {"loss_last", r.loss_last}});
+    print_json({{"bench", "mlp"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr}, {"rows", json_rows}});
     return 0;
   }
   std::printf("two-layer MLP with SiLU (output dim = in), one SGD training step: forward, mse_loss, backward,\n"
@@ -554,21 +545,96 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
 
 // ---- cache -----------------------------------------------------------------------------
 
-int cache_cmd(const std::string& what) {
+int cache_cmd(const std::string& what, bool json) {
   auto& cache = jit::kernel_cache();
+  const std::string& dir = cache.config().dir;
   if (what == "clear") {
-    cache.clear();
-    std::printf("cleared %s\n", cache.config().dir.c_str());
+    MT_CHECK(cache.disk_enabled(), "[cache] there is no disk cache to clear (MT_KERNEL_CACHE=0)");
+    cache.clear();  // throws, with the reason, when it cannot
+    if (json)
+      print_json({{"cleared", dir}});
+    else
+      std::printf("cleared %s\n", dir.c_str());
     return 0;
   }
+  const auto entries = cache.list();
   if (what == "stats") {
-    std::printf("dir %s\nentries %zu, %.2f MiB of %llu MiB\n", cache.config().dir.c_str(), cache.list().size(),
-                double(cache.disk_bytes()) / (1 << 20), (unsigned long long)(cache.config().max_bytes >> 20));
+    const size_t invalid = size_t(std::count_if(entries.begin(), entries.end(), [](const auto& e) { return !e.valid; }));
+    if (json) {
+      print_json({{"dir", dir}, {"entries", entries.size()}, {"invalid", invalid}, {"bytes", cache.disk_bytes()},
+                  {"max_bytes", cache.config().max_bytes}});
+    } else {
+      std::printf("dir %s\nentries %zu (%zu invalid), %.2f MiB of %llu MiB\n", dir.c_str(), entries.size(), invalid,
+                  double(cache.disk_bytes()) / (1 << 20), (unsigned long long)(cache.config().max_bytes >> 20));
+    }
     return 0;
   }
-  for (const auto& e : cache.list())
-    std::printf("%s  %-12s %-10s %8llu B  %8.0f s  %s\n", e.key.substr(0, 16).c_str(), e.name.c_str(), e.target.c_str(),
+  if (json) {
+    Json out = Json::array();
+    for (const auto& e : entries)
+      out.push_back({{"key", e.key}, {"name", e.name}, {"target", e.target}, {"arch", e.arch}, {"path", e.path},
+                     {"bytes", e.size_bytes}, {"age_s", e.age_s}, {"valid", e.valid}, {"problem", e.problem}});
+    print_json(out);
+    return 0;
+  }
+  for (const auto& e : entries)
+    std::printf("%s  %-12s %-10s %8llu B  %8.0f s  %s\n", e.key.substr(0, 16).c_str(), mt::quoted(e.name).c_str(), e.target.c_str(),
                 (unsigned long long)e.size_bytes, e.age_s, e.valid ? "ok" : e.problem.c_str());
+  return 0;
+}
+
+// The thread counts that can help on this machine: more are clamped, with a warning.
+int machine_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
+
+int clamp_threads(int n, const char* what) {
+  const int most = machine_threads();
+  if (n <= most) return n;
+  std::fprintf(stderr, "minitensor: %s %d is more than this machine's %d hardware threads; using %d\n", what, n, most,
+               most);
+  return most;
+}
+
+// OMP_NUM_THREADS=100000 would start that many threads per parallel region.
+void bound_omp_threads() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return;
+  std::string_view text(v);
+  text = text.substr(0, text.find(','));  // a list gives the outermost level first
+  long long n = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && n > machine_threads()))
+    cpu::set_num_threads(clamp_threads(ec == std::errc() ? int(std::min<long long>(n, 1 << 30)) : 1 << 30,
+                                       "OMP_NUM_THREADS"));
+}
+
+// The subcommands a position takes, for "unknown command" messages (CLI11 says only
+// that the argument was not expected).
+int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* at = &app;
+  std::string path = "minitensor";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a.starts_with("-")) {
+      if (a == "--plot" || a == "--namespace" || a == "--device") ++i;  // takes a value
+      continue;
+    }
+    if (at->get_subcommands({}).empty()) break;  // a positional argument of a leaf
+    const CLI::App* sub = nullptr;
+    try {
+      sub = at->get_subcommand(a);
+    } catch (const CLI::OptionNotFound&) {
+    }
+    if (!sub) {
+      std::vector<std::string> names;
+      for (const CLI::App* s : at->get_subcommands({})) names.push_back(s->get_name());
+      std::fprintf(stderr, "%s: unknown command %s; the commands are %s (see %s --help)\n", path.c_str(),
+                   mt::quoted(a).c_str(), fmt::format("{}", fmt::join(names, ", ")).c_str(), path.c_str());
+      return 2;
+    }
+    at = sub;
+    path += " " + a;
+  }
   return 0;
 }
 
@@ -577,6 +643,10 @@ int cache_cmd(const std::string& what) {
 int main(int argc, char** argv) {
   CLI::App app{"minitensor: a small tensor runtime with its own op dispatcher"};
   app.require_subcommand(1);
+  app.set_version_flag("-V,--version", std::string("minitensor ") + MT_VERSION);
+  app.footer(
+      "Exit codes: 0 success; 1 an error (the message says why) or a failed check (doctor);\n"
+      "2 a usage error (an unknown command or option, a bad value).");
   bool json = false;
   auto* doc = app.add_subcommand("doctor", "the build, the CPU, CUDA, NVRTC, the kernel cache, a SiLU check");
   doc->add_flag("--json", json, "machine-readable output");
@@ -602,29 +672,58 @@ int main(int argc, char** argv) {
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
   for (auto [sub, o] : {std::pair{b_silu, &silu_o}, std::pair{b_matmul, &matmul_o}}) {
     sub->add_option("--device", o->device, "cpu or cuda (cuda:N)")->capture_default_str();
-    sub->add_option("--min-log2", o->min_log2, "smallest size, as a power of two (silu 12, matmul 6)");
-    sub->add_option("--max-log2", o->max_log2, "largest size, as a power of two (silu: cpu 24, cuda 28; matmul: cpu 10, cuda 13)");
-    sub->add_option("--threads", o->threads, "CPU: thread counts to run, e.g. --threads 1,2 (default: the kernels' count)")
-        ->delimiter(',');
-    sub->add_option("--min-time", o->min_time, "CPU: seconds of repeats per figure, at least")->capture_default_str();
-    sub->add_option("--repeats", o->repeats, "CUDA: timed runs per figure (median)")->capture_default_str();
-    sub->add_option("--warmup", o->warmup, "CUDA: untimed runs first")->capture_default_str();
+    const int most_log2 = sub == b_silu ? 32 : 15;
+    sub->add_option("--min-log2", o->min_log2, "smallest size, as a power of two (silu 12, matmul 6)")
+        ->check(CLI::Range(0, most_log2));
+    sub->add_option("--max-log2", o->max_log2, "largest size, as a power of two (silu: cpu 24, cuda 28; matmul: cpu 10, cuda 13)")
+        ->check(CLI::Range(0, most_log2));
+    sub->add_option("--threads", o->threads,
+                    "CPU: thread counts to run, e.g. --threads 1,2 (default: the kernels' count; at most the machine's)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 20));
+    sub->add_option("--min-time", o->min_time, "CPU: seconds of repeats per figure, at least")
+        ->capture_default_str()
+        ->check(CLI::Range(1e-6, 3600.0));
+    sub->add_option("--repeats", o->repeats, "CUDA: timed runs per figure (median)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000000));
+    sub->add_option("--warmup", o->warmup, "CUDA: untimed runs first")->capture_default_str()->check(CLI::Range(0, 1000000));
   }
   b_silu->add_option("--dtype", silu_o.dtype, "CUDA: float32 or bfloat16 (the CPU runs float32)")->capture_default_str();
   MlpCliOptions mlp_o;
   auto* b_mlp = ben->add_subcommand("mlp", "ms per training step of examples/mlp.h's two-layer MLP (64/32/64, 4096/1024/4096)");
   b_mlp->add_option("--device", mlp_o.device, "cpu or cuda (cuda:N)")->capture_default_str();
-  b_mlp->add_option("--shape", mlp_o.shapes, "BATCHxINxHIDDEN, repeatable (output dim = IN)")->capture_default_str();
-  b_mlp->add_option("--steps", mlp_o.steps, "timed steps, at most (default 50; fewer past --max-seconds)");
-  b_mlp->add_option("--warmup", mlp_o.warmup, "untimed steps first (default 5)");
+  b_mlp->add_option("--shape", mlp_o.shapes, "BATCHxINxHIDDEN, repeatable (output dim = IN)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_mlp_shape(v) ? std::string()
+                                      : "--shape takes BATCHxINxHIDDEN (e.g. 64x32x64), each from 1 to 2^31 - 1 and no "
+                                        "product of two over 2^31, got " + mt::quoted(v);
+          },
+          "BATCHxINxHIDDEN"));
+  b_mlp->add_option("--steps", mlp_o.steps, "timed steps, at most (default 50; fewer past --max-seconds)")
+      ->check(CLI::Range(1, 1000000));
+  b_mlp->add_option("--warmup", mlp_o.warmup, "untimed steps first (default 5)")->check(CLI::Range(0, 1000000));
   b_mlp->add_option("--max-seconds", mlp_o.opts.max_seconds, "per shape: stop timing after this long (3 timed steps at least)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 86400.0));
   for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp}) sub->fallthrough();
   std::string cache_what = "ls";
   auto* cac = app.add_subcommand("cache", "the NVRTC kernel cache: ls, stats, clear");
-  cac->add_option("what", cache_what, "ls | stats | clear");
-  CLI11_PARSE(app, argc, argv);
+  cac->add_option("what", cache_what, "ls | stats | clear")->check(CLI::IsMember({"ls", "stats", "clear"}));
+  cac->add_flag("--json", json, "machine-readable output");
+  if (int rc = unknown_command(app, std::vector<std::string>(argv + 1, argv + argc))) return rc;
   try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help, the version, or the error
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    bound_omp_threads();
+    for (auto* o : {&silu_o, &matmul_o})
+      for (int& t : o->threads) t = clamp_threads(t, "--threads");
     if (*doc) return doctor(json);
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
@@ -633,7 +732,7 @@ int main(int argc, char** argv) {
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
-    if (*cac) return cache_cmd(cache_what);
+    if (*cac) return cache_cmd(cache_what, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minitensor: %s\n", e.what());
     return 1;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,23 +22,30 @@ namespace mt::jit {
 // Note [Kernel cache consistency]
 // Each compiled module is one file, <dir>/<key>.mtk, where key is the SHA-256 of
 // everything that changes the binary (see cache_key). A file holds a fixed
-// header (magic, format version, sizes, key, checksum), then metadata (name,
-// target, lowered names, log), then the CUBIN or PTX; the checksum is a SHA-256
-// of metadata plus payload.
+// header (magic, format version, sizes, key, checksum, arch, options digest), then
+// metadata (name, target, lowered names, log), then the CUBIN or PTX; the checksum
+// is a SHA-256 of the header fields before it, the arch, the options digest, the
+// metadata and the payload, so a file renamed or with its key rewritten to stand for
+// another kernel fails it.
 //  - Writes never expose a partial file: a writer fills a temporary file of its
 //    own (.tmp-<key>-<pid>-<n>, O_EXCL) in the same directory, then rename()s it
 //    over <key>.mtk, which is atomic. Two processes storing one key both write
 //    complete files with the same content; the last rename wins.
-//  - Reads trust nothing: a file whose size, magic, version, key, checksum or
-//    binary magic is wrong (truncated, a flipped bit, a crash mid-write on a
-//    filesystem that reorders) is deleted and the module recompiled, never loaded.
-//    The delete checks the inode first, so it cannot remove a good file that
-//    another process renamed into place meanwhile.
+//  - Reads trust nothing: an entry that is not a regular file (a FIFO, a directory,
+//    a link) or is larger than kMaxCacheEntryBytes is removed unread (opened with
+//    O_NONBLOCK, checked by fstat first); a file whose size, magic, version, key,
+//    checksum, arch, options or binary magic is wrong (truncated, a flipped bit, a crash mid-write
+//    on a filesystem that reorders) is deleted and the module recompiled, never loaded. The delete
+//    checks the inode first, so it cannot remove a good file that another process renamed into
+//    place meanwhile.
 //  - The directory is bounded (max_bytes) by least-recently-used eviction: a
 //    hit sets the file's mtime to now; after each store the oldest files go
 //    until the total fits. Eviction racing a reader is harmless: an open file
 //    stays readable, and a file gone before open() is just a miss. Temporaries
 //    left by a crashed writer are removed once they are an hour old.
+//  - Whoever writes the directory chooses the CUBIN that gets loaded, so it is
+//    created with mode 0700 and one owned by another user is not used at all.
+//    A directory that cannot be used or written is reported once, with the reason.
 // No fsync: a file lost or torn by a power cut fails its checksum and recompiles.
 
 namespace {
@@ -45,10 +53,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'M', 'T', 'K', 'C', 'A', 'C', 'H', 'E'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kKeySize = 64;  // hex digits
-// magic, version, metadata size, payload size, key, checksum
-constexpr size_t kHeaderSize = 8 + 4 + 4 + 8 + kKeySize + 32;
+constexpr uint32_t kFormatVersion = 2;  // 2: arch and options digest, checksum over the header
+constexpr size_t kKeySize = 64;         // hex digits
+// magic, version, metadata size, payload size, key, checksum, arch, options digest
+constexpr size_t kChecksumAt = 8 + 4 + 4 + 8 + kKeySize;
+constexpr size_t kHeaderSize = kChecksumAt + 32 + 4 + 32;
 constexpr const char* kSuffix = ".mtk";
 constexpr const char* kTempPrefix = ".tmp-";
 constexpr int64_t kStaleTempSeconds = 3600;
@@ -85,7 +94,27 @@ struct Reader {
   std::string str() { return std::string(bytes(size_t(uint(4)))); }
 };
 
-std::string serialize(const std::string& key, const CompileResult& r) {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + '\n';
+  return s;
+}
+
+// All zero for a file stored without its request (KernelCache::store without `from`): such
+// a file is bound by its key alone.
+Digest options_digest(const CompileRequest* r) { return r ? sha256(join(r->options)) : Digest{}; }
+
+std::string_view as_view(const Digest& d) {
+  return {reinterpret_cast<const char*>(d.data()), d.size()};
+}
+
+// The checksum binds the header's fields (all but the checksum itself) to the contents.
+Digest checksum(std::string_view head, std::string_view tail, std::string_view meta,
+                std::string_view payload) {
+  return Sha256().update(head).update(tail).update(meta).update(payload).finish();
+}
+
+std::string serialize(const std::string& key, const CompileResult& r, const CompileRequest* from) {
   std::string meta;
   put_str(meta, r.name);
   put_str(meta, r.target);
@@ -93,21 +122,28 @@ std::string serialize(const std::string& key, const CompileResult& r) {
   put_u64(meta, uint64_t(r.compile_ms * 1000.0));
   put_u32(meta, uint32_t(r.lowered_names.size()));
   for (const auto& l : r.lowered_names) put_str(meta, l.expression), put_str(meta, l.lowered);
-  const Digest sum = Sha256().update(meta).update(r.binary).finish();
+  std::string head(kMagic, sizeof(kMagic));
+  put_u32(head, kFormatVersion);
+  put_u32(head, uint32_t(meta.size()));
+  put_u64(head, uint64_t(r.binary.size()));
+  head += key;
+  std::string tail;
+  put_u32(tail, uint32_t(from ? from->arch : 0));
+  tail += as_view(options_digest(from));
+  const Digest sum = checksum(head, tail, meta, r.binary);
 
-  std::string out(kMagic, sizeof(kMagic));
-  put_u32(out, kFormatVersion);
-  put_u32(out, uint32_t(meta.size()));
-  put_u64(out, uint64_t(r.binary.size()));
-  out += key;
-  out.append(reinterpret_cast<const char*>(sum.data()), sum.size());
+  std::string out = head;
+  out += as_view(sum);
+  out += tail;
   out += meta;
   out += r.binary;
   return out;
 }
 
 // Parses and verifies a whole file; returns the problem, or "" when `out` is valid.
-std::string parse(std::string_view file, std::string_view key, CompileResult& out) {
+// With `expect`, the arch and options must be the request's.
+std::string parse(std::string_view file, std::string_view key, CompileResult& out,
+                  const CompileRequest* expect = nullptr, int* arch = nullptr) {
   if (file.size() < kHeaderSize) return "truncated header";
   Reader rd{file};
   if (rd.bytes(sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) return "bad magic";
@@ -116,15 +152,21 @@ std::string parse(std::string_view file, std::string_view key, CompileResult& ou
   const uint64_t payload_size = rd.uint(8);
   const std::string_view file_key = rd.bytes(kKeySize);
   const std::string_view sum = rd.bytes(32);
+  const std::string_view tail = rd.bytes(4 + 32);
+  const uint32_t file_arch = uint32_t(Reader{tail}.uint(4));
+  if (arch) *arch = int(file_arch);
   if (meta_size > file.size() || payload_size > file.size()) return "truncated";
   if (kHeaderSize + meta_size + payload_size != file.size())
     return file.size() < kHeaderSize + meta_size + payload_size ? "truncated" : "trailing bytes";
   if (!key.empty() && file_key != key) return "key mismatch";
   const std::string_view meta = rd.bytes(meta_size);
   const std::string_view payload = rd.bytes(payload_size);
-  const Digest want = Sha256().update(meta).update(payload).finish();
-  if (sum != std::string_view(reinterpret_cast<const char*>(want.data()), want.size()))
+  if (sum != as_view(checksum(file.substr(0, kChecksumAt), tail, meta, payload)))
     return "checksum mismatch";
+  const bool bound = tail.substr(4) != as_view(Digest{});
+  if (expect && bound && file_arch != uint32_t(expect->arch)) return "arch mismatch";
+  if (expect && bound && tail.substr(4) != as_view(options_digest(expect)))
+    return "options mismatch";
 
   Reader m{meta};
   out.name = m.str();
@@ -147,19 +189,63 @@ std::string parse(std::string_view file, std::string_view key, CompileResult& ou
   return "";
 }
 
-bool read_file(int fd, std::string& out) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return false;
-  out.resize(size_t(st.st_size));
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += size_t(r);
+std::string errno_text(int err) { return std::strerror(err); }
+
+// What reading one entry found.
+struct EntryRead {
+  bool missing = false;    // no such file: a plain miss
+  bool removable = false;  // an entry that must go: not a regular file, or too large
+  std::string problem;     // "" when `bytes` holds the whole file
+  struct stat st {};
+};
+
+// Reads one entry without trusting it: never blocks (a FIFO), never follows a link,
+// checks the type and size by fstat before reading, reads at most that many bytes, and
+// tells a read error from the end of the file.
+EntryRead read_entry(const std::string& path, std::string& bytes) {
+  EntryRead e;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      e.missing = true;
+      e.problem = "missing";
+    } else if (err == ELOOP && ::lstat(path.c_str(), &e.st) == 0) {
+      e.removable = true;
+      e.problem = "not a regular file (a symbolic link)";
+    } else {
+      e.problem = "cannot open: " + errno_text(err);
+    }
+    return e;
   }
-  out.resize(got);
-  return true;
+  if (::fstat(fd, &e.st) != 0) {
+    e.problem = "cannot stat: " + errno_text(errno);
+  } else if (!S_ISREG(e.st.st_mode)) {
+    e.removable = true;
+    e.problem = S_ISDIR(e.st.st_mode)    ? "not a regular file (a directory)"
+                : S_ISFIFO(e.st.st_mode) ? "not a regular file (a FIFO)"
+                                         : "not a regular file";
+  } else if (uint64_t(e.st.st_size) > kMaxCacheEntryBytes) {
+    e.removable = true;
+    e.problem = fmt::format("too large ({} bytes; an entry is at most {})", e.st.st_size,
+                            kMaxCacheEntryBytes);
+  } else {
+    bytes.resize(size_t(e.st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        e.problem = "read error: " + errno_text(errno);
+        break;
+      }
+      if (r == 0) break;  // the file shrank: parse() reports it truncated
+      got += size_t(r);
+    }
+    bytes.resize(got);
+  }
+  ::close(fd);
+  return e;
 }
 
 bool write_all(int fd, std::string_view data) {
@@ -172,11 +258,43 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-// Unlinks `path` only if it is still the file (inode) that was read.
+// Removes `path` only if it is still the entry (inode) that was read; a directory
+// only when it is empty (rmdir), never recursively.
 void remove_if_same(const std::string& path, const struct stat& seen) {
   struct stat now;
-  if (::stat(path.c_str(), &now) == 0 && now.st_ino == seen.st_ino && now.st_dev == seen.st_dev)
-    ::unlink(path.c_str());
+  if (::lstat(path.c_str(), &now) == 0 && now.st_ino == seen.st_ino && now.st_dev == seen.st_dev) {
+    if (S_ISDIR(now.st_mode))
+      ::rmdir(path.c_str());
+    else
+      ::unlink(path.c_str());
+  }
+}
+
+// mkdir -p with mode 0700 for every directory it creates; returns the problem or "".
+std::string make_dirs(const std::string& dir) {
+  fs::path sofar;
+  for (const fs::path& part : fs::path(dir)) {
+    sofar /= part;
+    if (::mkdir(sofar.c_str(), 0700) != 0 && errno != EEXIST)
+      return fmt::format("cannot create '{}': {}", sofar.string(), errno_text(errno));
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return fmt::format("cannot stat it: {}", errno_text(errno));
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
+  return "";
+}
+
+// "" when the cache directory is missing or is ours; else why it must not be used.
+std::string foreign_dir(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return "";
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
+  if (st.st_uid != ::geteuid())
+    return fmt::format(
+        "it is owned by uid {}, not by this user (uid {}), and whoever can write it chooses "
+        "the kernels that get loaded",
+        st.st_uid, ::geteuid());
+  return "";
 }
 
 double now_s() {
@@ -195,9 +313,11 @@ struct DiskFile {
   std::string path, name;
   uint64_t size;
   double mtime;
+  bool regular;
 };
 
-// The entry files of `dir`, least recently used first; also removes stale temporaries.
+// The entries of `dir` (regular or not), least recently used first; also removes stale
+// temporaries. lstat only: nothing is opened here.
 std::vector<DiskFile> scan(const std::string& dir) {
   std::vector<DiskFile> files;
   std::error_code ec;
@@ -206,9 +326,12 @@ std::vector<DiskFile> scan(const std::string& dir) {
     const std::string name = it->path().filename().string();
     const std::string path = it->path().string();
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    const bool regular = S_ISREG(st.st_mode);
     if (is_entry_name(name)) {
-      files.push_back({path, name, uint64_t(st.st_size), mtime_s(st)});
+      files.push_back({path, name, regular ? uint64_t(st.st_size) : 0, mtime_s(st), regular});
+    } else if (!regular) {
+      continue;
     } else if (name.starts_with(kTempPrefix) && now - mtime_s(st) > kStaleTempSeconds) {
       ::unlink(path.c_str());
     }
@@ -217,12 +340,6 @@ std::vector<DiskFile> scan(const std::string& dir) {
     return a.mtime != b.mtime ? a.mtime < b.mtime : a.name < b.name;
   });
   return files;
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += x + '\n';
-  return s;
 }
 
 // The headers a compile sees, hashed; the embedded ones alone only once.
@@ -300,7 +417,7 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
   }
   if (disk_enabled()) {
     const auto start = std::chrono::steady_clock::now();
-    if (std::optional<CompileResult> res = load(key)) {
+    if (std::optional<CompileResult> res = load(key, &r)) {
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
@@ -311,7 +428,7 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
   }
   CompileResult res = compile(r.source, r.name, r.name_expressions, r.options, r.arch, r.headers);
   count(&CacheStats::misses, &CacheStats::compile_ms, res.compile_ms);
-  if (disk_enabled() && store(key, res)) evict(key);
+  if (disk_enabled() && store(key, res, &r)) evict(key);
   slot->result = std::make_shared<const CompileResult>(std::move(res));
   return slot->result;
 }
@@ -320,42 +437,82 @@ std::string KernelCache::path_for(const std::string& key) const {
   return config_.dir + "/" + key + kSuffix;
 }
 
-std::optional<CompileResult> KernelCache::load(const std::string& key) {
-  if (!disk_enabled()) return std::nullopt;
-  const std::string path = path_for(key);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string bytes;
-  struct stat st {};
-  const bool read_ok = ::fstat(fd, &st) == 0 && read_file(fd, bytes);
-  ::close(fd);
-  if (!read_ok) return std::nullopt;
-  CompileResult res;
-  if (!parse(bytes, key, res).empty()) {
-    remove_if_same(path, st);
-    count(&CacheStats::corrupt_files);
-    return std::nullopt;
+void KernelCache::report(const std::string& problem) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first = disk_problem_.empty();
+    if (first) disk_problem_ = problem;
   }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // most recently used now
-  return res;
+  if (first && config_.warn)
+    std::fprintf(stderr,
+                 "minitensor: [jit] the kernel cache in '%s' cannot be used or written: %s; the "
+                 "kernels it lacks are compiled again in each process (set MT_KERNEL_CACHE to a "
+                 "directory of your own, or to 0 to keep kernels in memory only)\n",
+                 config_.dir.c_str(), problem.c_str());
 }
 
-bool KernelCache::store(const std::string& key, const CompileResult& result) {
-  if (!disk_enabled()) return false;
+std::string KernelCache::disk_problem() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return disk_problem_;
+}
+
+bool KernelCache::dir_usable() {
+  const std::string problem = foreign_dir(config_.dir);
+  if (problem.empty()) return true;
+  report(problem);
+  return false;
+}
+
+std::optional<CompileResult> KernelCache::load(const std::string& key,
+                                               const CompileRequest* expect) {
+  if (!disk_enabled() || !dir_usable()) return std::nullopt;
+  const std::string path = path_for(key);
+  std::string bytes;
+  const EntryRead e = read_entry(path, bytes);
+  if (e.missing) return std::nullopt;
+  CompileResult res;
+  const std::string problem = e.problem.empty() ? parse(bytes, key, res, expect) : e.problem;
+  if (problem.empty()) {
+    if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0)  // most recently used now
+      report(fmt::format("cannot update '{}': {}", path, errno_text(errno)));
+    return res;
+  }
+  count(&CacheStats::corrupt_files);
+  // A regular file that fails its checks, or an entry that is not one, goes; a file
+  // that could not be read (EIO, EACCES) stays and is reported.
+  if (e.problem.empty() || e.removable)
+    remove_if_same(path, e.st);
+  else
+    report(fmt::format("'{}': {}", path, problem));
+  return std::nullopt;
+}
+
+bool KernelCache::store(const std::string& key, const CompileResult& result,
+                        const CompileRequest* from) {
+  if (!disk_enabled() || !dir_usable()) return false;
   static std::atomic<uint64_t> counter{0};
-  std::error_code ec;
-  fs::create_directories(config_.dir, ec);
+  std::string problem = make_dirs(config_.dir);
+  if (problem.empty()) problem = foreign_dir(config_.dir);
   const std::string tmp =
       fmt::format("{}/{}{}-{}-{}", config_.dir, kTempPrefix, key, ::getpid(), counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  if (ok) {
-    ok = write_all(fd, serialize(key, result));
-    ok = (::close(fd) == 0) && ok;
-    ok = ok && ::rename(tmp.c_str(), path_for(key).c_str()) == 0;
-    if (!ok) ::unlink(tmp.c_str());
+  if (problem.empty()) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      problem = fmt::format("cannot create a file in it: {}", errno_text(errno));
+    } else {
+      if (!write_all(fd, serialize(key, result, from)))
+        problem = fmt::format("cannot write '{}': {}", tmp, errno_text(errno));
+      if (::close(fd) != 0 && problem.empty())
+        problem = fmt::format("cannot write '{}': {}", tmp, errno_text(errno));
+      if (problem.empty() && ::rename(tmp.c_str(), path_for(key).c_str()) != 0)
+        problem = fmt::format("cannot rename a file to '{}': {}", path_for(key), errno_text(errno));
+      if (!problem.empty()) ::unlink(tmp.c_str());
+    }
   }
+  const bool ok = problem.empty();
   count(ok ? &CacheStats::disk_writes : &CacheStats::write_failures);
+  if (!ok) report(problem);
   return ok;
 }
 
@@ -368,11 +525,11 @@ void KernelCache::evict(const std::string& keep) {
   }
   std::vector<DiskFile> files = scan(config_.dir);
   uint64_t total = 0;
-  for (const auto& f : files) total += f.size;
+  for (const auto& f : files) total += f.size;  // 0 for an entry that is not a regular file
   const std::string keep_name = keep.empty() ? "" : keep + kSuffix;
   for (const auto& f : files) {
     if (total <= max_bytes) break;
-    if (f.name == keep_name) continue;
+    if (f.name == keep_name || !f.regular) continue;
     if (::unlink(f.path.c_str()) == 0) {
       count(&CacheStats::evictions);
       total -= f.size;
@@ -410,17 +567,15 @@ std::vector<CacheEntryInfo> KernelCache::list() const {
     e.path = f.path;
     e.size_bytes = f.size;
     e.age_s = std::max(0.0, now - f.mtime);
-    const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
     std::string bytes;
-    if (fd < 0 || !read_file(fd, bytes)) {
-      e.problem = "unreadable";
-    } else {
+    const EntryRead rd = read_entry(f.path, bytes);
+    e.problem = rd.problem;
+    if (e.problem.empty()) {
       CompileResult r;
-      e.problem = parse(bytes, e.key, r);
+      e.problem = parse(bytes, e.key, r, nullptr, &e.arch);
       e.name = r.name;
       e.target = r.target;
     }
-    if (fd >= 0) ::close(fd);
     e.valid = e.problem.empty();
     out.push_back(std::move(e));
   }
@@ -442,11 +597,33 @@ void KernelCache::clear_memory() {
 void KernelCache::clear() {
   clear_memory();
   if (!disk_enabled()) return;
+  const std::string& dir = config_.dir;
+  struct stat st;
+  MT_CHECK(::stat(dir.c_str(), &st) == 0, "[jit] cannot clear the kernel cache '{}': {}", dir,
+           errno_text(errno));
+  MT_CHECK(S_ISDIR(st.st_mode),
+           "[jit] cannot clear the kernel cache '{}': it is not a directory; set "
+           "MT_KERNEL_CACHE to the cache directory",
+           dir);
   std::error_code ec;
-  for (fs::directory_iterator it(config_.dir, ec), end; !ec && it != end; it.increment(ec)) {
+  size_t failed = 0;
+  std::string first_error;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (is_entry_name(name) || name.starts_with(kTempPrefix)) ::unlink(it->path().c_str());
+    if (!is_entry_name(name) && !name.starts_with(kTempPrefix)) continue;
+    struct stat est;
+    const bool is_dir = ::lstat(it->path().c_str(), &est) == 0 && S_ISDIR(est.st_mode);
+    if ((is_dir ? ::rmdir(it->path().c_str()) : ::unlink(it->path().c_str())) != 0 &&
+        errno != ENOENT) {
+      if (failed++ == 0)
+        first_error = fmt::format("'{}': {}", it->path().string(), errno_text(errno));
+    }
   }
+  MT_CHECK(!ec, "[jit] cannot clear the kernel cache '{}': {}", dir, ec.message());
+  MT_CHECK(failed == 0,
+           "[jit] could not delete {} entr{} of the kernel cache (first {}); check the "
+           "directory's permissions",
+           failed, failed == 1 ? "y" : "ies", first_error);
 }
 
 KernelCache& kernel_cache() {

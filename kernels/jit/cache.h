@@ -37,6 +37,8 @@ struct CacheConfig {
   // $XDG_CACHE_HOME/minitensor/kernels, else ~/.cache/minitensor/kernels;
   // MT_KERNEL_CACHE_MAX_MB bounds it. Throws mt::Error on a malformed value.
   static CacheConfig from_env();
+  // Print the first reason the disk cache cannot be used or written to stderr, once.
+  bool warn = true;
 };
 
 struct CacheStats {
@@ -56,12 +58,16 @@ struct CacheEntryInfo {
   std::string key;
   std::string name;    // "silu.cu"
   std::string target;  // "sm_90"
+  int arch = 0;        // the request's compute capability, as stored
   std::string path;
   uint64_t size_bytes = 0;
   double age_s = 0;  // since last use (the file's mtime)
   bool valid = false;
   std::string problem;  // why not valid: "truncated", "checksum mismatch", ...
 };
+
+// Entry files larger than this are refused unread (a CUBIN is a few MiB at most).
+constexpr uint64_t kMaxCacheEntryBytes = uint64_t(64) << 20;
 
 class KernelCache {
  public:
@@ -84,15 +90,24 @@ class KernelCache {
   // Total bytes of the entry files on disk.
   uint64_t disk_bytes() const;
   // Forgets everything in memory and deletes every cache file (and stray temporaries).
+  // Throws mt::Error with the reason when the directory is missing, is not a directory,
+  // or a file could not be deleted.
   void clear();
   void clear_memory();
 
   // The disk layer on its own, for tests and the CLI. load() returns nothing for a
-  // missing or invalid file, and deletes an invalid one; store() returns false
-  // (and counts a write failure) when the file could not be written.
+  // missing or invalid file, and deletes an invalid one; with `expect`, a file stored for
+  // other options or another arch is invalid too. store() returns false (and counts a
+  // write failure) when the file could not be written; `from` gives the options and
+  // arch bound into the header (none: the file is bound by its key alone, and a load
+  // with `expect` checks only that).
   std::string path_for(const std::string& key) const;
-  std::optional<CompileResult> load(const std::string& key);
-  bool store(const std::string& key, const CompileResult& result);
+  std::optional<CompileResult> load(const std::string& key, const CompileRequest* expect = nullptr);
+  bool store(const std::string& key, const CompileResult& result,
+             const CompileRequest* from = nullptr);
+  // The first reason the disk cache could not be used or written ("" when none so far):
+  // an unwritable directory, one owned by another user, a full disk.
+  std::string disk_problem() const;
   // Deletes least recently used files until the total is at most max_bytes; never `keep`.
   void evict(const std::string& keep = {});
 
@@ -102,11 +117,14 @@ class KernelCache {
     std::shared_ptr<const CompileResult> result;
   };
   void count(uint64_t CacheStats::*field, double CacheStats::*ms = nullptr, double value = 0);
+  void report(const std::string& problem);
+  bool dir_usable();  // false (and reported) when the directory belongs to another user
 
   CacheConfig config_;
   mutable std::mutex mutex_;  // guards slots_, stats_ and config_.max_bytes
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
   CacheStats stats_;
+  std::string disk_problem_;
 };
 
 // The process's cache, configured from the environment on first use.

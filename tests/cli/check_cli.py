@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The minitensor command against bad arguments and hostile environments: exit codes,
+messages, and every --json output parsed by a JSON parser.
+
+Usage: check_cli.py PATH/TO/minitensor. Exit codes checked: 0 success, 1 an error,
+2 a usage error (as `minitensor --help` documents)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+exe = sys.argv[1]
+failures = []
+cases = 0
+
+
+def run(args, env=None, timeout=120):
+    full_env = dict(os.environb)
+    full_env[b"MT_KERNEL_CACHE"] = scratch.encode() + b"/kernels"
+    for k, v in (env or {}).items():
+        full_env[k.encode()] = v if isinstance(v, bytes) else v.encode()
+    try:
+        p = subprocess.run([exe] + args, env=full_env, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"(hung: killed after {timeout} s)"
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def check(name, cond, detail=""):
+    global cases
+    cases += 1
+    print(("ok   " if cond else "FAIL ") + name)
+    if not cond:
+        failures.append(name)
+        print("     " + detail.replace("\n", "\n     "))
+
+
+def expect(name, args, rc, stderr_has=None, stdout_has=None, env=None, stderr_lacks=None, timeout=120):
+    code, out, err = run(args, env, timeout)
+    detail = f"rc={code}\nstdout={out[-2000:]}\nstderr={err[-2000:]}"
+    ok = code == rc
+    if stderr_has is not None:
+        ok = ok and stderr_has in err
+    if stdout_has is not None:
+        ok = ok and stdout_has in out
+    if stderr_lacks is not None:
+        ok = ok and stderr_lacks not in err
+    check(name, ok, detail)
+    return code, out, err
+
+
+def expect_json(name, args, env=None):
+    code, out, err = run(args, env)
+    try:
+        value = json.loads(out)
+    except ValueError as e:
+        check(name, False, f"not JSON ({e}): rc={code}\nstdout={out[-2000:]}\nstderr={err[-2000:]}")
+        return None
+    check(name, code == 0, f"rc={code}\nstderr={err[-2000:]}")
+    return value
+
+
+with tempfile.TemporaryDirectory() as scratch:
+    # Conventions.
+    _, out, _ = expect("--version", ["--version"], 0, stdout_has="minitensor ")
+    check("--version prints a version number", re.match(r"minitensor \d+\.\d+", out) is not None, out)
+    expect("-V", ["-V"], 0, stdout_has="minitensor ")
+    expect("--help documents the exit codes", ["--help"], 0, stdout_has="Exit codes: 0 success")
+    expect("no command is a usage error", [], 2)
+    expect("an unknown command says so", ["frob"], 2, stderr_has="unknown command 'frob'")
+    expect("an unknown bench says so", ["bench", "frob"], 2, stderr_has="minitensor bench: unknown command 'frob'")
+    expect("an unknown option is a usage error", ["doctor", "--frob"], 2)
+    expect("cache frob is an error", ["cache", "frob"], 2, stderr_has="frob")
+
+    # Values out of range are refused before anything runs.
+    expect("--shape with a 20-digit size is refused", ["bench", "mlp", "--shape", "99999999999999999999x1x1"], 2,
+           stderr_has="--shape takes BATCHxINxHIDDEN")
+    expect("--shape 0x1x1 is refused", ["bench", "mlp", "--shape", "0x1x1"], 2, stderr_has="--shape takes")
+    expect("--shape with a huge product is refused", ["bench", "mlp", "--shape", "2000000000x2000000000x1"], 2,
+           stderr_has="--shape takes")
+    expect("--shape 8x8 is refused", ["bench", "mlp", "--shape", "8x8"], 2, stderr_has="--shape takes")
+    expect("--min-log2 -5 is refused", ["bench", "silu", "--min-log2", "-5"], 2, stderr_has="--min-log2")
+    expect("--max-log2 99 is refused", ["bench", "matmul", "--max-log2", "99"], 2, stderr_has="--max-log2")
+    expect("--threads 0 is refused", ["bench", "silu", "--threads", "0"], 2, stderr_has="--threads")
+
+    # Thread counts are bounded by the machine (warned and clamped), from the flag and from OMP.
+    hw = os.cpu_count() or 1
+    quick = ["bench", "silu", "--min-log2", "12", "--max-log2", "12", "--min-time", "0.001", "--json"]
+    code, out, err = run(quick + ["--threads", "4096"], timeout=60)
+    check("--threads 4096 warns and runs on the machine's threads",
+          code == 0 and "--threads 4096 is more than this machine's" in err
+          and all(r["threads"] <= hw for r in json.loads(out)["rows"]), f"rc={code}\n{out}\n{err}")
+    code, out, err = run(quick, env={"OMP_NUM_THREADS": "100000"}, timeout=60)
+    check("OMP_NUM_THREADS=100000 warns and is clamped",
+          code == 0 and "OMP_NUM_THREADS 100000 is more than this machine's" in err
+          and all(r["threads"] <= hw for r in json.loads(out)["rows"]), f"rc={code}\n{out}\n{err}")
+
+    # User text in messages is quoted, with control characters escaped.
+    code, out, err = expect("dump of a name with a terminal escape fails", ["dump", "ns::\x1b[2Jx"], 1,
+                            stderr_has="'ns::\\x1b[2Jx'")
+    check("no raw escape reaches the terminal", "\x1b" not in err and "\x1b" not in out, repr(err))
+
+    # MT_TRACE / MT_LOG: comma lists of whole words; unknown words warned about once.
+    code, out, err = expect("MT_TRACE=nodispatch does not trace", ["doctor"], 0, env={"MT_TRACE": "nodispatch"},
+                            stderr_has="MT_TRACE: ignoring unknown word 'nodispatch' (known: dispatch)",
+                            stderr_lacks="keys=")
+    check("the warning comes once", err.count("ignoring unknown") == 1, err)
+    expect("MT_TRACE=bogus,dispatch traces and warns", ["doctor"], 0, env={"MT_TRACE": "bogus, dispatch"},
+           stderr_has="keys=")
+    expect("MT_LOG=registrations (a typo) warns", ["ops"], 0, env={"MT_LOG": "registrations"},
+           stderr_has="MT_LOG: ignoring unknown word 'registrations' (known: registration)")
+
+    # Every --json output parses, also with a cache path holding a tab, a CR and a non-UTF-8 byte.
+    odd = scratch.encode() + b"/tab\there\rcr\xffbyte"
+    doc = expect_json("doctor --json with an odd cache path", ["doctor", "--json"], env={"MT_KERNEL_CACHE": odd})
+    check("the odd path survives escaping", doc is not None and "tab\there\rcr" in doc.get("kernel cache", ""),
+          repr(doc))
+    expect_json("doctor --json", ["doctor", "--json"])
+    ops = expect_json("ops --json", ["ops", "--json"])
+    check("ops --json lists mt::silu", ops is not None and any(o["name"] == "mt::silu" for o in ops), repr(ops)[:500])
+    expect_json("cache ls --json", ["cache", "ls", "--json"])
+    st = expect_json("cache stats --json", ["cache", "stats", "--json"])
+    check("cache stats --json has the counts", st is not None and "entries" in st and "bytes" in st, repr(st))
+    expect_json("bench silu --json", quick)
+    expect_json("bench matmul --json", ["bench", "matmul", "--max-log2", "6", "--min-time", "0.01", "--json"])
+    expect_json("bench mlp --json", ["bench", "mlp", "--shape", "16x8x16", "--steps", "3", "--warmup", "1", "--json"])
+    expect_json("bench dispatch --json", ["bench", "dispatch", "--json"])
+
+    # The cache subcommands on broken directories.
+    missing = scratch + "/missing"
+    expect("cache clear on a missing directory fails with the reason", ["cache", "clear"], 1,
+           env={"MT_KERNEL_CACHE": missing}, stderr_has="No such file or directory")
+    afile = scratch + "/afile"
+    open(afile, "w").write("x")
+    expect("cache clear on a file fails with the reason", ["cache", "clear"], 1, env={"MT_KERNEL_CACHE": afile},
+           stderr_has="it is not a directory")
+    cache_dir = scratch + "/fifo_cache"
+    os.mkdir(cache_dir, 0o700)
+    os.mkfifo(cache_dir + "/" + "0" * 64 + ".mtk")
+    expect("cache ls with a FIFO entry does not hang", ["cache", "ls"], 0, env={"MT_KERNEL_CACHE": cache_dir}, timeout=30,
+           stdout_has="not a regular file (a FIFO)")
+    expect("cache stats counts it", ["cache", "stats"], 0, env={"MT_KERNEL_CACHE": cache_dir},
+           stdout_has="entries 1 (1 invalid)")
+    expect("cache clear removes it", ["cache", "clear"], 0, env={"MT_KERNEL_CACHE": cache_dir})
+    check("the FIFO is gone", os.listdir(cache_dir) == [], repr(os.listdir(cache_dir)))
+
+print(f"cli: {cases} cases, {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
+sys.exit(1 if failures else 0)
