@@ -33,7 +33,11 @@ against torch's forms of the same 7-point stencil, timed in the same run with do
 (F.pad, zero or circular); prints ms, GB/s, % of a copy of the same bytes and the ratio
 torch / minitensor (> 1 means minitensor is faster).
 
-  compare_torch.py --scenarios [--laplacian-bench PATH] [--json OUT]
+And deeprec::emb_agg (examples/ops/emb_agg/emb_agg_bench --json: float32, mode sum, V=1e6
+D=128 4096 bags of 50 and V=1e5 D=64 65536 bags of 20) against F.embedding_bag forward and
+backward (dense weight gradient) at the same shapes.
+
+  compare_torch.py --scenarios [--laplacian-bench PATH] [--emb-agg-bench PATH] [--json OUT]
 """
 import argparse
 import json
@@ -253,6 +257,48 @@ def torch_laplacian_forms(n, dev="cuda"):
     return out
 
 
+def torch_embedding_bag(V, D, bags, bag, dev="cuda"):
+    """do_bench medians (ms) of F.embedding_bag (sum) forward and backward (dense grad)."""
+    w = torch.randn(V, D, device=dev, requires_grad=True)
+    idx = torch.randint(0, V, (bags * bag,), device=dev)
+    off = torch.arange(0, bags * bag, bag, device=dev)
+    g = torch.randn(bags, D, device=dev)
+    fwd = do_bench(lambda: F.embedding_bag(idx, w, off, mode="sum"), return_mode="median")
+
+    def step():
+        w.grad = None
+        F.embedding_bag(idx, w, off, mode="sum").backward(g)
+
+    both = do_bench(step, return_mode="median")
+    del w, idx, off, g
+    torch.cuda.empty_cache()
+    return {"fwd": fwd, "bwd": both - fwd}
+
+
+def main_emb_agg(args):
+    p = subprocess.run([args.emb_agg_bench, "--json"], stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"{args.emb_agg_bench} failed (exit {p.returncode})", file=sys.stderr)
+        return None
+    mt = json.loads(p.stdout)
+    results = []
+    for r in mt["rows"]:
+        t = torch_embedding_bag(r["V"], r["D"], r["bags"], r["bag"])
+        results.append({**r, "torch_fwd_ms": t["fwd"], "torch_bwd_ms": t["bwd"]})
+    print()
+    print(f"deeprec::emb_agg (float32, sum) on {torch.cuda.get_device_name()}, medians in ms "
+          f"(backward = forward + backward less the forward; ratio = torch / minitensor)")
+    print("| V | D | bags x bag | mt fwd | gather floor | mt/floor | torch fwd | torch/mt |"
+          " mt bwd | torch bwd | torch/mt |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['V']} | {r['D']} | {r['bags']} x {r['bag']} | {r['fwd_ms']:.4f} |"
+              f" {r['floor_ms']:.4f} | {r['fwd_ms'] / r['floor_ms']:.2f}x |"
+              f" {r['torch_fwd_ms']:.4f} | {r['torch_fwd_ms'] / r['fwd_ms']:.2f}x |"
+              f" {r['bwd_ms']:.4f} | {r['torch_bwd_ms']:.4f} | {r['torch_bwd_ms'] / r['bwd_ms']:.2f}x |")
+    return results
+
+
 def main_scenarios(args):
     p = subprocess.run([args.laplacian_bench, "--json"], stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
@@ -288,10 +334,11 @@ def main_scenarios(args):
     copies = ", ".join(f"N={r['n']}: {r['torch']['copy']:.4f} ms" for r in results)
     print(f"(torch's copy of the same bytes: {copies}; sliced vs conv3d max |diff|: "
           f"{max(r['torch']['forms_max_diff'] for r in results):.2g})")
+    emb = main_emb_agg(args)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"laplacian3d": results, "minitensor": mt}, f, indent=1)
-    return 0
+            json.dump({"laplacian3d": results, "minitensor": mt, "emb_agg": emb}, f, indent=1)
+    return 0 if emb is not None else 1
 
 
 def main():
@@ -311,6 +358,7 @@ def main():
     ap.add_argument("--scenarios", action="store_true",
                     help="the application scenarios of examples/ops against torch's forms")
     ap.add_argument("--laplacian-bench", default="build/examples/ops/laplacian3d/laplacian3d_bench")
+    ap.add_argument("--emb-agg-bench", default="build/examples/ops/emb_agg/emb_agg_bench")
     args = ap.parse_args()
     if args.scenarios:
         return main_scenarios(args)

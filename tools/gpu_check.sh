@@ -120,7 +120,8 @@ if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]
     done
     build-gpu/examples/ops/laplacian3d/laplacian3d_poisson
     python3 tools/compare_torch.py --scenarios \
-        --laplacian-bench build-gpu/examples/ops/laplacian3d/laplacian3d_bench --json "$1/compare_scenarios.json"' _ "$OUT"
+        --laplacian-bench build-gpu/examples/ops/laplacian3d/laplacian3d_bench \
+        --emb-agg-bench build-gpu/examples/ops/emb_agg/emb_agg_bench --json "$1/compare_scenarios.json"' _ "$OUT"
 fi
 
 # The one case that makes a driver call fail on purpose (a bad device ordinal) is left
