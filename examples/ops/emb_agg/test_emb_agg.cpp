@@ -2,7 +2,8 @@
 // 'extra'): against a float64 reference of plain loops over random bags (empty ones and
 // duplicates included), gradcheck in float64 for weight and per_sample_weights, opcheck,
 // fake shapes, the errors; the CUDA kernels compiled to CUBIN for sm_80 and sm_90 with
-// the op's own launch arguments checked. Cases marked "(gpu)" run on cuda:0 and are
+// the op's own launch arguments checked, and run through a CPU emulation of the grid.
+// Cases marked "(gpu)" run on cuda:0 and are
 // skipped where there is none.
 #include <doctest/doctest.h>
 
@@ -14,6 +15,13 @@
 #include "helpers.h"
 #include "kernels/jit/nvrtc.h"  // nvrtc_available(), to skip the compile case
 #include "minitensor.h"
+
+#include "grid_emulation.h"  // last: it defines __global__ and friends
+
+// emb_agg.cu compiled as host C++, run by ../grid_emulation.h's threads (a warp a block).
+namespace ops_emu {
+#include "emb_agg.cu"
+}  // namespace ops_emu
 
 using namespace mt;
 
@@ -237,6 +245,75 @@ TEST_SUITE("deeprec::emb_agg") {
       }
     CHECK(deeprec::emb_agg_kernel(DType::Float32, deeprec::EmbAggKernel::ForwardVec4).parameters(90).types[0] ==
           "float const*");
+  }
+
+  TEST_CASE("emb_agg: the CUDA kernels compute the CPU op's results under a CPU emulation") {
+    manual_seed(26);
+    using ops_emu::launch;
+    for (int64_t D : {5, 40, 136})  // 40 and 136 take the 4-wide loads; 136 > 32 lanes x 4
+      for (bool mean : {false, true})
+        for (bool include_last : {false, true}) {
+          CAPTURE(D);
+          CAPTURE(mean);
+          CAPTURE(include_last);
+          const int64_t V = 11;
+          Bags bags = random_bags(20, V, 5, uint64_t(D) * 3 + mean);
+          std::vector<int64_t> offs = bags.offsets;
+          if (include_last) offs.push_back(int64_t(bags.indices.size()));
+          Tensor idx = i64(bags.indices), off = i64(offs);
+          const int B = 20, n_off = int(offs.size()), d = int(D);
+          const long long n = idx.numel();
+          const bool with_psw = !mean;
+          Tensor w = randn({V, D}, {.dtype = DType::Float64, .requires_grad = true});
+          Tensor psw = randn({n}, {.dtype = DType::Float64, .requires_grad = true});
+          std::optional<Tensor> p;
+          if (with_psw) p = psw;
+          Tensor y = deeprec::emb_agg(w, idx, off, mean ? "mean" : "sum", p, include_last);
+          Tensor g = randn({B, D}, {.dtype = DType::Float64});
+          backward(y, g);
+
+          const double* wp = w.detach().data_ptr<double>();
+          const double* pp = psw.detach().data_ptr<double>();
+          // int64_t is long here; the kernel's indices are long long, the same 8 bytes.
+          const auto* ip = reinterpret_cast<const long long*>(idx.data_ptr<int64_t>());
+          const auto* op = reinterpret_cast<const long long*>(off.data_ptr<int64_t>());
+          Tensor out = full({B, D}, -123.0, {.dtype = DType::Float64});
+          double* o = out.data_ptr<double>();
+          launch({unsigned(B)}, {32}, [&] {
+            if (D % 4 == 0)
+              ops_emu::emb_agg_forward<double, 4>(wp, ip, op, pp, o, B, n_off, d, n, V, mean, with_psw);
+            else
+              ops_emu::emb_agg_forward<double, 1>(wp, ip, op, pp, o, B, n_off, d, n, V, mean, with_psw);
+          });
+          CHECK(max_diff64(out, y) < 1e-12);
+
+          Tensor gw = zeros({V, D}, {.dtype = DType::Float64});
+          const double* gp = g.data_ptr<double>();
+          double* gwp = gw.data_ptr<double>();
+          launch({unsigned(B)}, {32}, [&] {
+            ops_emu::emb_agg_backward_weight<double>(gp, ip, op, pp, gwp, B, n_off, d, n, V, mean,
+                                                     with_psw);
+          });
+          CHECK(max_diff64(gw, w.grad()) < 1e-12);
+          if (with_psw) {
+            Tensor gps = full({n}, -123.0, {.dtype = DType::Float64});
+            double* gpsp = gps.data_ptr<double>();
+            launch({unsigned(B)}, {32}, [&] {
+              ops_emu::emb_agg_backward_psw<double>(gp, wp, ip, op, gpsp, B, n_off, d, n, V);
+            });
+            CHECK(max_diff64(gps, psw.grad()) < 1e-12);
+          }
+        }
+    // Without the debug check, an out-of-range index adds nothing (and reads nothing).
+    Tensor w = randn({4, 3}, {.dtype = DType::Float64});
+    const std::vector<long long> idx = {1, 99, -5, 2}, off = {0};
+    Tensor out = empty({1, 3}, {.dtype = DType::Float64});
+    launch({1}, {32}, [&] {
+      ops_emu::emb_agg_forward<double, 1>(w.data_ptr<double>(), idx.data(), off.data(),
+                                          w.data_ptr<double>(), out.data_ptr<double>(), 1, 1, 3, 4,
+                                          4, 0, 0);
+    });
+    CHECK(max_diff64(out.select(0, 0), add(w.select(0, 1), w.select(0, 2))) < 1e-12);
   }
 
   // --------------------------------------------------------------------------- on cuda:0

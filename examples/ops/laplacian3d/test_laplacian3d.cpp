@@ -6,10 +6,8 @@
 // marked "(gpu)" run on cuda:0 and are skipped where there is none.
 #include <doctest/doctest.h>
 
-#include <barrier>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "helpers.h"
@@ -17,50 +15,13 @@
 #include "laplacian3d.h"
 #include "minitensor.h"
 
-// laplacian3d.cu compiled as host C++: every thread of a block is a std::thread, and
-// __syncthreads is a barrier; the block's threads walk the blocks in the same order.
-namespace lap_emu {
-struct Dim {
-  unsigned x = 1, y = 1, z = 1;
-};
-thread_local Dim threadIdx, blockIdx;
-Dim blockDim, gridDim;
-std::barrier<>* block_barrier = nullptr;
-inline void sync_block() { block_barrier->arrive_and_wait(); }
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __syncthreads() ::lap_emu::sync_block()
-#include "laplacian3d.cu"
-#undef __global__
-#undef __device__
-#undef __forceinline__
-#undef __shared__
-#undef __syncthreads
+#include "grid_emulation.h"  // last: it defines __global__ and friends
 
-template <typename F>
-void launch(Dim grid, Dim block, F kernel) {
-  gridDim = grid;
-  blockDim = block;
-  const unsigned nt = block.x * block.y * block.z;
-  std::barrier<> bar(nt);
-  block_barrier = &bar;
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < nt; ++t)
-    threads.emplace_back([&, t] {
-      threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-      for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-          for (unsigned bx = 0; bx < grid.x; ++bx) {
-            blockIdx = {bx, by, bz};
-            kernel();
-            bar.arrive_and_wait();  // the static tile is the next block's
-          }
-    });
-  for (auto& t : threads) t.join();
-}
-}  // namespace lap_emu
+// laplacian3d.cu compiled as host C++, run by ../grid_emulation.h's threads.
+namespace ops_emu {
+#include "laplacian3d.cu"
+}  // namespace ops_emu
+namespace lap_emu = ops_emu;
 
 using namespace mt;
 
