@@ -45,12 +45,14 @@ int main(int argc, char** argv) {
   }
   const Device gpu("cuda:0");
   const Shape4 shapes[] = {{1000000, 128, 4096, 50}, {100000, 64, 65536, 20}};
-  if (json) std::printf("{\"device\": \"%s\", \"rows\": [", cuda::device_props(0).name.c_str());
+  if (json)
+    std::printf("{\"device\": \"%s\", \"rows\": [", cuda::device_props(0).name.c_str());
   else
-    std::printf("deeprec::emb_agg on %s, float32, mode sum, median ms of CUDA events\n"
-                "| V | D | bags x bag | forward ms | gather floor ms | fwd/floor | backward ms |\n"
-                "|---|---|---|---|---|---|---|\n",
-                cuda::device_props(0).name.c_str());
+    std::printf(
+        "deeprec::emb_agg on %s, float32, mode sum, median ms of CUDA events\n"
+        "| V | D | bags x bag | forward ms | gather floor ms | fwd/floor | backward ms |\n"
+        "|---|---|---|---|---|---|---|\n",
+        cuda::device_props(0).name.c_str());
   bool first = true;
   for (const Shape4& s : shapes) {
     manual_seed(1);
@@ -71,20 +73,24 @@ int main(int argc, char** argv) {
     const double floor_ms = median_ms([&] { floor_dst.copy_(floor_src); }, 50);
     Tensor wr = w.detach().requires_grad_();
     Tensor g = randn({s.bags, s.D}).to(gpu);
-    const double bwd = median_ms([&] {
-      Tensor y = deeprec::emb_agg(wr, idx, off);
-      backward(y, g);
-      wr.set_grad(Tensor());
-    }, 20) - fwd;
+    const double bwd = median_ms(
+                           [&] {
+                             Tensor y = deeprec::emb_agg(wr, idx, off);
+                             backward(y, g);
+                             wr.set_grad(Tensor());
+                           },
+                           20) -
+                       fwd;
     if (json)
-      std::printf("%s{\"V\": %lld, \"D\": %lld, \"bags\": %lld, \"bag\": %lld, \"fwd_ms\": %.6f, "
-                  "\"floor_ms\": %.6f, \"bwd_ms\": %.6f}",
-                  first ? "" : ", ", (long long)s.V, (long long)s.D, (long long)s.bags,
-                  (long long)s.bag, fwd, floor_ms, bwd);
+      std::printf(
+          "%s{\"V\": %lld, \"D\": %lld, \"bags\": %lld, \"bag\": %lld, \"fwd_ms\": %.6f, "
+          "\"floor_ms\": %.6f, \"bwd_ms\": %.6f}",
+          first ? "" : ", ", (long long)s.V, (long long)s.D, (long long)s.bags, (long long)s.bag,
+          fwd, floor_ms, bwd);
     else
       std::printf("| %lld | %lld | %lld x %lld | %.4f | %.4f | %.2f | %.4f |\n", (long long)s.V,
-                  (long long)s.D, (long long)s.bags, (long long)s.bag, fwd, floor_ms, fwd / floor_ms,
-                  bwd);
+                  (long long)s.D, (long long)s.bags, (long long)s.bag, fwd, floor_ms,
+                  fwd / floor_ms, bwd);
     first = false;
   }
   if (json) std::printf("]}\n");

@@ -2,6 +2,7 @@
 // of emb_agg.cu launched through mt::jit::kernel, and the registrations.
 #include "emb_agg.h"
 
+#include <algorithm>
 #include <any>
 #include <cstdlib>
 #include <limits>
@@ -30,10 +31,11 @@ struct Geometry {
 Geometry check_inputs(const Tensor& weight, const Tensor& indices, const Tensor& offsets,
                       const std::string& mode, const std::optional<Tensor>& psw,
                       bool include_last_offset) {
-  MT_CHECK(weight.dim() == 2 && (weight.dtype() == DType::Float32 || weight.dtype() == DType::Float64),
-           "[deeprec::emb_agg] weight must be a 2-D [num_embeddings, dim] table of float32 or "
-           "float64, got {} of shape {}",
-           weight.dtype(), weight.sizes());
+  MT_CHECK(
+      weight.dim() == 2 && (weight.dtype() == DType::Float32 || weight.dtype() == DType::Float64),
+      "[deeprec::emb_agg] weight must be a 2-D [num_embeddings, dim] table of float32 or "
+      "float64, got {} of shape {}",
+      weight.dtype(), weight.sizes());
   MT_CHECK(indices.dim() == 1,
            "[deeprec::emb_agg] indices must be 1-D, with offsets marking where each bag starts; "
            "got shape {}. For a [B, L] batch of bags of L, pass indices.flatten() and offsets "
@@ -51,9 +53,10 @@ Geometry check_inputs(const Tensor& weight, const Tensor& indices, const Tensor&
   MT_CHECK(!include_last_offset || offsets.numel() >= 1,
            "[deeprec::emb_agg] include_last_offset needs at least one offset (the final one); "
            "offsets is empty");
-  MT_CHECK(indices.device() == weight.device() && offsets.device() == weight.device(),
-           "[deeprec::emb_agg] weight, indices and offsets must be on one device, got {}, {} and {}",
-           weight.device(), indices.device(), offsets.device());
+  MT_CHECK(
+      indices.device() == weight.device() && offsets.device() == weight.device(),
+      "[deeprec::emb_agg] weight, indices and offsets must be on one device, got {}, {} and {}",
+      weight.device(), indices.device(), offsets.device());
   const bool has_psw = psw.has_value() && psw->defined();
   if (has_psw) {
     MT_CHECK(mode == "sum",
@@ -232,8 +235,8 @@ bool vec4_ok(const Tensor& weight, const Geometry& g) {
 template <typename F>
 void with_forward(const Tensor& w, const Tensor& idx, const Tensor& off, const Tensor& psw,
                   const Tensor& out, const Geometry& g, F&& f) {
-  const auto& k = emb_agg_kernel(w.dtype(), vec4_ok(w, g) ? EmbAggKernel::ForwardVec4
-                                                          : EmbAggKernel::Forward);
+  const auto& k =
+      emb_agg_kernel(w.dtype(), vec4_ok(w, g) ? EmbAggKernel::ForwardVec4 : EmbAggKernel::Forward);
   f(k, bag_config(g), w, idx, off, g.has_psw ? psw : w, out, int(g.n_bags), int(g.n_offsets),
     int(g.D), (long long)g.n_indices, (long long)g.V, int(g.mean), int(g.has_psw));
 }
@@ -241,8 +244,8 @@ template <typename F>
 void with_backward_weight(const Tensor& grad, const Tensor& idx, const Tensor& off,
                           const Tensor& psw, const Tensor& gw, const Geometry& g, F&& f) {
   f(emb_agg_kernel(grad.dtype(), EmbAggKernel::BackwardWeight), bag_config(g), grad, idx, off,
-    g.has_psw ? psw : grad, gw, int(g.n_bags), int(g.n_offsets), int(g.D),
-    (long long)g.n_indices, (long long)g.V, int(g.mean), int(g.has_psw));
+    g.has_psw ? psw : grad, gw, int(g.n_bags), int(g.n_offsets), int(g.D), (long long)g.n_indices,
+    (long long)g.V, int(g.mean), int(g.has_psw));
 }
 template <typename F>
 void with_backward_psw(const Tensor& grad, const Tensor& w, const Tensor& idx, const Tensor& off,
@@ -308,10 +311,9 @@ auto make_op() {
         const Tensor& weight = s[0];
         const Tensor& psw = s.size() > 3 ? s[3] : Tensor();
         const bool include_last = std::any_cast<bool>(ctx.data.at("include_last_offset"));
-        const Geometry g = check_inputs(weight, s[1], s[2],
-                                        std::any_cast<std::string>(ctx.data.at("mode")),
-                                        psw.defined() ? std::optional<Tensor>(psw) : std::nullopt,
-                                        include_last);
+        const Geometry g =
+            check_inputs(weight, s[1], s[2], std::any_cast<std::string>(ctx.data.at("mode")),
+                         psw.defined() ? std::optional<Tensor>(psw) : std::nullopt, include_last);
         const bool want_w = ctx.needs_input_grad(0), want_p = g.has_psw && ctx.needs_input_grad(3);
         auto [gw, gp] = grad.is_cuda()
                             ? backward_cuda(grad, weight, s[1], s[2], psw, g, want_w, want_p)

@@ -4,8 +4,8 @@
 // mt::jit::kernel.
 //
 // Bags: bag b is indices[offsets[b] .. end), end = offsets[b + 1], or n_indices for the
-// last bag without a final offset. An index outside [0, V) adds nothing (the op checks indices on CPU tensors;
-// Note [Index checks] in emb_agg.cpp); a bag whose end is before its start is empty.
+// last bag without a final offset. An index outside [0, V) adds nothing (the op checks indices on
+// CPU tensors; Note [Index checks] in emb_agg.cpp); a bag whose end is before its start is empty.
 
 template <typename T>
 struct alignas(4 * sizeof(T)) EmbVec4 {
@@ -29,10 +29,9 @@ __device__ __forceinline__ EmbBag emb_bag(const long long* offsets, int b, int n
 // (has_psw), else 1; divided by the bag's size when mean.
 template <typename T, int VEC>
 __global__ void emb_agg_forward(const T* __restrict__ weight, const long long* __restrict__ indices,
-                                const long long* __restrict__ offsets,
-                                const T* __restrict__ psw, T* __restrict__ out, int n_bags,
-                                int n_offsets, int D, long long n_indices, long long V,
-                                int mean, int has_psw) {
+                                const long long* __restrict__ offsets, const T* __restrict__ psw,
+                                T* __restrict__ out, int n_bags, int n_offsets, int D,
+                                long long n_indices, long long V, int mean, int has_psw) {
   const int warps = blockDim.x / 32;
   const int b = blockIdx.x * warps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -90,8 +89,8 @@ template <typename T>
 __global__ void emb_agg_backward_psw(const T* __restrict__ grad, const T* __restrict__ weight,
                                      const long long* __restrict__ indices,
                                      const long long* __restrict__ offsets,
-                                     T* __restrict__ grad_psw, int n_bags, int n_offsets,
-                                     int D, long long n_indices, long long V) {
+                                     T* __restrict__ grad_psw, int n_bags, int n_offsets, int D,
+                                     long long n_indices, long long V) {
   const int warps = blockDim.x / 32;
   const int b = blockIdx.x * warps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

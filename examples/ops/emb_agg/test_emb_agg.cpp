@@ -16,7 +16,9 @@
 #include "kernels/jit/nvrtc.h"  // nvrtc_available(), to skip the compile case
 #include "minitensor.h"
 
+// clang-format off
 #include "grid_emulation.h"  // last: it defines __global__ and friends
+// clang-format on
 
 // emb_agg.cu compiled as host C++, run by ../grid_emulation.h's threads (a warp a block).
 namespace ops_emu {
@@ -101,12 +103,15 @@ TEST_SUITE("deeprec::emb_agg") {
         Tensor w = randn({V, D}).to(t);
         Tensor idx = i64(bags.indices), off = i64(bags.offsets);
         const double tol = t == DType::Float64 ? 1e-12 : 1e-5;
-        CHECK(max_diff64(deeprec::emb_agg(w, idx, off), reference(w, bags.indices, bags.offsets, false, {}, false)) < tol);
+        const auto& in = bags.indices;
+        const auto& of = bags.offsets;
+        CHECK(max_diff64(deeprec::emb_agg(w, idx, off), reference(w, in, of, false, {}, false)) <
+              tol);
         CHECK(max_diff64(deeprec::emb_agg(w, idx, off, "mean"),
                          reference(w, bags.indices, bags.offsets, true, {}, false)) < tol);
         Tensor psw = randn({idx.numel()}).to(t);
         CHECK(max_diff64(deeprec::emb_agg(w, idx, off, "sum", psw),
-                         reference(w, bags.indices, bags.offsets, false, psw.to_vector<double>(), false)) < tol);
+                         reference(w, in, of, false, psw.to_vector<double>(), false)) < tol);
         // The same bags with the final offset: one more offset, the same result.
         std::vector<int64_t> with_last = bags.offsets;
         with_last.push_back(int64_t(bags.indices.size()));
@@ -120,7 +125,8 @@ TEST_SUITE("deeprec::emb_agg") {
     CHECK(y.sizes() == Shape{4, 3});
     CHECK(max_diff64(y.select(0, 0), zeros({3})) == 0);
     CHECK(max_diff64(y.select(0, 3), zeros({3})) == 0);
-    CHECK(max_diff64(y.select(0, 1), div(add(add(w.select(0, 1), w.select(0, 1)), w.select(0, 4)), 3.0)) < 1e-6);
+    Tensor bag1 = add(add(w.select(0, 1), w.select(0, 1)), w.select(0, 4));
+    CHECK(max_diff64(y.select(0, 1), div(bag1, 3.0)) < 1e-6);
     CHECK(deeprec::emb_agg(w, i64({}), i64({})).sizes() == Shape{0, 3});
     CHECK(max_diff64(deeprec::emb_agg(w, i64({}), i64({0, 0})), zeros({2, 3})) == 0);
     // A transposed table is read through its values, not its memory order.
@@ -137,7 +143,8 @@ TEST_SUITE("deeprec::emb_agg") {
       CAPTURE(mode);
       Tensor w = randn({6, 3}, {.dtype = DType::Float64, .requires_grad = true});
       GradcheckResult gc = gradcheck(
-          [&](const std::vector<Tensor>& in) { return deeprec::emb_agg(in[0], idx, off, mode); }, {w});
+          [&](const std::vector<Tensor>& in) { return deeprec::emb_agg(in[0], idx, off, mode); },
+          {w});
       CHECK_MESSAGE(gc.ok, gc.message);
     }
     Tensor w = randn({6, 3}, {.dtype = DType::Float64, .requires_grad = true});
@@ -182,7 +189,8 @@ TEST_SUITE("deeprec::emb_agg") {
     CHECK(y.sizes() == Shape{4096, 128});
     CHECK(y.device() == gpu);
     Tensor off_last = fake_empty({4097}, {.dtype = DType::Int64, .device = gpu});
-    CHECK(deeprec::emb_agg(w, idx, off_last, "mean", std::nullopt, true).sizes() == Shape{4096, 128});
+    CHECK(deeprec::emb_agg(w, idx, off_last, "mean", std::nullopt, true).sizes() ==
+          Shape{4096, 128});
   }
 
   TEST_CASE("emb_agg: bad indices, offsets, dtypes and modes are errors naming the op") {
@@ -198,7 +206,9 @@ TEST_SUITE("deeprec::emb_agg") {
           "than offsets[1] = 3");
     CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}), i64({1})); }) ==
           "[deeprec::emb_agg] offsets[0] must be 0, got 1");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}), i64({0, 5}), "sum", std::nullopt, true); }) ==
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 2}), i64({0, 5}), "sum", std::nullopt, true);
+          }) ==
           "[deeprec::emb_agg] offsets[1] = 5 is past the end of indices (2 indices)");
     CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}).to(DType::Float32), i64({0})); }) ==
           "[deeprec::emb_agg] indices must be int64, got float32; convert with "
@@ -232,19 +242,20 @@ TEST_SUITE("deeprec::emb_agg") {
       for (DType t : {DType::Float32, DType::Float64}) {
         CAPTURE(arch);
         CAPTURE(t);
-        for (auto which : {deeprec::EmbAggKernel::Forward, deeprec::EmbAggKernel::ForwardVec4,
-                           deeprec::EmbAggKernel::BackwardWeight, deeprec::EmbAggKernel::BackwardPsw})
+        using K = deeprec::EmbAggKernel;
+        for (auto which : {K::Forward, K::ForwardVec4, K::BackwardWeight, K::BackwardPsw})
           CHECK(deeprec::emb_agg_kernel(t, which).parameters(arch).known);
         // D = 8 takes the 4-wide forward, D = 6 the scalar one; with and without weights.
         for (int64_t D : {8, 6}) {
           Tensor w = empty({7, D}, {.dtype = t});
-          CHECK_NOTHROW(deeprec::emb_agg_check_launch(arch, w, idx, off, "mean", std::nullopt, false));
+          CHECK_NOTHROW(
+              deeprec::emb_agg_check_launch(arch, w, idx, off, "mean", std::nullopt, false));
           CHECK_NOTHROW(deeprec::emb_agg_check_launch(arch, w, idx, off, "sum",
                                                       empty({idx.numel()}, {.dtype = t}), false));
         }
       }
-    CHECK(deeprec::emb_agg_kernel(DType::Float32, deeprec::EmbAggKernel::ForwardVec4).parameters(90).types[0] ==
-          "float const*");
+    const auto& vec4 = deeprec::emb_agg_kernel(DType::Float32, deeprec::EmbAggKernel::ForwardVec4);
+    CHECK(vec4.parameters(90).types[0] == "float const*");
   }
 
   TEST_CASE("emb_agg: the CUDA kernels compute the CPU op's results under a CPU emulation") {
@@ -281,9 +292,11 @@ TEST_SUITE("deeprec::emb_agg") {
           double* o = out.data_ptr<double>();
           launch({unsigned(B)}, {32}, [&] {
             if (D % 4 == 0)
-              ops_emu::emb_agg_forward<double, 4>(wp, ip, op, pp, o, B, n_off, d, n, V, mean, with_psw);
+              ops_emu::emb_agg_forward<double, 4>(wp, ip, op, pp, o, B, n_off, d, n, V, mean,
+                                                  with_psw);
             else
-              ops_emu::emb_agg_forward<double, 1>(wp, ip, op, pp, o, B, n_off, d, n, V, mean, with_psw);
+              ops_emu::emb_agg_forward<double, 1>(wp, ip, op, pp, o, B, n_off, d, n, V, mean,
+                                                  with_psw);
           });
           CHECK(max_diff64(out, y) < 1e-12);
 
@@ -359,7 +372,9 @@ TEST_SUITE("deeprec::emb_agg") {
     Tensor w = randn({6, 5}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
     Tensor psw = randn({idx.numel()}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
     GradcheckResult gc = gradcheck(
-        [&](const std::vector<Tensor>& in) { return deeprec::emb_agg(in[0], idx, off, "sum", in[1]); },
+        [&](const std::vector<Tensor>& in) {
+          return deeprec::emb_agg(in[0], idx, off, "sum", in[1]);
+        },
         {w, psw});
     CHECK_MESSAGE(gc.ok, gc.message);
     OpCheckReport r = opcheck(deeprec::emb_agg_handle(),

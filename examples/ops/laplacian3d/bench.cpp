@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
     }
   }
   if (!cuda::is_available()) {
-    std::printf("laplacian3d bench: no GPU (%s); nothing timed\n", cuda::unavailable_reason().c_str());
+    std::printf("laplacian3d bench: no GPU (%s); nothing timed\n",
+                cuda::unavailable_reason().c_str());
     return 0;
   }
   const Device gpu("cuda:0");
@@ -67,20 +68,23 @@ int main(int argc, char** argv) {
     Tensor dst = empty_like(u);
     const int reps = n >= 512 ? 20 : 50;
     const double copy_ms = median_ms([&] { dst.copy_(u); }, reps);
-    rows.push_back({n, "op zero", median_ms([&] { pde::laplacian3d(u, 1.0, "zero"); }, reps), copy_ms});
     rows.push_back(
-        {n, "op periodic", median_ms([&] { pde::laplacian3d(u, 1.0, "periodic"); }, reps), copy_ms});
-    rows.push_back({n, "naive zero", median_ms([&] {
-                      pde::laplacian3d_cuda(u, 1.0, false, pde::Laplacian3dKernel::Naive);
-                    }, reps),
-                    copy_ms});
+        {n, "op zero", median_ms([&] { pde::laplacian3d(u, 1.0, "zero"); }, reps), copy_ms});
+    rows.push_back({n, "op periodic",
+                    median_ms([&] { pde::laplacian3d(u, 1.0, "periodic"); }, reps), copy_ms});
+    rows.push_back(
+        {n, "naive zero",
+         median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, pde::Laplacian3dKernel::Naive); },
+                   reps),
+         copy_ms});
   }
   const auto& props = cuda::device_props(0);
   if (json) {
     std::printf("{\"device\": \"%s\", \"rows\": [", props.name.c_str());
     for (size_t i = 0; i < rows.size(); ++i)
-      std::printf("%s{\"n\": %lld, \"what\": \"%s\", \"ms\": %.6f, \"copy_ms\": %.6f}", i ? ", " : "",
-                  (long long)rows[i].n, rows[i].what.c_str(), rows[i].ms, rows[i].copy_ms);
+      std::printf("%s{\"n\": %lld, \"what\": \"%s\", \"ms\": %.6f, \"copy_ms\": %.6f}",
+                  i ? ", " : "", (long long)rows[i].n, rows[i].what.c_str(), rows[i].ms,
+                  rows[i].copy_ms);
     std::printf("]}\n");
     return 0;
   }
@@ -89,8 +93,8 @@ int main(int argc, char** argv) {
   std::printf("| N | kernel | ms | GB/s | %% of copy | copy ms |\n|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double bytes = 2.0 * double(r.n * r.n * r.n) * 4;
-    std::printf("| %lld | %s | %.4f | %.0f | %.0f%% | %.4f |\n", (long long)r.n, r.what.c_str(), r.ms,
-                bytes / (r.ms * 1e6), 100 * r.copy_ms / r.ms, r.copy_ms);
+    std::printf("| %lld | %s | %.4f | %.0f | %.0f%% | %.4f |\n", (long long)r.n, r.what.c_str(),
+                r.ms, bytes / (r.ms * 1e6), 100 * r.copy_ms / r.ms, r.copy_ms);
   }
   return 0;
 }

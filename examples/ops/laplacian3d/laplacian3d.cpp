@@ -3,6 +3,7 @@
 // registrations (custom_op, register_kernel, register_fake, register_autograd).
 #include "laplacian3d.h"
 
+#include <algorithm>
 #include <any>
 #include <cmath>
 #include <limits>
@@ -91,8 +92,7 @@ Tensor laplacian_cpu(const Tensor& u, double h, const std::string& boundary) {
     laplacian_cpu_loop(uc.data_ptr<float>(), out.data_ptr<float>(), grid_of(u), periodic,
                        float(inv_h2));
   else
-    laplacian_cpu_loop(uc.data_ptr<double>(), out.data_ptr<double>(), grid_of(u), periodic,
-                       inv_h2);
+    laplacian_cpu_loop(uc.data_ptr<double>(), out.data_ptr<double>(), grid_of(u), periodic, inv_h2);
   return out;
 }
 
@@ -117,8 +117,8 @@ void with_launch(const Tensor& u, const Tensor& out, double h, bool periodic,
     const int64_t chunks = (g.x + x_chunk - 1) / x_chunk;
     const int64_t gy = (g.y + kTileY - 1) / kTileY, gz = g.n * chunks;
     MT_CHECK(gy <= 65535 && gz <= 65535,
-             "[pde::laplacian3d] the tiled kernel takes at most {} grids of {} rows, got {}",
-             65535, 65535 * kTileY, u.sizes());
+             "[pde::laplacian3d] the tiled kernel takes at most {} grids of {} rows, got {}", 65535,
+             65535 * kTileY, u.sizes());
     const jit::LaunchConfig config{
         .grid = {unsigned((g.z + kTileZ - 1) / kTileZ), unsigned(gy), unsigned(gz)},
         .block = {unsigned(kTileZ), unsigned(kTileY)}};
@@ -181,7 +181,8 @@ const jit::UserKernel& laplacian3d_kernel(DType dtype, bool periodic, Laplacian3
       {{make("pde_laplacian3d_tiled<float, false>"), make("pde_laplacian3d_tiled<float, true>")},
        {make("pde_laplacian3d_tiled<double, false>"), make("pde_laplacian3d_tiled<double, true>")}},
       {{make("pde_laplacian3d_naive<float, false>"), make("pde_laplacian3d_naive<float, true>")},
-       {make("pde_laplacian3d_naive<double, false>"), make("pde_laplacian3d_naive<double, true>")}}};
+       {make("pde_laplacian3d_naive<double, false>"),
+        make("pde_laplacian3d_naive<double, true>")}}};
   return kernels[which == Laplacian3dKernel::Naive][dtype == DType::Float64][periodic];
 }
 

@@ -21,8 +21,8 @@ __device__ __forceinline__ T pde_fetch(const T* __restrict__ u, int x, int y, in
 
 // The simple version: one thread a point, every neighbour read from global memory.
 template <typename T, bool Periodic>
-__global__ void pde_laplacian3d_naive(const T* __restrict__ u, T* __restrict__ out,
-                                      long long total, int X, int Y, int Z, T inv_h2) {
+__global__ void pde_laplacian3d_naive(const T* __restrict__ u, T* __restrict__ out, long long total,
+                                      int X, int Y, int Z, T inv_h2) {
   const long long grid_size = (long long)X * Y * Z;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (long long)gridDim.x * blockDim.x) {
@@ -74,9 +74,11 @@ __global__ void pde_laplacian3d_tiled(const T* __restrict__ u, T* __restrict__ o
     const T next = pde_fetch<T, Periodic>(un, x + 1, y, z, X, Y, Z);
     tile[ty + 1][tz + 1] = cur;
     if (ty == 0) tile[0][tz + 1] = pde_fetch<T, Periodic>(un, x, y - 1, z, X, Y, Z);
-    if (ty == kTileY - 1) tile[kTileY + 1][tz + 1] = pde_fetch<T, Periodic>(un, x, y + 1, z, X, Y, Z);
+    if (ty == kTileY - 1)
+      tile[kTileY + 1][tz + 1] = pde_fetch<T, Periodic>(un, x, y + 1, z, X, Y, Z);
     if (tz == 0) tile[ty + 1][0] = pde_fetch<T, Periodic>(un, x, y, z - 1, X, Y, Z);
-    if (tz == kTileZ - 1) tile[ty + 1][kTileZ + 1] = pde_fetch<T, Periodic>(un, x, y, z + 1, X, Y, Z);
+    if (tz == kTileZ - 1)
+      tile[ty + 1][kTileZ + 1] = pde_fetch<T, Periodic>(un, x, y, z + 1, X, Y, Z);
     __syncthreads();
     if (inside) {
       const T s = prev + next + tile[ty][tz + 1] + tile[ty + 2][tz + 1] + tile[ty + 1][tz] +
