@@ -26,6 +26,18 @@ the median of the rounds per row and the ratio libtorch / minitensor, and the ra
 that ratio over the rounds.
 
   compare_torch.py --dispatch --libtorch-bench PATH [--minitensor PATH] [--json OUT]
+With --scenarios: the tutorial's application scenarios (examples/ops/): pde::laplacian3d
+(examples/ops/laplacian3d/laplacian3d_bench --json, float32 N^3 grids, N = 128, 256, 512)
+against torch's forms of the same 7-point stencil, timed in the same run with do_bench
+(medians): F.conv3d with the stencil as a 3x3x3 weight, and sliced adds on a padded copy
+(F.pad, zero or circular); prints ms, GB/s, % of a copy of the same bytes and the ratio
+torch / minitensor (> 1 means minitensor is faster).
+
+And deeprec::emb_agg (examples/ops/emb_agg/emb_agg_bench --json: float32, mode sum, V=1e6
+D=128 4096 bags of 50 and V=1e5 D=64 65536 bags of 20) against F.embedding_bag forward and
+backward (dense weight gradient) at the same shapes.
+
+  compare_torch.py --scenarios [--laplacian-bench PATH] [--emb-agg-bench PATH] [--json OUT]
 """
 import argparse
 import json
@@ -215,6 +227,120 @@ def main_dispatch(args):
     return 0
 
 
+def torch_laplacian_forms(n, dev="cuda"):
+    """do_bench medians (ms) of torch's 7-point stencils on one float32 n^3 grid."""
+    u = torch.randn(1, 1, n, n, n, device=dev)
+    w = torch.zeros(1, 1, 3, 3, 3, device=dev)
+    w[0, 0, 1, 1, 1] = -6
+    for d in ((0, 1, 1), (2, 1, 1), (1, 0, 1), (1, 2, 1), (1, 1, 0), (1, 1, 2)):
+        w[(0, 0) + d] = 1
+
+    def sliced(mode):
+        p = F.pad(u, (1, 1, 1, 1, 1, 1), mode=mode)[0, 0]
+        c = p[1:-1, 1:-1, 1:-1]
+        return (p[2:, 1:-1, 1:-1] + p[:-2, 1:-1, 1:-1] + p[1:-1, 2:, 1:-1] + p[1:-1, :-2, 1:-1]
+                + p[1:-1, 1:-1, 2:] + p[1:-1, 1:-1, :-2] - 6 * c)
+
+    # The forms agree with each other (zero boundary), so each times the same stencil.
+    ref = F.conv3d(u, w, padding=1)[0, 0]
+    err = (sliced("constant") - ref).abs().max().item()
+    dst = torch.empty_like(u)
+    out = {
+        "conv3d": do_bench(lambda: F.conv3d(u, w, padding=1), return_mode="median"),
+        "sliced": do_bench(lambda: sliced("constant"), return_mode="median"),
+        "sliced_periodic": do_bench(lambda: sliced("circular"), return_mode="median"),
+        "copy": do_bench(lambda: dst.copy_(u), return_mode="median"),
+        "forms_max_diff": err,
+    }
+    del u, dst, ref
+    torch.cuda.empty_cache()
+    return out
+
+
+def torch_embedding_bag(V, D, bags, bag, dev="cuda"):
+    """do_bench medians (ms) of F.embedding_bag (sum) forward and backward (dense grad)."""
+    w = torch.randn(V, D, device=dev, requires_grad=True)
+    idx = torch.randint(0, V, (bags * bag,), device=dev)
+    off = torch.arange(0, bags * bag, bag, device=dev)
+    g = torch.randn(bags, D, device=dev)
+    fwd = do_bench(lambda: F.embedding_bag(idx, w, off, mode="sum"), return_mode="median")
+
+    def step():
+        w.grad = None
+        F.embedding_bag(idx, w, off, mode="sum").backward(g)
+
+    both = do_bench(step, return_mode="median")
+    del w, idx, off, g
+    torch.cuda.empty_cache()
+    return {"fwd": fwd, "bwd": both - fwd}
+
+
+def main_emb_agg(args):
+    p = subprocess.run([args.emb_agg_bench, "--json"], stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"{args.emb_agg_bench} failed (exit {p.returncode})", file=sys.stderr)
+        return None
+    mt = json.loads(p.stdout)
+    results = []
+    for r in mt["rows"]:
+        t = torch_embedding_bag(r["V"], r["D"], r["bags"], r["bag"])
+        results.append({**r, "torch_fwd_ms": t["fwd"], "torch_bwd_ms": t["bwd"]})
+    print()
+    print(f"deeprec::emb_agg (float32, sum) on {torch.cuda.get_device_name()}, medians in ms "
+          f"(backward = forward + backward less the forward; ratio = torch / minitensor)")
+    print("| V | D | bags x bag | mt fwd | gather floor | mt/floor | torch fwd | torch/mt |"
+          " mt bwd | torch bwd | torch/mt |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['V']} | {r['D']} | {r['bags']} x {r['bag']} | {r['fwd_ms']:.4f} |"
+              f" {r['floor_ms']:.4f} | {r['fwd_ms'] / r['floor_ms']:.2f}x |"
+              f" {r['torch_fwd_ms']:.4f} | {r['torch_fwd_ms'] / r['fwd_ms']:.2f}x |"
+              f" {r['bwd_ms']:.4f} | {r['torch_bwd_ms']:.4f} | {r['torch_bwd_ms'] / r['bwd_ms']:.2f}x |")
+    return results
+
+
+def main_scenarios(args):
+    p = subprocess.run([args.laplacian_bench, "--json"], stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"{args.laplacian_bench} failed (exit {p.returncode})", file=sys.stderr)
+        return 1
+    mt = json.loads(p.stdout)
+    by_n = {}
+    for r in mt["rows"]:
+        by_n.setdefault(r["n"], {})[r["what"]] = r
+    results = []
+    for n in sorted(by_n):
+        t = torch_laplacian_forms(n)
+        m = by_n[n]
+        results.append({"n": n, "mt": {k: v["ms"] for k, v in m.items()},
+                        "mt_copy": next(iter(m.values()))["copy_ms"], "torch": t})
+
+    print()
+    print(f"pde::laplacian3d (float32, one N^3 grid) on {torch.cuda.get_device_name()}, "
+          f"torch {torch.__version__}, medians in ms (ratio = torch / minitensor op, > 1 means "
+          f"minitensor is faster)")
+    print("| N | mt op ms | GB/s | mt % of copy | mt periodic ms | mt naive ms | copy ms |"
+          " torch conv3d ms | conv3d/mt | torch sliced ms | sliced/mt | torch sliced periodic ms |"
+          " periodic/mt periodic |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        n, mm, t = r["n"], r["mt"], r["torch"]
+        op, per, naive = mm.get("op zero"), mm.get("op periodic"), mm.get("naive zero")
+        gbs = 2 * n ** 3 * 4 / (op * 1e6)
+        print(f"| {n} | {op:.4f} | {gbs:.0f} | {100 * r['mt_copy'] / op:.0f}% | {per:.4f} |"
+              f" {naive:.4f} | {r['mt_copy']:.4f} | {t['conv3d']:.4f} | {t['conv3d'] / op:.1f}x |"
+              f" {t['sliced']:.4f} | {t['sliced'] / op:.1f}x | {t['sliced_periodic']:.4f} |"
+              f" {t['sliced_periodic'] / per:.1f}x |")
+    copies = ", ".join(f"N={r['n']}: {r['torch']['copy']:.4f} ms" for r in results)
+    print(f"(torch's copy of the same bytes: {copies}; sliced vs conv3d max |diff|: "
+          f"{max(r['torch']['forms_max_diff'] for r in results):.2g})")
+    emb = main_emb_agg(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"laplacian3d": results, "minitensor": mt, "emb_agg": emb}, f, indent=1)
+    return 0 if emb is not None else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default="build/tools/bench_silu")
@@ -229,7 +355,13 @@ def main():
                     help="host cost of one call against libtorch C++ (tools/bench_libtorch.cpp)")
     ap.add_argument("--libtorch-bench", default="build-gpu/tools/bench_libtorch")
     ap.add_argument("--rounds", type=int, default=5, help="--dispatch: alternating rounds")
+    ap.add_argument("--scenarios", action="store_true",
+                    help="the application scenarios of examples/ops against torch's forms")
+    ap.add_argument("--laplacian-bench", default="build/examples/ops/laplacian3d/laplacian3d_bench")
+    ap.add_argument("--emb-agg-bench", default="build/examples/ops/emb_agg/emb_agg_bench")
     args = ap.parse_args()
+    if args.scenarios:
+        return main_scenarios(args)
     if args.dispatch:
         return main_dispatch(args)
     if args.mlp:

@@ -13,10 +13,12 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
-STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,sanitize}  # which steps after the build: a comma list
+STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,sanitize}  # which steps after the build: a comma list
 # (tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
 # memcheck and racecheck; bench: the MLP step against PyTorch and the dispatch host cost;
-# silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in)
+# silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in;
+# scenarios: examples/ops' tests, their (gpu) cases also under memcheck, and their benches
+# against torch)
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 declare -A STATUS TIME
 
@@ -105,6 +107,23 @@ if want bench && [ -x build-gpu/tools/minitensor ]; then
   fi
 fi
 
+# The tutorial's application scenarios (examples/ops): each op's tests (its (gpu) cases on
+# cuda:0, then again under memcheck and racecheck), the PINN-style fit, the bench against
+# torch's forms.
+if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]; then
+  step scenarios 240 "$OUT/scenarios.log" bash -c '
+    set -e
+    for t in build-gpu/examples/ops/*/*_tests; do "$t" --no-intro; done
+    for t in build-gpu/examples/ops/*/*_tests; do
+      compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*"
+      compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*"
+    done
+    build-gpu/examples/ops/laplacian3d/laplacian3d_poisson
+    python3 tools/compare_torch.py --scenarios \
+        --laplacian-bench build-gpu/examples/ops/laplacian3d/laplacian3d_bench \
+        --emb-agg-bench build-gpu/examples/ops/emb_agg/emb_agg_bench --json "$1/compare_scenarios.json"' _ "$OUT"
+fi
+
 # The one case that makes a driver call fail on purpose (a bad device ordinal) is left
 # out of the sanitizer runs: compute-sanitizer counts the failed API call as an error.
 NOAPI='-tce=*driver errors name*'
@@ -129,7 +148,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch scenarios memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -143,6 +162,7 @@ fi
   echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
   echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
+  echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null
   echo "bench + torch comparison:"
   sed -n '/^| dtype | pass | n | minitensor ms/,$p' "$OUT/bench.log" 2>/dev/null
   echo "total ${SECONDS}s"

@@ -1,0 +1,34 @@
+// deeprec::emb_agg: embedding-bag aggregation for recommender models as a user's custom op
+//   emb_agg(Tensor weight, Tensor indices, Tensor offsets, str mode="sum",
+//           Tensor? per_sample_weights=None, bool include_last_offset=False) -> Tensor
+// with torch.nn.functional.embedding_bag's semantics: bag b sums (or averages) the rows
+// weight[indices[offsets[b] .. offsets[b + 1])]; the last bag runs to the end of indices,
+// or to the final offset when include_last_offset; empty bags give zeros; per-sample
+// weights scale each row (mode "sum" only). weight float32 or float64 [V, D]; indices and
+// offsets int64 (the runtime has no int32). Gradients for weight and per_sample_weights.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "minitensor.h"
+
+namespace deeprec {
+
+mt::Tensor emb_agg(const mt::Tensor& weight, const mt::Tensor& indices, const mt::Tensor& offsets,
+                   const std::string& mode = "sum",
+                   const std::optional<mt::Tensor>& per_sample_weights = std::nullopt,
+                   bool include_last_offset = false);
+const mt::OperatorHandle& emb_agg_handle();
+
+// The CUDA kernels ("forward", "backward_weight", "backward_psw"), for the tests.
+enum class EmbAggKernel { Forward, ForwardVec4, BackwardWeight, BackwardPsw };
+const mt::jit::UserKernel& emb_agg_kernel(mt::DType dtype, EmbAggKernel which);
+// Checks the arguments the op launches each kernel with for CPU tensors of these shapes
+// against the kernels compiled for `arch`, without a GPU.
+void emb_agg_check_launch(int arch, const mt::Tensor& weight, const mt::Tensor& indices,
+                          const mt::Tensor& offsets, const std::string& mode,
+                          const std::optional<mt::Tensor>& per_sample_weights,
+                          bool include_last_offset);
+
+}  // namespace deeprec

@@ -1,0 +1,385 @@
+// deeprec::emb_agg's tests (build/examples/ops/emb_agg/emb_agg_tests, meson test suite
+// 'extra'): against a float64 reference of plain loops over random bags (empty ones and
+// duplicates included), gradcheck in float64 for weight and per_sample_weights, opcheck,
+// fake shapes, the errors; the CUDA kernels compiled to CUBIN for sm_80 and sm_90 with
+// the op's own launch arguments checked, and run through a CPU emulation of the grid.
+// Cases marked "(gpu)" run on cuda:0 and are
+// skipped where there is none.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emb_agg.h"
+#include "helpers.h"
+#include "kernels/jit/nvrtc.h"  // nvrtc_available(), to skip the compile case
+#include "minitensor.h"
+
+// clang-format off
+#include "grid_emulation.h"  // last: it defines __global__ and friends
+// clang-format on
+
+// emb_agg.cu compiled as host C++, run by ../grid_emulation.h's threads (a warp a block).
+namespace ops_emu {
+#include "emb_agg.cu"
+}  // namespace ops_emu
+
+using namespace mt;
+
+namespace {
+
+bool no_nvrtc() { return !jit::nvrtc_available(); }
+bool no_gpu() { return !cuda::is_available(); }
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const mt::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Random bags: sizes 0 to max_bag (about a quarter of them empty), rows drawn from a few
+// so duplicates are common.
+struct Bags {
+  std::vector<int64_t> indices, offsets;
+};
+Bags random_bags(int64_t n_bags, int64_t V, int64_t max_bag, uint64_t seed) {
+  Bags b;
+  uint64_t s = seed;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return s >> 33;
+  };
+  for (int64_t i = 0; i < n_bags; ++i) {
+    b.offsets.push_back(int64_t(b.indices.size()));
+    const int64_t n = next() % 4 == 0 ? 0 : int64_t(next() % uint64_t(max_bag + 1));
+    for (int64_t j = 0; j < n; ++j) b.indices.push_back(int64_t(next() % uint64_t(V)));
+  }
+  return b;
+}
+Tensor i64(const std::vector<int64_t>& v) {
+  return from_vector(v, {int64_t(v.size())}, {.dtype = DType::Int64});
+}
+
+// The float64 reference: bag by bag, row by row.
+Tensor reference(const Tensor& weight, const std::vector<int64_t>& idx,
+                 const std::vector<int64_t>& off, bool mean, const std::vector<double>& psw,
+                 bool include_last) {
+  const std::vector<double> w = weight.to_vector<double>();
+  const int64_t D = weight.sizes()[1];
+  const int64_t B = include_last ? int64_t(off.size()) - 1 : int64_t(off.size());
+  std::vector<double> out(size_t(B * D), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t start = off[size_t(b)];
+    const int64_t end = b + 1 < int64_t(off.size()) ? off[size_t(b + 1)] : int64_t(idx.size());
+    for (int64_t i = start; i < end; ++i)
+      for (int64_t d = 0; d < D; ++d)
+        out[size_t(b * D + d)] +=
+            (psw.empty() ? 1.0 : psw[size_t(i)]) * w[size_t(idx[size_t(i)] * D + d)];
+    if (mean && end > start)
+      for (int64_t d = 0; d < D; ++d) out[size_t(b * D + d)] /= double(end - start);
+  }
+  return from_vector(out, {B, D}, {.dtype = DType::Float64});
+}
+
+double max_diff64(const Tensor& a, const Tensor& b) {
+  return max_abs_diff(a.cpu().to(DType::Float64), b.cpu().to(DType::Float64));
+}
+
+}  // namespace
+
+TEST_SUITE("deeprec::emb_agg") {
+  TEST_CASE("emb_agg: CPU matches the float64 reference (sum, mean, weights, final offset)") {
+    manual_seed(21);
+    for (DType t : {DType::Float32, DType::Float64})
+      for (int64_t D : {1, 8, 13}) {
+        CAPTURE(t);
+        CAPTURE(D);
+        const int64_t V = 17;
+        Bags bags = random_bags(40, V, 6, uint64_t(D));
+        Tensor w = randn({V, D}).to(t);
+        Tensor idx = i64(bags.indices), off = i64(bags.offsets);
+        const double tol = t == DType::Float64 ? 1e-12 : 1e-5;
+        const auto& in = bags.indices;
+        const auto& of = bags.offsets;
+        CHECK(max_diff64(deeprec::emb_agg(w, idx, off), reference(w, in, of, false, {}, false)) <
+              tol);
+        CHECK(max_diff64(deeprec::emb_agg(w, idx, off, "mean"),
+                         reference(w, bags.indices, bags.offsets, true, {}, false)) < tol);
+        Tensor psw = randn({idx.numel()}).to(t);
+        CHECK(max_diff64(deeprec::emb_agg(w, idx, off, "sum", psw),
+                         reference(w, in, of, false, psw.to_vector<double>(), false)) < tol);
+        // The same bags with the final offset: one more offset, the same result.
+        std::vector<int64_t> with_last = bags.offsets;
+        with_last.push_back(int64_t(bags.indices.size()));
+        Tensor y = deeprec::emb_agg(w, idx, i64(with_last), "mean", std::nullopt, true);
+        CHECK(y.sizes() == Shape{40, D});
+        CHECK(max_diff64(y, deeprec::emb_agg(w, idx, off, "mean")) == 0);
+      }
+    // Empty bags are zeros in both modes; no bags at all give [0, D]; no indices either.
+    Tensor w = randn({5, 3});
+    Tensor y = deeprec::emb_agg(w, i64({1, 1, 4}), i64({0, 0, 3, 3}), "mean");
+    CHECK(y.sizes() == Shape{4, 3});
+    CHECK(max_diff64(y.select(0, 0), zeros({3})) == 0);
+    CHECK(max_diff64(y.select(0, 3), zeros({3})) == 0);
+    Tensor bag1 = add(add(w.select(0, 1), w.select(0, 1)), w.select(0, 4));
+    CHECK(max_diff64(y.select(0, 1), div(bag1, 3.0)) < 1e-6);
+    CHECK(deeprec::emb_agg(w, i64({}), i64({})).sizes() == Shape{0, 3});
+    CHECK(max_diff64(deeprec::emb_agg(w, i64({}), i64({0, 0})), zeros({2, 3})) == 0);
+    // A transposed table is read through its values, not its memory order.
+    Tensor wt = randn({3, 5}).t();
+    CHECK(max_diff64(deeprec::emb_agg(wt, i64({0, 4, 2}), i64({0, 2})),
+                     reference(wt, {0, 4, 2}, {0, 2}, false, {}, false)) < 1e-6);
+  }
+
+  TEST_CASE("emb_agg: gradcheck in float64 for weight and per_sample_weights") {
+    manual_seed(22);
+    Bags bags = random_bags(7, 6, 4, 5);
+    Tensor idx = i64(bags.indices), off = i64(bags.offsets);
+    for (const char* mode : {"sum", "mean"}) {
+      CAPTURE(mode);
+      Tensor w = randn({6, 3}, {.dtype = DType::Float64, .requires_grad = true});
+      GradcheckResult gc = gradcheck(
+          [&](const std::vector<Tensor>& in) { return deeprec::emb_agg(in[0], idx, off, mode); },
+          {w});
+      CHECK_MESSAGE(gc.ok, gc.message);
+    }
+    Tensor w = randn({6, 3}, {.dtype = DType::Float64, .requires_grad = true});
+    Tensor psw = randn({idx.numel()}, {.dtype = DType::Float64, .requires_grad = true});
+    GradcheckResult gc = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return deeprec::emb_agg(in[0], idx, off, "sum", in[1]);
+        },
+        {w, psw});
+    CHECK_MESSAGE(gc.ok, gc.message);
+    // Duplicates add up: a row used three times gets three times the gradient.
+    Tensor w2 = randn({4, 2}, {.dtype = DType::Float64, .requires_grad = true});
+    backward(sum(deeprec::emb_agg(w2, i64({2, 2, 0, 2}), i64({0, 2}))));
+    CHECK(w2.grad().to_vector<double>() == std::vector<double>{1, 1, 0, 0, 3, 3, 0, 0});
+  }
+
+  TEST_CASE("emb_agg: opcheck passes (schema, fake, autograd registration, gradcheck)") {
+    manual_seed(23);
+    Bags bags = random_bags(6, 5, 3, 9);
+    Tensor idx = i64(bags.indices), off = i64(bags.offsets);
+    std::vector<int64_t> with_last = bags.offsets;
+    with_last.push_back(int64_t(bags.indices.size()));
+    Tensor w = randn({5, 4}, {.dtype = DType::Float64});
+    OpCheckReport r = opcheck(
+        deeprec::emb_agg_handle(),
+        {Stack{w, idx, off}, Stack{w, idx, off, "mean"},
+         Stack{w, idx, off, "sum", randn({idx.numel()}, {.dtype = DType::Float64})},
+         Stack{w, idx, i64(with_last), "sum", Value(), true}});
+    CHECK_MESSAGE(r.ok(), r.str());
+    CHECK(deeprec::emb_agg_handle().schema().str() ==
+          "deeprec::emb_agg(Tensor weight, Tensor indices, Tensor offsets, str mode=\"sum\", "
+          "Tensor? per_sample_weights=None, bool include_last_offset=False) -> Tensor");
+  }
+
+  TEST_CASE("emb_agg: fake tensors give [bags, dim] without reading any value") {
+    const Device gpu("cuda:0");
+    Tensor w = fake_empty({1000000, 128}, {.device = gpu});
+    Tensor idx = fake_empty({204800}, {.dtype = DType::Int64, .device = gpu});
+    Tensor off = fake_empty({4096}, {.dtype = DType::Int64, .device = gpu});
+    Tensor y = deeprec::emb_agg(w, idx, off);
+    CHECK(y.is_fake());
+    CHECK(y.sizes() == Shape{4096, 128});
+    CHECK(y.device() == gpu);
+    Tensor off_last = fake_empty({4097}, {.dtype = DType::Int64, .device = gpu});
+    CHECK(deeprec::emb_agg(w, idx, off_last, "mean", std::nullopt, true).sizes() ==
+          Shape{4096, 128});
+  }
+
+  TEST_CASE("emb_agg: bad indices, offsets, dtypes and modes are errors naming the op") {
+    Tensor w = randn({10, 4});
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 12, 3}), i64({0, 2})); }) ==
+          "[deeprec::emb_agg] indices[1] = 12 is out of range for a weight of 10 rows (valid: 0 "
+          "to 9)");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, -1}), i64({0})); }) ==
+          "[deeprec::emb_agg] indices[1] = -1 is out of range for a weight of 10 rows (valid: 0 "
+          "to 9)");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2, 3, 4}), i64({0, 3, 1})); }) ==
+          "[deeprec::emb_agg] offsets must be sorted (non-decreasing): offsets[2] = 1 is less "
+          "than offsets[1] = 3");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}), i64({1})); }) ==
+          "[deeprec::emb_agg] offsets[0] must be 0, got 1");
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 2}), i64({0, 5}), "sum", std::nullopt, true);
+          }) ==
+          "[deeprec::emb_agg] offsets[1] = 5 is past the end of indices (2 indices)");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}).to(DType::Float32), i64({0})); }) ==
+          "[deeprec::emb_agg] indices must be int64, got float32; convert with "
+          "indices.to(mt::DType::Int64)");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2, 3, 4}).view({2, 2}), i64({0})); }) ==
+          "[deeprec::emb_agg] indices must be 1-D, with offsets marking where each bag starts; "
+          "got shape [2, 2]. For a [B, L] batch of bags of L, pass indices.flatten() and offsets "
+          "arange(0, B * L, L)");
+    CHECK(error_of([&] { deeprec::emb_agg(w.to(DType::BFloat16), i64({1}), i64({0})); }) ==
+          "[deeprec::emb_agg] weight must be a 2-D [num_embeddings, dim] table of float32 or "
+          "float64, got bfloat16 of shape [10, 4]");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({0}).to(DType::Float32)); }) ==
+          "[deeprec::emb_agg] offsets must be a 1-D int64 tensor, got float32 of shape [1]");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({0}), "max"); }) ==
+          "[deeprec::emb_agg] mode must be \"sum\" or \"mean\", got \"max\"");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({0}), "mean", randn({1})); }) ==
+          "[deeprec::emb_agg] per_sample_weights are only supported with mode \"sum\" (as in "
+          "torch.nn.functional.embedding_bag), got mode \"mean\"");
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({0}), "sum", randn({2})); }).starts_with(
+        "[deeprec::emb_agg] per_sample_weights must match indices' shape [1]"));
+    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({}), "sum", std::nullopt, true); }) ==
+          "[deeprec::emb_agg] include_last_offset needs at least one offset (the final one); "
+          "offsets is empty");
+  }
+
+  TEST_CASE("emb_agg: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
+            "arguments match their signatures" * doctest::skip(no_nvrtc())) {
+    Bags bags = random_bags(5, 7, 3, 1);
+    Tensor idx = i64(bags.indices), off = i64(bags.offsets);
+    for (int arch : {80, 90})
+      for (DType t : {DType::Float32, DType::Float64}) {
+        CAPTURE(arch);
+        CAPTURE(t);
+        using K = deeprec::EmbAggKernel;
+        for (auto which : {K::Forward, K::ForwardVec4, K::BackwardWeight, K::BackwardPsw})
+          CHECK(deeprec::emb_agg_kernel(t, which).parameters(arch).known);
+        // D = 8 takes the 4-wide forward, D = 6 the scalar one; with and without weights.
+        for (int64_t D : {8, 6}) {
+          Tensor w = empty({7, D}, {.dtype = t});
+          CHECK_NOTHROW(
+              deeprec::emb_agg_check_launch(arch, w, idx, off, "mean", std::nullopt, false));
+          CHECK_NOTHROW(deeprec::emb_agg_check_launch(arch, w, idx, off, "sum",
+                                                      empty({idx.numel()}, {.dtype = t}), false));
+        }
+      }
+    const auto& vec4 = deeprec::emb_agg_kernel(DType::Float32, deeprec::EmbAggKernel::ForwardVec4);
+    CHECK(vec4.parameters(90).types[0] == "float const*");
+  }
+
+  TEST_CASE("emb_agg: the CUDA kernels compute the CPU op's results under a CPU emulation") {
+    manual_seed(26);
+    using ops_emu::launch;
+    for (int64_t D : {5, 40, 136})  // 40 and 136 take the 4-wide loads; 136 > 32 lanes x 4
+      for (bool mean : {false, true})
+        for (bool include_last : {false, true}) {
+          CAPTURE(D);
+          CAPTURE(mean);
+          CAPTURE(include_last);
+          const int64_t V = 11;
+          Bags bags = random_bags(20, V, 5, uint64_t(D) * 3 + mean);
+          std::vector<int64_t> offs = bags.offsets;
+          if (include_last) offs.push_back(int64_t(bags.indices.size()));
+          Tensor idx = i64(bags.indices), off = i64(offs);
+          const int B = 20, n_off = int(offs.size()), d = int(D);
+          const long long n = idx.numel();
+          const bool with_psw = !mean;
+          Tensor w = randn({V, D}, {.dtype = DType::Float64, .requires_grad = true});
+          Tensor psw = randn({n}, {.dtype = DType::Float64, .requires_grad = true});
+          std::optional<Tensor> p;
+          if (with_psw) p = psw;
+          Tensor y = deeprec::emb_agg(w, idx, off, mean ? "mean" : "sum", p, include_last);
+          Tensor g = randn({B, D}, {.dtype = DType::Float64});
+          backward(y, g);
+
+          const double* wp = w.detach().data_ptr<double>();
+          const double* pp = psw.detach().data_ptr<double>();
+          // int64_t is long here; the kernel's indices are long long, the same 8 bytes.
+          const auto* ip = reinterpret_cast<const long long*>(idx.data_ptr<int64_t>());
+          const auto* op = reinterpret_cast<const long long*>(off.data_ptr<int64_t>());
+          Tensor out = full({B, D}, -123.0, {.dtype = DType::Float64});
+          double* o = out.data_ptr<double>();
+          launch({unsigned(B)}, {32}, [&] {
+            if (D % 4 == 0)
+              ops_emu::emb_agg_forward<double, 4>(wp, ip, op, pp, o, B, n_off, d, n, V, mean,
+                                                  with_psw);
+            else
+              ops_emu::emb_agg_forward<double, 1>(wp, ip, op, pp, o, B, n_off, d, n, V, mean,
+                                                  with_psw);
+          });
+          CHECK(max_diff64(out, y) < 1e-12);
+
+          Tensor gw = zeros({V, D}, {.dtype = DType::Float64});
+          const double* gp = g.data_ptr<double>();
+          double* gwp = gw.data_ptr<double>();
+          launch({unsigned(B)}, {32}, [&] {
+            ops_emu::emb_agg_backward_weight<double>(gp, ip, op, pp, gwp, B, n_off, d, n, V, mean,
+                                                     with_psw);
+          });
+          CHECK(max_diff64(gw, w.grad()) < 1e-12);
+          if (with_psw) {
+            Tensor gps = full({n}, -123.0, {.dtype = DType::Float64});
+            double* gpsp = gps.data_ptr<double>();
+            launch({unsigned(B)}, {32}, [&] {
+              ops_emu::emb_agg_backward_psw<double>(gp, wp, ip, op, gpsp, B, n_off, d, n, V);
+            });
+            CHECK(max_diff64(gps, psw.grad()) < 1e-12);
+          }
+        }
+    // Without the debug check, an out-of-range index adds nothing (and reads nothing).
+    Tensor w = randn({4, 3}, {.dtype = DType::Float64});
+    const std::vector<long long> idx = {1, 99, -5, 2}, off = {0};
+    Tensor out = empty({1, 3}, {.dtype = DType::Float64});
+    launch({1}, {32}, [&] {
+      ops_emu::emb_agg_forward<double, 1>(w.data_ptr<double>(), idx.data(), off.data(),
+                                          w.data_ptr<double>(), out.data_ptr<double>(), 1, 1, 3, 4,
+                                          4, 0, 0);
+    });
+    CHECK(max_diff64(out.select(0, 0), add(w.select(0, 1), w.select(0, 2))) < 1e-12);
+  }
+
+  // --------------------------------------------------------------------------- on cuda:0
+
+  TEST_CASE("emb_agg (gpu): forward and both gradients match the CPU op on cuda:0" *
+            doctest::skip(no_gpu())) {
+    manual_seed(24);
+    const Device gpu("cuda:0");
+    for (DType t : {DType::Float32, DType::Float64})
+      for (int64_t D : {1, 8, 13, 128})
+        for (const char* mode : {"sum", "mean"}) {
+          CAPTURE(t);
+          CAPTURE(D);
+          CAPTURE(mode);
+          const int64_t V = 50;
+          Bags bags = random_bags(300, V, 12, uint64_t(D) + 7);
+          Tensor idx = i64(bags.indices), off = i64(bags.offsets);
+          const bool sum_mode = std::string(mode) == "sum";
+          Tensor w = randn({V, D}).to(t).requires_grad_();
+          Tensor psw = randn({idx.numel()}).to(t).requires_grad_();
+          Tensor wg = w.detach().to(gpu).requires_grad_();
+          Tensor pg = psw.detach().to(gpu).requires_grad_();
+          std::optional<Tensor> p_cpu, p_gpu;
+          if (sum_mode) p_cpu = psw, p_gpu = pg;
+          Tensor y = deeprec::emb_agg(w, idx, off, mode, p_cpu);
+          Tensor yg = deeprec::emb_agg(wg, idx.to(gpu), off.to(gpu), mode, p_gpu);
+          const double tol = t == DType::Float64 ? 1e-10 : 1e-4;
+          CHECK(yg.device() == gpu);
+          CHECK(max_diff64(yg, y) < tol);
+          Tensor g = randn(y.sizes()).to(t);
+          backward(sum(mul(y, g)));
+          backward(sum(mul(yg, g.to(gpu))));
+          CHECK(max_diff64(wg.grad(), w.grad()) < tol);
+          if (sum_mode) CHECK(max_diff64(pg.grad(), psw.grad()) < tol);
+        }
+  }
+
+  TEST_CASE("emb_agg (gpu): gradcheck and opcheck on cuda:0" * doctest::skip(no_gpu())) {
+    manual_seed(25);
+    const Device gpu("cuda:0");
+    Bags bags = random_bags(7, 6, 4, 3);
+    Tensor idx = i64(bags.indices).to(gpu), off = i64(bags.offsets).to(gpu);
+    Tensor w = randn({6, 5}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
+    Tensor psw = randn({idx.numel()}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
+    GradcheckResult gc = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return deeprec::emb_agg(in[0], idx, off, "sum", in[1]);
+        },
+        {w, psw});
+    CHECK_MESSAGE(gc.ok, gc.message);
+    OpCheckReport r = opcheck(deeprec::emb_agg_handle(),
+                              {Stack{w.detach(), idx, off, "mean"},
+                               Stack{w.detach().to(DType::Float32), idx, off}});
+    CHECK_MESSAGE(r.ok(), r.str());
+  }
+}

@@ -1,0 +1,100 @@
+// Times pde::laplacian3d on cuda:0 (float32, one N^3 grid, N = 128, 256, 512): the op
+// (tiled kernel, both boundaries) and the naive kernel, medians of CUDA events, with GB/s
+// (one read and one write of the grid) and the share of a device copy of the same bytes.
+//   build/examples/ops/laplacian3d/laplacian3d_bench [--json] [--sizes 128,256]
+// --json prints one JSON object instead of the table (tools/compare_torch.py --scenarios).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "laplacian3d.h"
+
+using namespace mt;
+
+namespace {
+
+// Median milliseconds of fn over `reps` runs after 3 warm-ups, one event pair a run.
+template <typename F>
+double median_ms(F&& fn, int reps) {
+  cuda::EventTimer t(0);
+  std::vector<double> ms;
+  for (int i = 0; i < reps + 3; ++i) {
+    t.start();
+    fn();
+    t.stop();
+    if (i >= 3) ms.push_back(t.elapsed_ms());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  int64_t n;
+  std::string what;
+  double ms, copy_ms;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  std::vector<int64_t> sizes = {128, 256, 512};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+      sizes.clear();
+      for (char* s = argv[++i]; *s;) {
+        sizes.push_back(std::strtoll(s, &s, 10));
+        if (*s == ',') ++s;
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--json] [--sizes 128,256,512]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!cuda::is_available()) {
+    std::printf("laplacian3d bench: no GPU (%s); nothing timed\n",
+                cuda::unavailable_reason().c_str());
+    return 0;
+  }
+  const Device gpu("cuda:0");
+  std::vector<Row> rows;
+  for (int64_t n : sizes) {
+    Tensor u = randn({n, n, n}).to(gpu);
+    Tensor dst = empty_like(u);
+    const int reps = n >= 512 ? 20 : 50;
+    const double copy_ms = median_ms([&] { dst.copy_(u); }, reps);
+    rows.push_back(
+        {n, "op zero", median_ms([&] { pde::laplacian3d(u, 1.0, "zero"); }, reps), copy_ms});
+    rows.push_back({n, "op periodic",
+                    median_ms([&] { pde::laplacian3d(u, 1.0, "periodic"); }, reps), copy_ms});
+    rows.push_back(
+        {n, "naive zero",
+         median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, pde::Laplacian3dKernel::Naive); },
+                   reps),
+         copy_ms});
+  }
+  const auto& props = cuda::device_props(0);
+  if (json) {
+    std::printf("{\"device\": \"%s\", \"rows\": [", props.name.c_str());
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::printf("%s{\"n\": %lld, \"what\": \"%s\", \"ms\": %.6f, \"copy_ms\": %.6f}",
+                  i ? ", " : "", (long long)rows[i].n, rows[i].what.c_str(), rows[i].ms,
+                  rows[i].copy_ms);
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("pde::laplacian3d on %s, float32, one N^3 grid, median ms of CUDA events\n",
+              props.name.c_str());
+  std::printf("| N | kernel | ms | GB/s | %% of copy | copy ms |\n|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    const double bytes = 2.0 * double(r.n * r.n * r.n) * 4;
+    std::printf("| %lld | %s | %.4f | %.0f | %.0f%% | %.4f |\n", (long long)r.n, r.what.c_str(),
+                r.ms, bytes / (r.ms * 1e6), 100 * r.copy_ms / r.ms, r.copy_ms);
+  }
+  return 0;
+}

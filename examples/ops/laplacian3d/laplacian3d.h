@@ -1,0 +1,35 @@
+// pde::laplacian3d: the 7-point finite-difference Laplacian as a user's custom op
+//   laplacian3d(Tensor u, float h=1.0, str boundary="zero") -> Tensor
+// on [N, X, Y, Z] or [X, Y, Z] grids of float32 or float64, boundary "zero" (Dirichlet:
+// u is 0 outside) or "periodic". A CPU kernel of plain loops, a CUDA kernel of the user's
+// own (laplacian3d.cu, 2.5-D blocking), a fake kernel and an autograd formula that calls
+// the op itself (the stencil is self-adjoint for both boundaries).
+#pragma once
+
+#include <string>
+
+#include "minitensor.h"
+
+namespace pde {
+
+// Calls the op (registering it on first use).
+mt::Tensor laplacian3d(const mt::Tensor& u, double h = 1.0, const std::string& boundary = "zero");
+// The registered op, for opcheck and the dispatcher's dump.
+const mt::OperatorHandle& laplacian3d_handle();
+
+// The CUDA side, for tests and the bench.
+enum class Laplacian3dKernel { Tiled, Naive };
+// The kernel the op launches for a dtype (float32/float64) and boundary.
+const mt::jit::UserKernel& laplacian3d_kernel(mt::DType dtype, bool periodic,
+                                              Laplacian3dKernel which = Laplacian3dKernel::Tiled);
+// Runs `which` on a contiguous CUDA tensor into a new tensor (what the op's CUDA kernel does).
+mt::Tensor laplacian3d_cuda(const mt::Tensor& u, double h, bool periodic,
+                            Laplacian3dKernel which = Laplacian3dKernel::Tiled);
+// Checks the arguments the op would launch `which` with for a u of this shape and dtype
+// against the kernel compiled for `arch`, without a GPU (throws what launch would).
+void laplacian3d_check_launch(int arch, const mt::Tensor& u, double h, bool periodic,
+                              Laplacian3dKernel which);
+// The tiled kernel's x chunk for a grid of n_batch x X x Y x Z on sm_count SMs.
+int laplacian3d_x_chunk(int64_t n_batch, int64_t X, int64_t Y, int64_t Z, int sm_count);
+
+}  // namespace pde
