@@ -108,20 +108,18 @@ struct Row {
   constexpr int tensor_operands() const { return arity == Arity::Binary ? 2 : 1; }
 };
 
-namespace detail {
-using F64Fn = double (*)(double, double, double);
+// A row's CPU functor as Row::f64.
 template <Arity A, typename F>
-constexpr F64Fn f64_of(F) {
+constexpr auto f64_form(F) -> double (*)(double, double, double) {
   if constexpr (std::is_same_v<F, std::nullptr_t>)
     return nullptr;
   else
     return [](double x, double y, double s) { return call<A>(F{}, x, y, s); };
 }
-}  // namespace detail
 
 inline constexpr Row kRows[] = {
 #define MT_EW_ROW(Id, name, arity, flags, ...) \
-  {Fn::Id, #Id, name, Arity::arity, flags, detail::f64_of<Arity::arity>(__VA_ARGS__)},
+  {Fn::Id, #Id, name, Arity::arity, flags, f64_form<Arity::arity>(__VA_ARGS__)},
     MT_ELEMENTWISE_OPS(MT_EW_ROW)
 #undef MT_EW_ROW
 };

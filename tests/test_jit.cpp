@@ -1136,25 +1136,20 @@ TEST_SUITE("jit") {
 
   // One row of the elementwise table: its device functor against its float64 CPU functor.
   // Scalar rows get s = 3 (pow: x^3), Binary rows alpha = 0.5; kPositive rows take x > 0.
-  template <typename T, typename Functor, unsigned kFlags>
+  template <typename T, typename Functor, unsigned kFlags, mt::ew::Arity kArity>
   void check_row(mt::ew::Fn fn, int& checked) {
     if constexpr (!(kFlags & mt::ew::kOwnKernels)) {
       const mt::ew::Row& r = mt::ew::row(fn);
       CAPTURE(r.name);
       CAPTURE(r.id);
-      REQUIRE(r.f64 != nullptr);
+      REQUIRE(bool(r.f64));
       const double lo = r.positive() ? 0.5 : -4, hi = 4;
-      switch (r.arity) {
-        case mt::ew::Arity::Unary:
-          check_elementwise<T, Functor, 1>(0, r.f64, lo, hi);
-          break;
-        case mt::ew::Arity::Scalar:
-          check_elementwise<T, Functor, 1>(3, r.f64, lo, hi);
-          break;
-        case mt::ew::Arity::Binary:
-          check_elementwise<T, Functor, 2>(0.5, r.f64, lo, hi);
-          break;
-      }
+      if constexpr (kArity == mt::ew::Arity::Unary)
+        check_elementwise<T, Functor, 1>(0, r.f64, lo, hi);
+      else if constexpr (kArity == mt::ew::Arity::Scalar)
+        check_elementwise<T, Functor, 1>(3, r.f64, lo, hi);
+      else
+        check_elementwise<T, Functor, 2>(0.5, r.f64, lo, hi);
       ++checked;
     }
   }
@@ -1166,7 +1161,7 @@ TEST_SUITE("jit") {
     using namespace mt::ew;  // the rows' flags
     int checked = 0;
 #define MT_EW_CHECK(Id, name, arity, flags, ...) \
-  check_row<T, emu::mt::op::Id, (flags)>(Fn::Id, checked);
+  check_row<T, emu::mt::op::Id, (flags), Arity::arity>(Fn::Id, checked);
     MT_ELEMENTWISE_OPS(MT_EW_CHECK)
 #undef MT_EW_CHECK
     int with_functor = 0;

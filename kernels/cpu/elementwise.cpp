@@ -145,6 +145,23 @@ void pow_scalar(const Tensor& x, double e, const Tensor& out) {
   });
 }
 
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  const ew::Row& r = checked_row(op, ew::Arity::Binary);
+  if (!r.int_ok()) check_floating_out(r.name, out);
+  check_bool_sub(op, out);
+  if (op == BinaryOp::Add || op == BinaryOp::Sub) check_integral_scalar(r.name, out, alpha, "alpha");
+  run_row(op, make_loop(r.name.data(), out, {a, b}), out.dtype(), alpha);
+}
+
+void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
+  const ew::Fn fn = ew::scalar_form(op);
+  const ew::Row& r = checked_row(fn, ew::Arity::Scalar);
+  if (!r.int_ok()) check_floating_out(r.name, out);
+  check_bool_sub(fn, out);
+  check_integral_scalar(r.name, out, s, "the scalar");
+  run_row(fn, make_loop(r.name.data(), out, {a}), out.dtype(), s);
+}
+
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   Loop it = make_loop("where", out, {cond, a, b});
   visit_compute(out.dtype(), [&](auto tag) {
