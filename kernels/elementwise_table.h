@@ -36,12 +36,13 @@ enum class Arity : uint8_t {
   Binary,  // f(x, y, alpha)
 };
 
-inline constexpr unsigned kFloat = 0;       // float only: integer inputs need a float out
-inline constexpr unsigned kInt = 1;         // int64 computes in int64 (and bool through int64)
-inline constexpr unsigned kKeepDtype = 2;   // the result has x's dtype (else int64/bool -> float32)
-inline constexpr unsigned kPositive = 4;    // defined and smooth for x > 0: tests sample there
-inline constexpr unsigned kIsaClones = 8;   // its float32 loop is compiled per ISA (Note [ISA clones])
-inline constexpr unsigned kOwnKernels = 16; // its own op file and CUDA kernels (kernels/ops/<name>.cpp)
+// A row's flags.
+inline constexpr unsigned kFloat = 0;        // float only: integer inputs need a float out
+inline constexpr unsigned kInt = 1;          // int64 computes in int64 (bool through int64)
+inline constexpr unsigned kKeepDtype = 2;    // the result has x's dtype (else int -> float32)
+inline constexpr unsigned kPositive = 4;     // defined and smooth for x > 0: tests sample there
+inline constexpr unsigned kIsaClones = 8;    // float32 loop compiled per ISA (Note [ISA clones])
+inline constexpr unsigned kOwnKernels = 16;  // own op file and CUDA kernels (kernels/ops/<name>)
 
 // clang-format off
 #define MT_ELEMENTWISE_OPS(X)                                                                                 \

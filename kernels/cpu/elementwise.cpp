@@ -149,7 +149,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, do
   const ew::Row& r = checked_row(op, ew::Arity::Binary);
   if (!r.int_ok()) check_floating_out(r.name, out);
   check_bool_sub(op, out);
-  if (op == BinaryOp::Add || op == BinaryOp::Sub) check_integral_scalar(r.name, out, alpha, "alpha");
+  if (op == BinaryOp::Add || op == BinaryOp::Sub)
+    check_integral_scalar(r.name, out, alpha, "alpha");
   run_row(op, make_loop(r.name.data(), out, {a, b}), out.dtype(), alpha);
 }
 
