@@ -28,6 +28,8 @@ Tensor abs(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
+// x * Phi(x) in the tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Tensor gelu(const Tensor& x);
 Tensor silu(const Tensor& x);
 // The fused SiLU gradient: grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.
 Tensor silu_backward(const Tensor& grad, const Tensor& x);

@@ -120,33 +120,12 @@ int64_t bcast_index(const Shape& out, const Shape& in, int64_t i) {
 
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 
-double unary_ref(UnaryOp op, double x) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return -x;
-    case UnaryOp::Exp:
-      return std::exp(x);
-    case UnaryOp::Log:
-      return std::log(x);
-    case UnaryOp::Sqrt:
-      return std::sqrt(x);
-    case UnaryOp::Abs:
-      return std::abs(x);
-    case UnaryOp::Sigmoid:
-      return sigmoid_ref(x);
-    case UnaryOp::Tanh:
-      return std::tanh(x);
-    case UnaryOp::Relu:
-      return x < 0 ? 0 : x;
-    case UnaryOp::Silu:
-      return x * sigmoid_ref(x);
-  }
-  return 0;
-}
-
-const char* unary_str(UnaryOp op) {
-  const char* names[] = {"neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "relu", "silu"};
-  return names[int(op)];
+// The unary rows of the elementwise table with a CPU functor: what cpu::unary computes.
+std::vector<ew::Row> unary_rows() {
+  std::vector<ew::Row> rows;
+  for (const ew::Row& r : ew::kRows)
+    if (r.arity == ew::Arity::Unary && r.f64) rows.push_back(r);
+  return rows;
 }
 
 const Shape kShapes[] = {{},     {0},     {1},       {7},       {33},
@@ -154,25 +133,64 @@ const Shape kShapes[] = {{},     {0},     {1},       {7},       {33},
 
 }  // namespace
 
-TEST_CASE("cpu unary: every op matches float64 on every float dtype, shape and layout") {
+TEST_CASE("cpu unary: every row of the table matches its float64 functor on every float dtype, "
+          "shape and layout") {
   Threads th(2);
-  const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Exp,  UnaryOp::Log,
-                         UnaryOp::Sqrt, UnaryOp::Abs,  UnaryOp::Sigmoid,
-                         UnaryOp::Tanh, UnaryOp::Relu, UnaryOp::Silu};
-  for (UnaryOp op : ops) {
-    const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt;
+  CHECK(unary_rows().size() >= 11);
+  for (const ew::Row& r : unary_rows()) {
+    const bool positive = r.positive();
     for (DType dt : kFloatTypes)
       for (const Shape& shape : kShapes)
         for (Layout layout : kLayouts) {
           Tensor x = make(shape, dt, layout, positive ? 0.01 : -6, positive ? 9 : 6, 7);
           Tensor out = empty(shape, {.dtype = dt});
-          cpu::unary(op, x, out);
+          cpu::unary(r.fn, x, out);
           std::vector<double> want;
-          for (double v : vals(x)) want.push_back(unary_ref(op, v));
+          for (double v : vals(x)) want.push_back(r.f64(v, 0, 0));
           check_close(out, want, tol_for(dt),
-                      fmt::format("{} {} {} layout {}", unary_str(op), dt, shape, int(layout)));
+                      fmt::format("{} {} {} layout {}", r.name, dt, shape, int(layout)));
         }
   }
+}
+
+TEST_CASE("cpu unary: the int rows compute int64 in int64, the others refuse an int64 out") {
+  Tensor i = from_vector<int64_t>({-3, 0, 5, -7});
+  for (const ew::Row& r : unary_rows()) {
+    CAPTURE(r.name);
+    Tensor o = empty({4}, {.dtype = DType::Int64});
+    if (!r.int_ok()) {
+      CHECK_THROWS_WITH_AS(cpu::unary(r.fn, i, o),
+                           fmt::format("[{}] needs a floating output, got int64; integer and bool "
+                                       "inputs promote to float32 (pass a float32 out)",
+                                       r.name)
+                               .c_str(),
+                           Error);
+      continue;
+    }
+    cpu::unary(r.fn, i, o);
+    std::vector<double> want;
+    for (double v : vals(i)) want.push_back(r.f64(v, 0, 0));
+    CHECK(vals(o) == want);
+  }
+}
+
+TEST_CASE("cpu gelu: the tanh approximation at known points") {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated here in long double.
+  auto ref = [](long double x) {
+    const long double k = std::sqrt(2.0L / 3.14159265358979323846264338327950288L);
+    return 0.5L * x * (1.0L + std::tanh(k * (x + 0.044715L * x * x * x)));
+  };
+  const std::vector<double> xs = {-6, -3, -1, -0.5, 0, 1e-3, 0.5, 1, 2, 3, 10};
+  Tensor x = from_vector(xs);
+  Tensor out = empty({int64_t(xs.size())}, {.dtype = DType::Float64});
+  cpu::unary(UnaryOp::Gelu, x, out);
+  auto got = vals(out);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    CAPTURE(xs[k]);
+    CHECK(got[k] == doctest::Approx(double(ref(xs[k]))).epsilon(1e-14));
+  }
+  CHECK(got[7] == doctest::Approx(0.8411919906082768).epsilon(1e-12));  // gelu(1)
+  CHECK(got[4] == 0.0);
 }
 
 TEST_CASE("cpu unary: in place, into a strided out, and from another dtype") {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cuda/layout.h"
+#include "kernels/elementwise_table.h"
 #include "kernels/gpu/names.h"
 #include "kernels/gpu/silu.h"
 #include "runtime/tensor.h"
@@ -71,6 +72,12 @@ T __shfl_down_sync(unsigned, T v, int) {
 #undef __global__
 #undef __device__
 #undef __forceinline__
+// Every row's functor type, declared (kOwnKernels rows have none: theirs stay incomplete).
+namespace mt::op {
+#define MT_EW_DECLARE(Id, ...) struct Id;
+MT_ELEMENTWISE_OPS(MT_EW_DECLARE)
+#undef MT_EW_DECLARE
+}  // namespace mt::op
 
 template <typename F>
 void launch(::mt::jit::LaunchShape s, F&& kernel) {
@@ -296,13 +303,13 @@ TEST_SUITE("jit") {
           "[jit] no embedded source named 'nope.cu'; the embedded sources are: common.cuh, "
           "copy.cu, elementwise.cu, layout.h, pointwise.cuh, random.cu, reduce.cu, silu.cu, "
           "softmax.cu");
-    // A new .cu file without an entry in embedded_kernels() would go untested.
-    const auto kernels = embedded_kernels();
+    // A new .cu file without an entry in all_kernel_files() would go untested.
+    const auto kernels = mt::gpu::all_kernel_files();
     for (std::string_view n : names) {
       if (!n.ends_with(".cu")) continue;
       CHECK_MESSAGE(std::any_of(kernels.begin(), kernels.end(),
                                 [&](const EmbeddedKernelFile& k) { return k.file == n; }),
-                    n << " has no entry in embedded_kernels()");
+                    n << " has no entry in gpu::all_kernel_files()");
     }
     CHECK(kernels[0].name_expressions.size() == 24);  // 6 kernels x 4 dtypes
     CHECK(kernels[1].name_expressions.size() == 84);  // fill 2 x 6, copy_cast 2 x 36
@@ -386,7 +393,7 @@ TEST_SUITE("jit") {
     };
     std::vector<Job> jobs;
     constexpr size_t kChunk = 12;
-    for (const auto& f : embedded_kernels())
+    for (const auto& f : mt::gpu::all_kernel_files())
       for (int arch : {80, 90})
         for (size_t at = 0; at < f.name_expressions.size(); at += kChunk) {
           EmbeddedKernelFile part{f.file, {}};
@@ -1076,22 +1083,23 @@ TEST_SUITE("jit") {
 
   namespace {
   // Runs the elementwise templates of elementwise.cu on the CPU: contiguous (scalar and
-  // 16-byte packs) and strided with a broadcast operand, against f in float64.
+  // 16-byte packs) and strided with a broadcast operand, against ref (float64). y, a divisor
+  // for div, keeps |y| >= 0.5.
   template <typename T, typename Functor, int arity, typename Ref>
   void check_elementwise(double a, Ref ref, double lo, double hi) {
     using E = emu_t<T>;
     std::mt19937 gen(11);
-    std::uniform_real_distribution<double> dist(lo, hi);
+    std::uniform_real_distribution<double> dist(lo, hi), mag(0.5, 4);
     const int64_t rows = 5, cols = 37, n = rows * cols;
     alignas(16) static T x[5 * 37 + 8], y[5 * 37 + 8], out[5 * 37 + 8];
     for (int64_t i = 0; i < n; ++i) {
       x[i] = T(dist(gen));
-      y[i] = T(dist(gen));
+      y[i] = T(i % 2 ? mag(gen) : -mag(gen));
     }
     const emu::mt::OpScalars sc{a, 0};
     auto want = [&](int64_t i, int64_t j) {
       if constexpr (arity == 1)
-        return ref(to_double(x[i]), a);
+        return ref(to_double(x[i]), 0.0, a);
       else
         return ref(to_double(x[i]), to_double(y[j]), a);
     };
@@ -1129,21 +1137,66 @@ TEST_SUITE("jit") {
         CHECK(std::abs(to_double(out[c * rows + r]) - w) <= tolerance<T>(w, 1));
       }
   }
+
+  // One row of the elementwise table: its device functor against its float64 CPU functor.
+  // Scalar rows get s = 3 (pow: x^3), Binary rows alpha = 0.5; kPositive rows take x > 0.
+  template <typename T, typename Functor, unsigned kFlags, mt::ew::Arity kArity>
+  void check_row(mt::ew::Fn fn, int& checked) {
+    if constexpr (!(kFlags & mt::ew::kOwnKernels)) {
+      const mt::ew::Row& r = mt::ew::row(fn);
+      CAPTURE(r.name);
+      CAPTURE(r.id);
+      REQUIRE(bool(r.f64));
+      const double lo = r.positive() ? 0.5 : -4, hi = 4;
+      if constexpr (kArity == mt::ew::Arity::Unary)
+        check_elementwise<T, Functor, 1>(0, r.f64, lo, hi);
+      else if constexpr (kArity == mt::ew::Arity::Scalar)
+        check_elementwise<T, Functor, 1>(3, r.f64, lo, hi);
+      else
+        check_elementwise<T, Functor, 2>(0.5, r.f64, lo, hi);
+      ++checked;
+    }
+  }
   }  // namespace
 
-  TEST_CASE_TEMPLATE("jit emu: the elementwise templates compute each functor, contiguous and strided",
+  TEST_CASE_TEMPLATE("jit emu: every functor of the elementwise table matches its CPU functor in "
+                     "float64, contiguous and strided",
                      T, float, double, mt::Half, mt::BFloat16) {
-    namespace op = emu::mt::op;
-    check_elementwise<T, op::Add, 2>(0.5, [](double x, double y, double a) { return x + a * y; }, -4, 4);
-    check_elementwise<T, op::Div, 2>(0, [](double x, double y, double) { return x / y; }, 0.5, 4);
-    check_elementwise<T, op::SquaredDiff, 2>(0, [](double x, double y, double) { return (x - y) * (x - y); }, -4, 4);
-    check_elementwise<T, op::Exp, 1>(0, [](double x, double) { return std::exp(x); }, -4, 4);
-    check_elementwise<T, op::Sigmoid, 1>(0, [](double x, double) { return 1 / (1 + std::exp(-x)); }, -8, 8);
-    check_elementwise<T, op::Tanh, 1>(0, [](double x, double) { return std::tanh(x); }, -4, 4);
-    check_elementwise<T, op::Relu, 1>(0, [](double x, double) { return x < 0 ? 0 : x; }, -4, 4);
-    check_elementwise<T, op::Sign, 1>(0, [](double x, double) { return double((x > 0) - (x < 0)); }, -4, 4);
-    check_elementwise<T, op::Pow, 1>(3, [](double x, double p) { return std::pow(x, p); }, -3, 3);
-    check_elementwise<T, op::DivS, 1>(4, [](double x, double s) { return x / s; }, -4, 4);
+    using namespace mt::ew;  // the rows' flags
+    int checked = 0;
+#define MT_EW_CHECK(Id, name, arity, flags, ...) \
+  check_row<T, emu::mt::op::Id, (flags), Arity::arity>(Fn::Id, checked);
+    MT_ELEMENTWISE_OPS(MT_EW_CHECK)
+#undef MT_EW_CHECK
+    int with_functor = 0;
+    for (const Row& r : kRows) with_functor += r.has_device_functor();
+    CHECK(checked == with_functor);
+    CHECK(checked >= 20);
+  }
+
+  TEST_CASE("jit: every functor of elementwise.cu is a row of the elementwise table") {
+    // A functor no row names is dead code that no test runs (the emulated test above goes
+    // by the rows).
+    const std::string_view src = embedded_source("elementwise.cu");
+    const std::string_view open = "namespace op {", close = "}  // namespace op";
+    const size_t begin = src.find(open), end = src.find(close);
+    REQUIRE((begin != std::string_view::npos && end != std::string_view::npos));
+    std::vector<std::string> functors;
+    for (size_t at = src.find("struct ", begin); at < end; at = src.find("struct ", at + 1)) {
+      const size_t name = at + 7;
+      functors.emplace_back(src.substr(name, src.find_first_of(" {", name) - name));
+    }
+    CHECK(functors.size() >= 20);
+    for (const std::string& f : functors) {
+      CAPTURE(f);
+      CHECK(std::any_of(std::begin(mt::ew::kRows), std::end(mt::ew::kRows),
+                        [&](const mt::ew::Row& r) { return r.id == f && r.has_device_functor(); }));
+    }
+    for (const mt::ew::Row& r : mt::ew::kRows) {
+      CAPTURE(r.id);
+      if (r.has_device_functor())
+        CHECK(std::find(functors.begin(), functors.end(), std::string(r.id)) != functors.end());
+    }
   }
 
   TEST_CASE("jit emu: int64 elementwise kernels compute in int64, powers by squaring") {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/elementwise_table.h"
 #include "minitensor.h"
 #include "runtime/view.h"
 #include "tests/helpers.h"
@@ -284,7 +285,15 @@ Reference unary_ref(std::function<double(double)> f) {
 }
 
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
-double sign_ref(double x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+
+// The unary rows of the elementwise table: the ops mt::<name>.
+std::vector<ew::Row> unary_rows() {
+  std::vector<ew::Row> rows;
+  for (const ew::Row& r : ew::kRows)
+    if (r.arity == ew::Arity::Unary) rows.push_back(r);
+  return rows;
+}
+std::string op_name(const ew::Row& r) { return fmt::format("mt::{}", r.name); }
 
 // The shape a view/reshape gives, with one -1 resolved.
 Shape resolve(std::vector<int64_t> shape, int64_t numel) {
@@ -305,23 +314,19 @@ std::map<std::string, OpEntry> build_table() {
   auto positive = one_tensor_samples(0.5, 2);
   auto any = one_tensor_samples(-2, 2);
 
-  // Elementwise unary.
-  table["mt::neg"] = {any, unary_ref([](double x) { return -x; })};
-  table["mt::exp"] = {any, unary_ref([](double x) { return std::exp(x); })};
-  table["mt::log"] = {positive, unary_ref([](double x) { return std::log(x); })};
-  table["mt::sqrt"] = {positive, unary_ref([](double x) { return std::sqrt(x); })};
-  table["mt::sigmoid"] = {any, unary_ref(sigmoid_ref)};
-  table["mt::tanh"] = {any, unary_ref([](double x) { return std::tanh(x); })};
-  table["mt::silu"] = {any, unary_ref([](double x) { return x * sigmoid_ref(x); })};
-  // abs, sign and relu: integers and exact zeros too (zeros only for values: relu has a
-  // kink there, which central differences see as slope 1/2).
-  auto with_kinks = any;
-  with_kinks.push_back({"int64 [6]", {make({6}, I64, -5, 5)}});
-  with_kinks.push_back(
-      {"zeros [2, 3] float32", {values({0, -0.0, 1, -1, 0, 2}, {2, 3}, F32)}, false});
-  table["mt::abs"] = {with_kinks, unary_ref([](double x) { return std::abs(x); })};
-  table["mt::sign"] = {with_kinks, unary_ref(sign_ref)};
-  table["mt::relu"] = {with_kinks, unary_ref([](double x) { return x > 0 ? x : 0.0; })};
+  // Elementwise unary: every unary row of kernels/elementwise_table.h, against its CPU
+  // functor in float64; the kInt rows on integers and exact zeros too (zeros only for
+  // values: relu has a kink there, which central differences see as slope 1/2).
+  for (const ew::Row& r : unary_rows()) {
+    std::vector<Sample> samples = r.positive() ? positive : any;
+    if (r.int_ok()) {
+      samples.push_back({"int64 [6]", {make({6}, I64, -5, 5)}});
+      samples.push_back(
+          {"zeros [2, 3] float32", {values({0, -0.0, 1, -1, 0, 2}, {2, 3}, F32)}, false});
+    }
+    const auto f = r.f64;
+    table[op_name(r)] = {samples, unary_ref([f](double x) { return f(x, 0, 0); })};
+  }
   std::vector<Sample> pow_samples;
   for (double p : {2.0, 3.0, 0.5, -1.0, 1.5, 0.0, 1.0})
     for (auto& s : one_tensor_samples(p == std::trunc(p) ? -2 : 0.5, 2, {p}))
@@ -1101,12 +1106,17 @@ void check_ops_gpu(const std::vector<std::string>& names) {
   }
 }
 
+// The unary rows of the elementwise table, pow and the fused SiLU gradient.
+std::vector<std::string> unary_family() {
+  std::vector<std::string> names = {"mt::pow", "mt::silu_backward"};
+  for (const ew::Row& r : unary_rows()) names.push_back(op_name(r));
+  return names;
+}
+
 // Which test case checks which ops; every table entry is in exactly one family.
 const std::map<std::string, std::vector<std::string>>& families() {
   static const auto* f = new std::map<std::string, std::vector<std::string>>{
-      {"unary",
-       {"mt::neg", "mt::exp", "mt::log", "mt::sqrt", "mt::pow", "mt::abs", "mt::sign",
-        "mt::sigmoid", "mt::tanh", "mt::relu", "mt::silu", "mt::silu_backward"}},
+      {"unary", unary_family()},
       {"binary",
        {"mt::add", "mt::sub", "mt::mul", "mt::div", "mt::add.Scalar", "mt::sub.Scalar",
         "mt::mul.Scalar", "mt::div.Scalar"}},

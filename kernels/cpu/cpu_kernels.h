@@ -7,22 +7,24 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/elementwise_table.h"
 #include "runtime/tensor.h"
 
 namespace mt::cpu {
 
-// Elementwise. Inputs broadcast to out's shape; the math happens in out's dtype
-// (float32 for float16/bfloat16 outputs), so a caller that promotes int64 + float32
-// passes a float32 out. out may be one of the inputs (in place), but must not
-// partially overlap one.
-enum class UnaryOp { Neg, Exp, Log, Sqrt, Abs, Sigmoid, Tanh, Relu, Silu };
+// Elementwise: the rows of kernels/elementwise_table.h, each computed with its CPU
+// functor. Inputs broadcast to out's shape; the math happens in out's dtype (float32 for
+// float16/bfloat16 outputs), so a caller that promotes int64 + float32 passes a float32
+// out. out may be one of the inputs (in place), but must not partially overlap one.
+using UnaryOp = ew::Fn;   // a row of Arity::Unary
+using BinaryOp = ew::Fn;  // a row of Arity::Binary
 void unary(UnaryOp op, const Tensor& x, const Tensor& out);
 void pow_scalar(const Tensor& x, double exponent, const Tensor& out);
 
-enum class BinaryOp { Add, Sub, Mul, Div };
 // out = a op (alpha * b) for Add and Sub, a op b for Mul and Div.
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1);
-void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);  // a op s
+// a op s, with the Scalar row of op's name (Add: AddS).
+void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);
 // out = cond ? a : b, all three broadcast to out's shape.
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 

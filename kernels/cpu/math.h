@@ -76,4 +76,17 @@ inline C silu_of(C x) {
   return x / (C(1) + exp_f32_sat(-x));
 }
 
+// x^p: libm for the floating types; for int64 by squaring (p >= 0), wrapping like
+// PyTorch's int64 pow on overflow.
+inline float pow_of(float x, float p) { return std::pow(x, p); }
+inline double pow_of(double x, double p) { return std::pow(x, p); }
+inline int64_t pow_of(int64_t x, int64_t p) {
+  uint64_t r = 1, b = uint64_t(x);
+  for (uint64_t k = uint64_t(p); k; k >>= 1) {
+    if (k & 1) r *= b;
+    b *= b;
+  }
+  return int64_t(r);
+}
+
 }  // namespace mt::cpu

@@ -1,8 +1,9 @@
 // The elementwise ops on the GPU from four templates: unary and binary, each contiguous
 // (16-byte packs when every pointer is aligned) and strided (views and broadcasts read in
-// place; a broadcast dim has stride 0). An op is one functor below: one line of math on
-// the compute type C (float for the 16-bit types), with the op's two scalars a and b
-// (alpha, the scalar operand, the exponent) already converted to C.
+// place; a broadcast dim has stride 0). An op is one functor below, named by the Id of its
+// row in kernels/elementwise_table.h: one line of math on the compute type C (float for
+// the 16-bit types), with the op's two scalars a and b (alpha, the scalar operand, the
+// exponent) already converted to C.
 // All operands of one launch share the dtype T; the host converts mixed inputs first.
 #include "common.cuh"
 
@@ -24,6 +25,7 @@ struct Sign    { template <class C> __device__ C operator()(C x, C, C) const { r
 struct Sigmoid { template <class C> __device__ C operator()(C x, C, C) const { return C(1) / (C(1) + exp_(-x)); } };
 struct Tanh    { template <class C> __device__ C operator()(C x, C, C) const { return tanh_(x); } };
 struct Relu    { template <class C> __device__ C operator()(C x, C, C) const { return x < C(0) ? C(0) : x; } };
+struct Gelu    { template <class C> __device__ C operator()(C x, C, C) const { return C(0.5) * x * (C(1) + tanh_(C(0.7978845608028654) * (x + C(0.044715) * x * x * x))); } };
 struct Pow     { template <class C> __device__ C operator()(C x, C p, C) const { return pow_(x, p); } };
 struct AddS    { template <class C> __device__ C operator()(C x, C s, C) const { return x + s; } };
 struct SubS    { template <class C> __device__ C operator()(C x, C s, C) const { return x - s; } };
@@ -35,7 +37,6 @@ struct Sub         { template <class C> __device__ C operator()(C x, C y, C alph
 struct Mul         { template <class C> __device__ C operator()(C x, C y, C, C) const { return x * y; } };
 struct Div         { template <class C> __device__ C operator()(C x, C y, C, C) const { return x / y; } };
 struct SquaredDiff { template <class C> __device__ C operator()(C x, C y, C, C) const { return (x - y) * (x - y); } };
-struct ScaledDiff  { template <class C> __device__ C operator()(C x, C y, C s, C) const { return s * (x - y); } };
 // clang-format on
 }  // namespace op
 

@@ -4,14 +4,14 @@
 // code is kernels/cuda/*.cu, compiled by NVRTC on first use (kernels/jit). Inputs may be
 // strided or broadcast; they are read in place where the kernel can (elementwise), and
 // copied to a contiguous layout where it cannot (reductions over non-adjacent dims).
-// Every file builds without CUDA too; there nothing can be a CUDA tensor, and a call that
-// gets one anyway throws (kernels/gpu/launch.cpp's stream_of).
+// A build without CUDA compiles these too; a call that gets a CUDA tensor anyway says the
+// build has no CUDA backend.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
-#include "kernels/cpu/cpu_kernels.h"  // UnaryOp, BinaryOp
+#include "kernels/cpu/cpu_kernels.h"  // UnaryOp, BinaryOp: rows of the elementwise table
 #include "runtime/tensor.h"
 
 namespace mt::gpu {
@@ -19,12 +19,11 @@ namespace mt::gpu {
 using cpu::BinaryOp;
 using cpu::UnaryOp;
 
-// Elementwise: inputs broadcast to out's shape and are converted to out's dtype first
-// when they differ (one extra pass; the kernels take one dtype). Math in float for the
-// 16-bit types. int64 works for neg, abs, relu, sign, pow, add, sub, mul; bool goes
-// through int64.
+// Elementwise, the rows of kernels/elementwise_table.h: inputs broadcast to out's shape
+// and are converted to out's dtype first when they differ (one extra pass; the kernels
+// take one dtype). Math in float for the 16-bit types. int64 works for the kInt rows
+// (neg, abs, sign, relu, pow, add, sub, mul); bool goes through int64.
 void unary(UnaryOp op, const Tensor& x, const Tensor& out);
-void sign(const Tensor& x, const Tensor& out);
 void pow_scalar(const Tensor& x, double exponent, const Tensor& out);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1);
 void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);

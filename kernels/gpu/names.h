@@ -5,28 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/elementwise_table.h"
 #include "kernels/jit/builtin.h"
 #include "runtime/dtype.h"
 
 namespace mt::gpu {
 
-// The functors of elementwise.cu (struct mt::op::<functor>).
-enum class EwFn {
-  Neg, Exp, Log, Sqrt, Abs, Sign, Sigmoid, Tanh, Relu, Pow, AddS, SubS, MulS, DivS,
-  Add, Sub, Mul, Div, SquaredDiff,
-};
-inline constexpr int kNumEwFns = int(EwFn::SquaredDiff) + 1;
-
-struct EwFnInfo {
-  const char* name;     // the op, for messages: "exp"
-  const char* functor;  // "Exp"
-  int arity;            // tensor operands: 1 or 2
-  bool int_ok;          // has an int64 instantiation
-};
-const EwFnInfo& ew_fn_info(EwFn fn);
-
-// "unary_op<float, mt::op::Exp>", "binary_op_strided<mt::Half, mt::op::Add>".
-std::string ew_name_expression(EwFn fn, DType t, bool strided);
+// "unary_op<float, mt::op::Exp>", "binary_op_strided<mt::Half, mt::op::Add>": the template
+// of the row's arity over its functor (kernels/elementwise_table.h), which must have one.
+std::string ew_name_expression(ew::Fn fn, DType t, bool strided);
+// Whether the row has an instantiation for dtype t: every float, int64 for kInt rows.
+bool ew_has_kernel(ew::Fn fn, DType t);
 
 enum class ReduceKind { Sum, Max };
 // "reduce_rows<float, float, mt::SumR, false>": In is the input dtype (the original one
@@ -38,7 +27,8 @@ DType reduce_out_dtype(ReduceKind kind, DType in);
 std::string softmax_name_expression(DType t, bool log);
 std::string random_name_expression(DType t, bool normal);
 
-// Every kernel of the four files, each file with all its name expressions.
-std::vector<jit::EmbeddedKernelFile> kernel_files();
+// Every embedded kernel file with all its name expressions: kernels/jit's own
+// (jit::embedded_kernels: silu.cu, copy.cu) and the four above. The tests compile them all.
+std::vector<jit::EmbeddedKernelFile> all_kernel_files();
 
 }  // namespace mt::gpu

@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/gpu/names.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
 
@@ -78,9 +77,7 @@ std::vector<EmbeddedKernelFile> embedded_kernels() {
     for (int s = 0; s < kNumDTypes; ++s)
       for (bool strided : {false, true})
         copy.name_expressions.push_back(copy_cast_name_expression(DType(d), DType(s), strided));
-  std::vector<EmbeddedKernelFile> files = {silu, copy};
-  for (auto& f : gpu::kernel_files()) files.push_back(std::move(f));
-  return files;
+  return {silu, copy};
 }
 
 KernelSpec builtin_spec(std::string_view file) {

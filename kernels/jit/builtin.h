@@ -32,8 +32,9 @@ std::string silu_name_expression(SiluKernel k, DType t);
 std::string fill_name_expression(DType t, bool strided);
 std::string copy_cast_name_expression(DType dst, DType src, bool strided);
 
-// Every embedded kernel file with every name expression it is meant to be used
-// with (all dtypes); the tests compile each list whole for several architectures.
+// The kernel files of the launchers here (silu.cu, copy.cu), each with every name
+// expression it is meant to be used with (all dtypes); gpu::all_kernel_files() adds the
+// op kernels' files, and the tests compile each list whole for several architectures.
 struct EmbeddedKernelFile {
   std::string file;  // "silu.cu"
   std::vector<std::string> name_expressions;

@@ -1,8 +1,10 @@
 // mt::add, sub, mul, div (tensor and scalar forms) and the in-place add_, sub_, mul_.
 // Broadcasting and type promotion happen here; kernels/cpu computes.
 #include <cmath>
+#include <source_location>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/elementwise_table.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"
@@ -13,15 +15,8 @@ namespace {
 
 using cpu::BinaryOp;
 
-const char* name_of(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "?";
-}
+// "add": the op's name in messages, from its row of kernels/elementwise_table.h.
+const char* name_of(BinaryOp op) { return ew::row(op).name.data(); }
 
 // The output of `a op b`: the broadcast shape and the promoted dtype (div of integers is
 // float, as in PyTorch). Under FakeMode (the Fake kernel) this makes a fake tensor.
@@ -101,11 +96,14 @@ Tensor inplace_form(const Tensor& self, const Tensor& other, double alpha) {
   return self;
 }
 
+// loc, in each of these: the caller's line, what `minitensor dump` shows.
 template <BinaryOp Op>
-void register_tensor_form(const char* name, const char* schema) {
-  auto op = custom_op(name, tensor_form<Op, cpu::binary>, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, tensor_form<Op, gpu::binary>);
-  op.register_fake([](const Tensor& a, const Tensor& b, double) { return binary_result(a, b, Op); });
+void register_tensor_form(const char* name, const char* schema,
+                          std::source_location loc = std::source_location::current()) {
+  auto op = custom_op(name, tensor_form<Op, cpu::binary>, {.schema = schema}, loc);
+  op.register_kernel(DeviceType::CUDA, tensor_form<Op, gpu::binary>, loc);
+  op.register_fake([](const Tensor& a, const Tensor& b, double) { return binary_result(a, b, Op); },
+                   loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
         auto s = ctx.saved();
@@ -128,16 +126,18 @@ void register_tensor_form(const char* name, const char* schema) {
       [](AutogradContext& ctx, const Tensor& a, const Tensor& b, double alpha, const Tensor&) {
         ctx.save_for_backward({a, b});
         ctx.data["alpha"] = alpha;
-      });
+      },
+      loc);
   keep(op);
 }
 
 template <BinaryOp Op>
-void register_scalar_form(const char* name) {
+void register_scalar_form(const char* name,
+                          std::source_location loc = std::source_location::current()) {
   auto op = custom_op(name, scalar_form<Op, cpu::binary_scalar>,
-                      {.schema = "(Tensor self, float other) -> Tensor"});
-  op.register_kernel(DeviceType::CUDA, scalar_form<Op, gpu::binary_scalar>);
-  op.register_fake([](const Tensor& a, double) { return scalar_result(a, Op); });
+                      {.schema = "(Tensor self, float other) -> Tensor"}, loc);
+  op.register_kernel(DeviceType::CUDA, scalar_form<Op, gpu::binary_scalar>, loc);
+  op.register_fake([](const Tensor& a, double) { return scalar_result(a, Op); }, loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
         double s = std::any_cast<double>(ctx.data["other"]);
@@ -145,18 +145,22 @@ void register_scalar_form(const char* name) {
         else if constexpr (Op == BinaryOp::Div) return div(g, s);
         else return g;
       },
-      [](AutogradContext& ctx, const Tensor&, double s, const Tensor&) { ctx.data["other"] = s; });
+      [](AutogradContext& ctx, const Tensor&, double s, const Tensor&) { ctx.data["other"] = s; },
+      loc);
   keep(op);
 }
 
 template <BinaryOp Op>
-void register_inplace(const char* name, const char* schema) {
-  auto op = custom_op(name, inplace_form<Op, cpu::binary>, {.schema = schema});
-  op.register_kernel(DeviceType::CUDA, inplace_form<Op, gpu::binary>);
-  op.register_fake([](const Tensor& self, const Tensor& other, double alpha) {
-    check_inplace(self, other, alpha, Op);
-    return self;
-  });
+void register_inplace(const char* name, const char* schema,
+                      std::source_location loc = std::source_location::current()) {
+  auto op = custom_op(name, inplace_form<Op, cpu::binary>, {.schema = schema}, loc);
+  op.register_kernel(DeviceType::CUDA, inplace_form<Op, gpu::binary>, loc);
+  op.register_fake(
+      [](const Tensor& self, const Tensor& other, double alpha) {
+        check_inplace(self, other, alpha, Op);
+        return self;
+      },
+      loc);
   keep(op);
 }
 
