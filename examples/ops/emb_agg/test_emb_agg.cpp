@@ -13,7 +13,6 @@
 
 #include "emb_agg.h"
 #include "helpers.h"
-#include "kernels/jit/nvrtc.h"  // nvrtc_available(), to skip the compile case
 #include "minitensor.h"
 
 // clang-format off

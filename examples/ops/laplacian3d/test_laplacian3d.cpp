@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "helpers.h"
-#include "kernels/jit/nvrtc.h"  // nvrtc_available(), to skip the compile case
 #include "laplacian3d.h"
 #include "minitensor.h"
 
