@@ -124,9 +124,10 @@ if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]
         --emb-agg-bench build-gpu/examples/ops/emb_agg/emb_agg_bench --json "$1/compare_scenarios.json"' _ "$OUT"
 fi
 
-# The one case that makes a driver call fail on purpose (a bad device ordinal) is left
-# out of the sanitizer runs: compute-sanitizer counts the failed API call as an error.
-NOAPI='-tce=*driver errors name*'
+# The cases that make a driver call fail on purpose (a bad device ordinal, an allocation
+# past the GPU's memory) are left out of the sanitizer runs: compute-sanitizer counts the
+# failed API call as an error.
+NOAPI='-tce=*driver errors name*,*out of memory is a clear error*'
 if want sanitize && [ -x build-gpu/tests/mt_tests ]; then
   step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
       build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' "$NOAPI"
@@ -135,7 +136,7 @@ if want sanitize && [ -x build-gpu/tests/mt_tests ]; then
   # minitensor kernel instrumented and cuBLAS's left out (instrumented, they took it past
   # 150 s; they are not ours to fix).
   step racecheck 120 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
-      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' '-tce=ops on cuda*,*driver errors name*'
+      build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' '-tce=ops on cuda*,*driver errors name*,*out of memory is a clear error*'
   step racecheck-ops 220 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
       --kernel-regex-exclude 'kns=gemm|gemv|xmma|cutlass|splitK|Kernel2|cublas' \
       build-gpu/tests/mt_tests --no-intro '-tc=ops on cuda*'
