@@ -20,3 +20,14 @@ struct StringMaker<mt::DispatchKeySet> {
   static String convert(mt::DispatchKeySet k) { return k.str().c_str(); }
 };
 }  // namespace doctest
+
+// The message of the mt::Error that fn throws, or "(no error)": for tests that check the
+// exact text users see.
+inline std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const mt::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}

@@ -2,6 +2,8 @@
 // FIFOs, directories, huge sparse files, unwritable and foreign directories. Most cases
 // store made-up results under made-up keys and need no NVRTC; the ones through get() do.
 #include <doctest/doctest.h>
+
+#include "helpers.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,14 +41,6 @@ struct TempDir {
   std::string sub(const std::string& name) const { return path + "/" + name; }
 };
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

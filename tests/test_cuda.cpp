@@ -3,6 +3,8 @@
 // and says why.
 #include <doctest/doctest.h>
 
+#include "helpers.h"
+
 #include <cstring>
 #include <string>
 #include <thread>
@@ -22,14 +24,6 @@ namespace {
 
 bool no_gpu() { return !cuda::is_available(); }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 constexpr size_t kMiB = size_t(1) << 20;
 const mt::Device kCuda0("cuda:0");

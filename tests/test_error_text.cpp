@@ -2,6 +2,8 @@
 // cannot cut what() short and a terminal escape cannot reach the terminal.
 #include <doctest/doctest.h>
 
+#include "helpers.h"
+
 #include <string>
 
 #include "dispatcher/dispatcher.h"
@@ -9,14 +11,6 @@
 #include "runtime/error.h"
 
 namespace {
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 }  // namespace
 
 TEST_CASE("quoted: user text in single quotes, with control characters and bad bytes escaped") {

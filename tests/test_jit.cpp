@@ -4,6 +4,8 @@
 // "(gpu)" run the same kernels on cuda:0 and are skipped where there is none; cases
 // that need NVRTC are skipped only where libnvrtc cannot be loaded.
 #include <doctest/doctest.h>
+
+#include "helpers.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -104,14 +106,6 @@ namespace {
 bool no_nvrtc() { return !nvrtc_available(); }
 [[maybe_unused]] bool no_gpu() { return !mt::cuda::is_available(); }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A fresh directory under /tmp, removed with everything in it.
 struct TempDir {

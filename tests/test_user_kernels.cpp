@@ -64,14 +64,6 @@ namespace {
 bool no_nvrtc() { return !jit::nvrtc_available(); }
 bool no_gpu() { return !cuda::is_available(); }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A float64 reference of x / (1 + exp(-x)).
 Tensor silu_ref(const Tensor& x) {
