@@ -15,7 +15,8 @@ commands:
   demo                      set up, build the library, tools/minitensor and the two
                             examples, run the demo and the examples
   test [--sanitize|--tsan]  set up, build, run every test suite
-  build [--sanitize|--tsan] set up and build everything
+  build [--sanitize|--tsan] [--tests]
+                            set up and build everything (--tests: only what `test` runs)
   deps                      install the missing Debian packages only
   help                      print this text (also -h, --help)
 
@@ -42,9 +43,11 @@ case "$cmd" in
 esac
 sanitize=0
 tsan=0
+tests_only=0
 for a in "$@"; do
   case "$a" in
     --sanitize) sanitize=1 ;;
+    --tests) tests_only=1 ;;
     --tsan) tsan=1 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "dev.sh: unknown option '$a' (tools/dev.sh --help lists them)" >&2; exit 2 ;;
@@ -151,6 +154,7 @@ fi
 # out), `demo` the library, the minitensor command and the two examples it runs.
 case "$cmd" in
   test) ninja_targets=(meson-test-prereq) ;;
+  build) [ $tests_only -eq 0 ] || ninja_targets=(meson-test-prereq) ;;
   demo) ninja_targets=(tools/minitensor examples/silu_custom_op examples/mlp_train) ;;
 esac
 [ $tsan -eq 0 ] || ninja_targets=(tests/mt_tests)
