@@ -64,6 +64,7 @@ fi
 # under memcheck and racecheck.
 if want tutorial && [ -x build-gpu/examples/silu_custom_op ]; then
   step tutorial 60 "$OUT/tutorial.log" build-gpu/examples/silu_custom_op
+  step demo-cuda 60 "$OUT/tutorial.log" build-gpu/tools/minitensor demo --device cuda
   step docs 120 "$OUT/tutorial.log" meson test -C build-gpu --suite extra --print-errorlogs \
       "docs tutorial" "docs readme" "example silu_custom_op"
   step tutorial-memcheck 90 "$OUT/tutorial.log" compute-sanitizer --tool memcheck \
@@ -149,7 +150,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch scenarios memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch scenarios memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
