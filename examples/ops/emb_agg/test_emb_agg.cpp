@@ -31,14 +31,6 @@ namespace {
 bool no_nvrtc() { return !jit::nvrtc_available(); }
 bool no_gpu() { return !cuda::is_available(); }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Random bags: sizes 0 to max_bag (about a quarter of them empty), rows drawn from a few
 // so duplicates are common.

@@ -31,14 +31,6 @@ namespace {
 bool no_nvrtc() { return !jit::nvrtc_available(); }
 bool no_gpu() { return !cuda::is_available(); }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // The float64 reference: every point's six neighbours by index arithmetic.
 Tensor reference(const Tensor& u, double h, bool periodic) {
