@@ -75,12 +75,14 @@ int64_t Tensor::stride_slow(int64_t d) const {
   return strides()[size_t(wrap_dim(d, dim(), "stride"))];
 }
 
+// Saturates at INT64_MAX instead of overflowing: a shape whose strides do not fit has too
+// many elements too, and the callers refuse it by its sizes (Note [Checked shapes]).
 Shape contiguous_strides(const Shape& sizes) {
   Shape s(sizes.size(), 1);
   int64_t acc = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= std::max<int64_t>(sizes[i], 1);
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(sizes[i], 1), &acc)) acc = INT64_MAX;
   }
   return s;
 }
