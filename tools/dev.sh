@@ -190,7 +190,7 @@ case "$cmd" in
       [ $rc -eq 0 ] && [ "$reports" -eq 0 ]
       exit
     fi
-    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:allocator_may_return_null=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     say "running the doctest suites ($builddir/tests/mt_tests)"
     set +e
