@@ -3,7 +3,9 @@
 compiled and run by the tests (tests/docs/meson.build) and cannot rot.
 
   doc_snippets.py extract DOC.md OUT.cpp OUT.expected.json [--root DIR]
-  doc_snippets.py check EXE EXPECTED.json     run EXE, compare its output per block
+  doc_snippets.py check EXE EXPECTED.json [--minitensor PATH]
+                                              run EXE (and the commands), compare outputs
+  doc_snippets.py anchors DOC.md|DIR... --root DIR   check the file:line anchors of the docs
 
 The blocks of one file form one program, in order, like a notebook: a later block may
 use what an earlier one declared. Each block is split into top-level items and
@@ -15,8 +17,20 @@ escaping exception. #line directives point compile errors at the markdown file.
 Markers (an HTML comment on the line just before a block):
   <!-- snippet: skip (why) -->   the next ```cpp block is not compiled (say why)
   <!-- snippet: output -->       the next ```text block is what the preceding ```cpp
-                                 block prints to stdout; `...` alone on a line matches
-                                 any lines, and inside a line matches any text.
+                                 block (or command) prints to stdout; `...` alone on a
+                                 line matches any lines, and inside a line matches any text.
+  <!-- snippet: command -->      the next ```sh block is a shell command that `check`
+                                 runs with the `minitensor` command on PATH (in a scratch
+                                 directory, with its own kernel cache), its output compared
+                                 like a block's (`check ... --minitensor PATH`).
+
+Anchors: prose (outside ``` blocks) that points at a line of the source is written
+  [runtime/dispatch_key.h:20](../runtime/dispatch_key.h#L20) (`DispatchKey`)
+that is a link whose text is PATH:LINE and whose target is that file and line (relative
+to the markdown file), followed by the symbol that line holds, in backticks and
+parentheses. `anchors` checks that the file exists and that the line contains the symbol
+(its last `::` part, as a whole word), so an anchor cannot rot silently; a bare
+`dir/file.ext:LINE` in prose, outside that form, is an error too.
 """
 import json
 import re
@@ -131,10 +145,17 @@ def generate(doc, root, out_cpp, out_json):
     text = Path(doc).read_text(encoding="utf-8")
     rel = str(Path(doc).resolve().relative_to(Path(root).resolve())) if root else doc
     blocks = parse_blocks(text, rel)
-    top, body, expected = [], [], []
-    n_cpp, last_cpp = 0, None
+    top, body, expected, commands = [], [], [], []
+    n_cpp, last_cpp, last_cmd = 0, None, None
     for b in blocks:
-        if b["lang"] in ("cpp", "c++"):
+        if b["lang"] in ("sh", "bash", "console") and b["marker"] == "command":
+            commands.append({"line": b["line"], "lines": b["lines"], "expected": None})
+            last_cmd, last_cpp = len(commands) - 1, None
+        elif b["marker"] == "output" and last_cmd is not None:
+            commands[last_cmd]["expected"] = {"line": b["line"], "lines": b["lines"]}
+            last_cmd = None
+        elif b["lang"] in ("cpp", "c++"):
+            last_cmd = None
             if b["marker"] == "skip":
                 continue
             n_cpp += 1
@@ -161,7 +182,8 @@ def generate(doc, root, out_cpp, out_json):
             f'    std::printf("{OUTPUT_MARK} uncaught exception: %s\\n", e.what());',
             "    return 1;", "  }", "  return 0;", "}", ""]
     Path(out_cpp).write_text("\n".join(out), encoding="utf-8")
-    Path(out_json).write_text(json.dumps({"doc": rel, "blocks": n_cpp, "expected": expected},
+    Path(out_json).write_text(json.dumps({"doc": rel, "blocks": n_cpp, "expected": expected,
+                                          "commands": commands},
                                          indent=1), encoding="utf-8")
 
 
@@ -184,7 +206,41 @@ def lines_match(pattern, got):
         lines_match(pattern[1:], got[1:])
 
 
-def check(exe, json_path):
+def run_commands(spec, minitensor):
+    """Runs the doc's command blocks; returns whether all printed what the doc says."""
+    import os
+    import tempfile
+    ok = True
+    if spec.get("commands") and not minitensor:
+        print(f"[doc_snippets] {spec['doc']}: {len(spec['commands'])} commands not run "
+              "(no minitensor command was built)")
+        return True
+    for c in spec.get("commands", []):
+        with tempfile.TemporaryDirectory() as scratch:
+            env = dict(os.environ)
+            env["PATH"] = str(Path(minitensor).resolve().parent) + os.pathsep + env.get("PATH", "")
+            env["MT_KERNEL_CACHE"] = str(Path(scratch) / "kernels")
+            for var in ("MT_TRACE", "MT_LOG"):
+                env.pop(var, None)
+            script = "set -o pipefail\n" + "\n".join(c["lines"])
+            p = subprocess.run(["bash", "-c", script], cwd=scratch, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        got = p.stdout.splitlines()
+        where = f"{spec['doc']}:{c['line']}"
+        print(f"[doc_snippets] $ {' '.join(c['lines'])}\n" + p.stdout + p.stderr, end="")
+        if p.returncode != 0:
+            ok = False
+            print(f"[doc_snippets] {where}: the command exited with {p.returncode}")
+        e = c["expected"]
+        if e is not None and not lines_match(e["lines"], got):
+            ok = False
+            print(f"[doc_snippets] {spec['doc']}:{e['line']}: the output block does not match "
+                  f"what the command printed.\n--- documented\n" + "\n".join(e["lines"]) +
+                  "\n--- printed\n" + "\n".join(got))
+    return ok
+
+
+def check(exe, json_path, minitensor=None):
     spec = json.loads(Path(json_path).read_text(encoding="utf-8"))
     p = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sys.stdout.write(p.stdout)
@@ -211,20 +267,91 @@ def check(exe, json_path):
             print(f"[doc_snippets] {spec['doc']}:{e['line']}: the output block does not match "
                   f"what block {e['block']} printed.\n--- documented\n" + "\n".join(e["lines"]) +
                   "\n--- printed\n" + "\n".join(got))
-    print(f"[doc_snippets] {spec['doc']}: {spec['blocks']} blocks, "
-          f"{len(spec['expected'])} documented outputs: {'FAIL' if failed else 'OK'}")
+    if not run_commands(spec, minitensor):
+        failed = True
+    print(f"[doc_snippets] {spec['doc']}: {spec['blocks']} blocks, {len(spec.get('commands', []))} "
+          f"commands, {len(spec['expected']) + sum(c['expected'] is not None for c in spec.get('commands', []))}"
+          f" documented outputs: {'FAIL' if failed else 'OK'}")
     return 1 if failed else 0
 
 
+ANCHOR = re.compile(r"\[(?P<text>[^\]]+)\]\((?P<href>[^)#\s]+)#L(?P<line>\d+)\)"
+                    r"(?:\s*\(`(?P<sym>[^`]+)`\))?")
+BARE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.(?:h|hpp|cpp|cu|cuh|py|sh|md|build|txt)):(\d+)")
+
+
+def check_anchors(docs, root):
+    """Every PATH:LINE anchor of the docs' prose: the file exists and the line holds the
+    named symbol. Returns the number of problems (each printed)."""
+    problems, count = 0, 0
+    root = Path(root).resolve()
+    for doc in docs:
+        doc = Path(doc).resolve()
+        rel = doc.relative_to(root)
+        fenced = False
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip().startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced:
+                continue
+            where = f"{rel}:{n}"
+
+            def bad(msg):
+                nonlocal problems
+                problems += 1
+                print(f"[doc_snippets] {where}: {msg}")
+
+            for m in ANCHOR.finditer(line):
+                count += 1
+                target = (doc.parent / m["href"]).resolve()
+                path = target.relative_to(root) if target.is_relative_to(root) else target
+                want = f"{path}:{m['line']}"
+                if m["text"].strip("`") != want:
+                    bad(f"the anchor's text '{m['text']}' should be '{want}', as its link says")
+                if not m["sym"]:
+                    bad(f"the anchor {want} names no symbol: follow it with (`symbol`)")
+                    continue
+                if not target.is_file():
+                    bad(f"the anchor {want}: no such file")
+                    continue
+                lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+                k = int(m["line"])
+                word = re.split(r"::|\.", m["sym"].strip())[-1].rstrip("()")
+                if k < 1 or k > len(lines):
+                    bad(f"the anchor {want}: the file has {len(lines)} lines")
+                elif not re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", lines[k - 1]):
+                    hint = [i + 1 for i, l in enumerate(lines)
+                            if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", l)][:5]
+                    bad(f"the anchor {want} names `{m['sym']}`, but that line is "
+                        f"'{lines[k - 1].strip()}' (`{word}` is on lines {hint or 'none'})")
+            for m in BARE.finditer(ANCHOR.sub("", line)):
+                bad(f"'{m.group(0)}' points at a line without the anchor form "
+                    f"[{m.group(0)}](../{m.group(1)}#L{m.group(2)}) (`symbol`), so no test checks it")
+    print(f"[doc_snippets] anchors: {count} in {len(docs)} files, {problems} problems: "
+          f"{'FAIL' if problems else 'OK'}")
+    return 1 if problems else 0
+
+
 def main(argv):
+    if len(argv) >= 3 and argv[1] == "anchors":
+        args = argv[2:]
+        root = "."
+        if "--root" in args:
+            i = args.index("--root")
+            root = args[i + 1]
+            del args[i:i + 2]
+        docs = [d for a in args for d in (sorted(Path(a).glob("*.md")) if Path(a).is_dir() else [a])]
+        return check_anchors(docs, root)
     if len(argv) >= 5 and argv[1] == "extract":
         root = None
         if "--root" in argv:
             root = argv[argv.index("--root") + 1]
         generate(argv[2], root, argv[3], argv[4])
         return 0
-    if len(argv) == 4 and argv[1] == "check":
-        return check(argv[2], argv[3])
+    if len(argv) in (4, 6) and argv[1] == "check":
+        minitensor = argv[5] if len(argv) == 6 and argv[4] == "--minitensor" else None
+        return check(argv[2], argv[3], minitensor)
     print(__doc__, file=sys.stderr)
     return 2
 
