@@ -252,7 +252,10 @@ void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {
 namespace {
 // Whether the comma-separated list in environment variable `var` holds `word` (whole
 // words only: MT_TRACE=nodispatch is not dispatch); warns once about words it does not know.
-bool env_list_has(const char* var, std::string_view word) {
+// `others` are the list's words that another part of the library reads (MT_LOG=jit: the
+// kernel cache, kernels/jit/cache.cpp).
+bool env_list_has(const char* var, std::string_view word,
+                  std::initializer_list<std::string_view> others = {}) {
   const char* v = std::getenv(var);
   if (!v) return false;
   bool found = false;
@@ -265,23 +268,24 @@ bool env_list_has(const char* var, std::string_view word) {
     while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
     if (w == word)
       found = true;
-    else if (!w.empty())
+    else if (!w.empty() && std::find(others.begin(), others.end(), w) == others.end())
       unknown.push_back(mt::quoted(w));
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
   if (!unknown.empty())
-    std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %.*s)\n", var,
+    std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
                  unknown.size() == 1 ? "word" : "words",
-                 fmt::format("{}", fmt::join(unknown, ", ")).c_str(), int(word.size()),
-                 word.data());
+                 fmt::format("{}", fmt::join(unknown, ", ")).c_str(),
+                 fmt::format("{}{}{}", word, others.size() ? ", " : "", fmt::join(others, ", "))
+                     .c_str());
   return found;
 }
 }  // namespace
 
 Dispatcher::Dispatcher() {
   if (env_list_has("MT_TRACE", "dispatch")) detail::g_trace_dispatch.store(true);
-  if (env_list_has("MT_LOG", "registration")) log_registrations_.store(true);
+  if (env_list_has("MT_LOG", "registration", {"jit"})) log_registrations_.store(true);
 }
 
 Dispatcher& Dispatcher::singleton() {

@@ -589,6 +589,23 @@ TEST_SUITE("jit") {
     CHECK(entries[0].age_s < 60);
     CHECK(cache.disk_bytes() == entries[0].size_bytes);
 
+    // MT_LOG=jit (set_log here): one line a get, naming the level that served it.
+    std::vector<std::string> lines;
+    mt::dispatcher().set_log_sink([&](std::string_view l) { lines.emplace_back(l); });
+    cache.set_log(true);
+    cache.get(req);
+    KernelCache other({.dir = dir.path, .log = true});
+    other.get(req);
+    other.get(tiny_request(1, 80));
+    cache.set_log(false);
+    cache.get(req);
+    mt::dispatcher().set_log_sink(nullptr);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0] == fmt::format("[jit] memory hit tiny.cu [tiny<float>] for sm_90 (key {})", key.substr(0, 16)));
+    CHECK(lines[1].starts_with("[jit] disk hit   tiny.cu [tiny<float>] for sm_90, "));
+    CHECK(lines[2].starts_with("[jit] compile    tiny.cu [tiny<float>] for sm_80, "));
+    CHECK(lines[2].ends_with(fmt::format(" ms (key {})", cache_key(tiny_request(1, 80)).substr(0, 16))));
+
     // Another arch is another entry.
     cache.get(tiny_request(1, 80));
     CHECK(cache.list().size() == 2);

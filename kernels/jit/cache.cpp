@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dispatcher/dispatcher.h"
 #include "kernels/jit/sha256.h"
 #include "runtime/error.h"
 
@@ -380,6 +381,10 @@ CacheConfig CacheConfig::from_env() {
   } else if (const std::string home = env("HOME"); !home.empty()) {
     c.dir = home + "/.cache/minitensor/kernels";
   }
+  // MT_LOG is a comma list of words; the dispatcher reads (and warns about) the others.
+  std::string log = "," + env("MT_LOG") + ",";
+  std::erase(log, ' ');
+  c.log = log.find(",jit,") != std::string::npos;
   if (const std::string mb = env("MT_KERNEL_CACHE_MAX_MB"); !mb.empty()) {
     uint64_t v = 0;
     auto [p, ec] = std::from_chars(mb.data(), mb.data() + mb.size(), v);
@@ -392,7 +397,21 @@ CacheConfig CacheConfig::from_env() {
   return c;
 }
 
-KernelCache::KernelCache(CacheConfig config) : config_(std::move(config)) {}
+KernelCache::KernelCache(CacheConfig config) : config_(std::move(config)), log_(config_.log) {}
+
+namespace {
+// MT_LOG=jit: which level served a request, one line a get().
+void log_get(std::string_view level, const CompileRequest& r, const std::string& key, double ms) {
+  const size_t n = r.name_expressions.size();
+  const std::string kernels = n == 0   ? std::string()
+                              : n == 1 ? fmt::format(" [{}]", r.name_expressions[0])
+                                       : fmt::format(" [{} and {} more]", r.name_expressions[0], n - 1);
+  Dispatcher::singleton().log(fmt::format("[jit] {:<10} {}{} for {}{} (key {})", level, r.name,
+                                          kernels, nvrtc_target(r.arch),
+                                          ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "",
+                                          key.substr(0, 16)));
+}
+}  // namespace
 
 void KernelCache::count(uint64_t CacheStats::*field, double CacheStats::*ms, double value) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -413,6 +432,7 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
   std::lock_guard<std::mutex> fill(slot->mutex);
   if (slot->result) {
     count(&CacheStats::memory_hits);
+    if (log_) log_get("memory hit", r, key, -1);
     return slot->result;
   }
   if (disk_enabled()) {
@@ -422,12 +442,14 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
       count(&CacheStats::disk_hits, &CacheStats::disk_load_ms, ms);
+      if (log_) log_get("disk hit", r, key, ms);
       slot->result = std::make_shared<const CompileResult>(std::move(*res));
       return slot->result;
     }
   }
   CompileResult res = compile(r.source, r.name, r.name_expressions, r.options, r.arch, r.headers);
   count(&CacheStats::misses, &CacheStats::compile_ms, res.compile_ms);
+  if (log_) log_get("compile", r, key, res.compile_ms);
   if (disk_enabled() && store(key, res, &r)) evict(key);
   slot->result = std::make_shared<const CompileResult>(std::move(res));
   return slot->result;

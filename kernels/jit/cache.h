@@ -3,6 +3,7 @@
 // in cache.cpp says how files stay valid with several processes at once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,9 @@ struct CacheConfig {
   static CacheConfig from_env();
   // Print the first reason the disk cache cannot be used or written to stderr, once.
   bool warn = true;
+  // One line a get() through the dispatcher's log sink: "[jit] compile|disk hit|memory hit
+  // NAME ..." (MT_LOG=jit; KernelCache::set_log).
+  bool log = false;
 };
 
 struct CacheStats {
@@ -82,6 +86,7 @@ class KernelCache {
   const CacheConfig& config() const { return config_; }
   bool disk_enabled() const { return !config_.dir.empty(); }
   void set_max_bytes(uint64_t max_bytes);
+  void set_log(bool on) { log_.store(on); }
   CacheStats stats() const;
   void reset_stats();
 
@@ -121,6 +126,7 @@ class KernelCache {
   bool dir_usable();  // false (and reported) when the directory belongs to another user
 
   CacheConfig config_;
+  std::atomic<bool> log_;
   mutable std::mutex mutex_;  // guards slots_, stats_ and config_.max_bytes
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
   CacheStats stats_;
