@@ -30,7 +30,8 @@ that is a link whose text is PATH:LINE and whose target is that file and line (r
 to the markdown file), followed by the symbol that line holds, in backticks and
 parentheses. `anchors` checks that the file exists and that the line contains the symbol
 (its last `::` part, as a whole word), so an anchor cannot rot silently; a bare
-`dir/file.ext:LINE` in prose, outside that form, is an error too.
+`dir/file.ext:LINE` in prose, outside that form, is an error too, and so is a link to a
+section (`page.md#title`) that the page does not have.
 """
 import json
 import re
@@ -280,6 +281,22 @@ ANCHOR = re.compile(r"\[(?P<text>[^\]]+)\]\((?P<href>[^)#\s]+)#L(?P<line>\d+)\)"
 BARE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.(?:h|hpp|cpp|cu|cuh|py|sh|md|build|txt)):(\d+)")
 
 
+SECTION_LINK = re.compile(r"\]\((?P<file>[\w./-]*\.md)?#(?P<frag>[\w-]+)\)")
+
+
+def heading_slugs(path):
+    """GitHub's ids of a markdown file's headings (lowercase, punctuation dropped, spaces
+    to '-'), outside ``` blocks."""
+    slugs, fenced = set(), False
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            slugs.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return slugs
+
+
 def check_anchors(docs, root):
     """Every PATH:LINE anchor of the docs' prose: the file exists and the line holds the
     named symbol. Returns the number of problems (each printed)."""
@@ -325,6 +342,12 @@ def check_anchors(docs, root):
                             if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", l)][:5]
                     bad(f"the anchor {want} names `{m['sym']}`, but that line is "
                         f"'{lines[k - 1].strip()}' (`{word}` is on lines {hint or 'none'})")
+            for m in SECTION_LINK.finditer(line):
+                target = (doc.parent / m["file"]) if m["file"] else doc
+                if not target.is_file():
+                    bad(f"the link to {m['file']}#{m['frag']}: no such file")
+                elif m["frag"] not in heading_slugs(target):
+                    bad(f"the link to {m['file'] or ''}#{m['frag']}: no such section in {target.name}")
             for m in BARE.finditer(ANCHOR.sub("", line)):
                 bad(f"'{m.group(0)}' points at a line without the anchor form "
                     f"[{m.group(0)}](../{m.group(1)}#L{m.group(2)}) (`symbol`), so no test checks it")
