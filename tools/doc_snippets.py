@@ -2,7 +2,7 @@
 """Turns the ```cpp blocks of a markdown file into one C++ program, so the docs' code is
 compiled and run by the tests (tests/docs/meson.build) and cannot rot.
 
-  doc_snippets.py extract DOC.md OUT.cpp OUT.expected.json [--root DIR]
+  doc_snippets.py extract DOC.md [DOC.md...] OUT.cpp OUT.expected.json [--root DIR]
   doc_snippets.py check EXE EXPECTED.json [--minitensor PATH]
                                               run EXE (and the commands), compare outputs
   doc_snippets.py anchors DOC.md|DIR... --root DIR   check the file:line anchors of the docs
@@ -142,15 +142,29 @@ def is_top_level(first):
     return bool(FUNCTION.match(first)) and "=" not in head and "." not in head and "->" not in head
 
 
-def generate(doc, root, out_cpp, out_json):
-    text = Path(doc).read_text(encoding="utf-8")
-    rel = str(Path(doc).resolve().relative_to(Path(root).resolve())) if root else doc
-    blocks = parse_blocks(text, rel)
+def generate(docs, root, out_cpp, out_json):
+    """One program from the C++ blocks of `docs`, in order (several pages may share one
+    program, to save a compile in CI: their blocks then share one main())."""
     top, body, expected, commands = [], [], [], []
-    n_cpp, last_cpp, last_cmd = 0, None, None
+    n_cpp, names = 0, []
+    for doc in docs:
+        text = Path(doc).read_text(encoding="utf-8")
+        rel = str(Path(doc).resolve().relative_to(Path(root).resolve())) if root else doc
+        names.append(rel)
+        n_cpp = generate_doc(parse_blocks(text, rel), rel, n_cpp, top, body, expected, commands)
+    rel = " + ".join(names)
+    if n_cpp == 0:
+        sys.exit(f"{rel}: no ```cpp blocks")
+    write_program(rel, n_cpp, top, body, expected, commands, out_cpp, out_json)
+
+
+def generate_doc(blocks, rel, n_cpp, top, body, expected, commands):
+    """Appends one doc's blocks to the program's parts; returns the blocks counted so far."""
+    last_cpp, last_cmd = None, None
     for b in blocks:
         if b["lang"] in ("sh", "bash", "console") and b["marker"] == "command":
-            commands.append({"line": b["line"], "lines": b["lines"], "expected": None})
+            commands.append({"line": b["line"], "lines": b["lines"], "expected": None,
+                             "doc": rel})
             last_cmd, last_cpp = len(commands) - 1, None
         elif b["marker"] == "output" and last_cmd is not None:
             commands[last_cmd]["expected"] = {"line": b["line"], "lines": b["lines"]}
@@ -169,10 +183,13 @@ def generate(doc, root, out_cpp, out_json):
         elif b["marker"] == "output":
             if last_cpp is None:
                 sys.exit(f"{rel}:{b['line']}: an output block needs a ```cpp block before it")
-            expected.append({"block": last_cpp, "line": b["line"], "lines": b["lines"]})
+            expected.append({"block": last_cpp, "line": b["line"], "lines": b["lines"],
+                             "doc": rel})
             last_cpp = None
-    if n_cpp == 0:
-        sys.exit(f"{rel}: no ```cpp blocks")
+    return n_cpp
+
+
+def write_program(rel, n_cpp, top, body, expected, commands, out_cpp, out_json):
     out = [f"// Generated from {rel} by tools/doc_snippets.py; edit the markdown, not this file.",
            "#include <cstdio>", "#include <exception>", "#include \"minitensor.h\"", ""]
     out += top
@@ -227,7 +244,7 @@ def run_commands(spec, minitensor):
             p = subprocess.run(["bash", "-c", script], cwd=scratch, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
         got = p.stdout.splitlines()
-        where = f"{spec['doc']}:{c['line']}"
+        where = f"{c.get('doc', spec['doc'])}:{c['line']}"
         print(f"[doc_snippets] $ {' '.join(c['lines'])}\n" + p.stdout + p.stderr, end="")
         if p.returncode != 0:
             ok = False
@@ -235,7 +252,7 @@ def run_commands(spec, minitensor):
         e = c["expected"]
         if e is not None and not lines_match(e["lines"], got):
             ok = False
-            print(f"[doc_snippets] {spec['doc']}:{e['line']}: the output block does not match "
+            print(f"[doc_snippets] {c.get('doc', spec['doc'])}:{e['line']}: the output block does not match "
                   f"what the command printed.\n--- documented\n" + "\n".join(e["lines"]) +
                   "\n--- printed\n" + "\n".join(got))
     return ok
@@ -265,7 +282,7 @@ def check(exe, json_path, minitensor=None):
         got = outputs.get(e["block"], [])
         if not lines_match(e["lines"], got):
             failed = True
-            print(f"[doc_snippets] {spec['doc']}:{e['line']}: the output block does not match "
+            print(f"[doc_snippets] {e.get('doc', spec['doc'])}:{e['line']}: the output block does not match "
                   f"what block {e['block']} printed.\n--- documented\n" + "\n".join(e["lines"]) +
                   "\n--- printed\n" + "\n".join(got))
     if not run_commands(spec, minitensor):
@@ -367,10 +384,12 @@ def main(argv):
         docs = [d for a in args for d in (sorted(Path(a).glob("*.md")) if Path(a).is_dir() else [a])]
         return check_anchors(docs, root)
     if len(argv) >= 5 and argv[1] == "extract":
-        root = None
-        if "--root" in argv:
-            root = argv[argv.index("--root") + 1]
-        generate(argv[2], root, argv[3], argv[4])
+        args, root = argv[2:], None
+        if "--root" in args:
+            i = args.index("--root")
+            root = args[i + 1]
+            del args[i:i + 2]
+        generate(args[:-2], root, args[-2], args[-1])
         return 0
     if len(argv) in (4, 6) and argv[1] == "check":
         minitensor = argv[5] if len(argv) == 6 and argv[4] == "--minitensor" else None
