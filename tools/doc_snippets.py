@@ -355,10 +355,12 @@ def check_anchors(docs, root):
                 if k < 1 or k > len(lines):
                     bad(f"the anchor {want}: the file has {len(lines)} lines")
                 elif not re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", lines[k - 1]):
-                    hint = [i + 1 for i, l in enumerate(lines)
-                            if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", l)][:5]
+                    hits = [i + 1 for i, l in enumerate(lines)
+                            if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", l)]
+                    hint = (f"the nearest line holding `{word}` is {min(hits, key=lambda h: abs(h - k))}"
+                            f" (of {len(hits)})" if hits else f"`{word}` is not in the file")
                     bad(f"the anchor {want} names `{m['sym']}`, but that line is "
-                        f"'{lines[k - 1].strip()}' (`{word}` is on lines {hint or 'none'})")
+                        f"'{lines[k - 1].strip()}': {hint}")
             for m in SECTION_LINK.finditer(line):
                 target = (doc.parent / m["file"]) if m["file"] else doc
                 if not target.is_file():
