@@ -274,11 +274,10 @@ bool env_list_has(const char* var, std::string_view word,
     rest.remove_prefix(comma + 1);
   }
   if (!unknown.empty())
-    std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
-                 unknown.size() == 1 ? "word" : "words",
-                 fmt::format("{}", fmt::join(unknown, ", ")).c_str(),
-                 fmt::format("{}{}{}", word, others.size() ? ", " : "", fmt::join(others, ", "))
-                     .c_str());
+    std::fprintf(
+        stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
+        unknown.size() == 1 ? "word" : "words", fmt::format("{}", fmt::join(unknown, ", ")).c_str(),
+        fmt::format("{}{}{}", word, others.size() ? ", " : "", fmt::join(others, ", ")).c_str());
   return found;
 }
 }  // namespace

@@ -601,10 +601,12 @@ TEST_SUITE("jit") {
     cache.get(req);
     mt::dispatcher().set_log_sink(nullptr);
     REQUIRE(lines.size() == 3);
-    CHECK(lines[0] == fmt::format("[jit] memory hit tiny.cu [tiny<float>] for sm_90 (key {})", key.substr(0, 16)));
+    CHECK(lines[0] == fmt::format("[jit] memory hit tiny.cu [tiny<float>] for sm_90 (key {})",
+                                  key.substr(0, 16)));
     CHECK(lines[1].starts_with("[jit] disk hit   tiny.cu [tiny<float>] for sm_90, "));
     CHECK(lines[2].starts_with("[jit] compile    tiny.cu [tiny<float>] for sm_80, "));
-    CHECK(lines[2].ends_with(fmt::format(" ms (key {})", cache_key(tiny_request(1, 80)).substr(0, 16))));
+    CHECK(lines[2].ends_with(
+        fmt::format(" ms (key {})", cache_key(tiny_request(1, 80)).substr(0, 16))));
 
     // Another arch is another entry.
     cache.get(tiny_request(1, 80));

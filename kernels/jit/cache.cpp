@@ -403,13 +403,13 @@ namespace {
 // MT_LOG=jit: which level served a request, one line a get().
 void log_get(std::string_view level, const CompileRequest& r, const std::string& key, double ms) {
   const size_t n = r.name_expressions.size();
-  const std::string kernels = n == 0   ? std::string()
-                              : n == 1 ? fmt::format(" [{}]", r.name_expressions[0])
-                                       : fmt::format(" [{} and {} more]", r.name_expressions[0], n - 1);
-  Dispatcher::singleton().log(fmt::format("[jit] {:<10} {}{} for {}{} (key {})", level, r.name,
-                                          kernels, nvrtc_target(r.arch),
-                                          ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "",
-                                          key.substr(0, 16)));
+  const std::string kernels = n == 0 ? std::string()
+                              : n == 1
+                                  ? fmt::format(" [{}]", r.name_expressions[0])
+                                  : fmt::format(" [{} and {} more]", r.name_expressions[0], n - 1);
+  Dispatcher::singleton().log(fmt::format(
+      "[jit] {:<10} {}{} for {}{} (key {})", level, r.name, kernels, nvrtc_target(r.arch),
+      ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "", key.substr(0, 16)));
 }
 }  // namespace
 
