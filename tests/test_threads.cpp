@@ -55,7 +55,9 @@ Tensor Tensor::to(Device d) const {
   return *this;
 }
 Tensor Tensor::view(const Shape& shape) const { return detail::view_of(*this, shape); }
-Tensor Tensor::select(int64_t dim, int64_t index) const { return detail::select_of(*this, dim, index); }
+Tensor Tensor::select(int64_t dim, int64_t index) const {
+  return detail::select_of(*this, dim, index);
+}
 const Tensor& Tensor::fill_(double value) const {
   detail::fill_impl(*this, value);
   return *this;
@@ -166,13 +168,18 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
   });
 
   std::atomic<bool> stop{false};
-  const char* names[] = {"typed",  "by name", "boxed", "dropped handle",
-                         "dump",   "trace",   "autograd"};
+  const char* names[] = {"typed", "by name", "boxed",   "dropped handle",
+                         "dump",  "trace",   "autograd"};
   std::array<Outcomes, 7> out;
   std::vector<std::function<void()>> callers = {
       [&] {  // a typed handle of the stable op: its own kernel (x) or the override (7s)
         Tensor x = zeros({1});
-        out[0].run([&] { Tensor y = op(x); return y.is_same(x) || all_equal(y, 1, 7); }, {});
+        out[0].run(
+            [&] {
+              Tensor y = op(x);
+              return y.is_same(x) || all_equal(y, 1, 7);
+            },
+            {});
       },
       [&] {  // by name: looked up on every call
         Tensor x = zeros({2});
@@ -180,41 +187,50 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
                    dyn_errors);
       },
       [&] {  // boxed, through the handle found before the op was first dropped
-        out[2].run([&] {
-          Stack s{zeros({2})};
-          dyn.call_boxed(&s);
-          return s.size() == 1 && all_equal(s[0].to_tensor(), 2, 3);
-        }, dyn_errors);
+        out[2].run(
+            [&] {
+              Stack s{zeros({2})};
+              dyn.call_boxed(&s);
+              return s.size() == 1 && all_equal(s[0].to_tensor(), 2, 3);
+            },
+            dyn_errors);
       },
       [&] {  // the typed handle of the dropped op
         Tensor x = zeros({2});
         out[3].run([&] { return all_equal(dyn_typed(x), 2, 3); }, dyn_errors);
       },
       [&] {  // dump: the entry stays, with or without its schema
-        out[4].run([&] {
-          const std::string s = dispatcher().dump("test_threads_dyn::op");
-          return s.starts_with("name: test_threads_dyn::op\nschema: (none)\n") ||
-                 s.starts_with("name: test_threads_dyn::op\nschema: test_threads_dyn::op(Tensor "
-                               "x) -> Tensor\n  registered at tests/test_threads.cpp:");
-        }, {});
+        out[4].run(
+            [&] {
+              const std::string s = dispatcher().dump("test_threads_dyn::op");
+              return s.starts_with("name: test_threads_dyn::op\nschema: (none)\n") ||
+                     s.starts_with(
+                         "name: test_threads_dyn::op\nschema: test_threads_dyn::op(Tensor "
+                         "x) -> Tensor\n  registered at tests/test_threads.cpp:");
+            },
+            {});
       },
       [&] {  // the Trace key's fallback, which reads the schema
         Tensor x = zeros({2});
         CallTrace trace;
-        out[5].run([&] {
-          TraceCallsGuard guard(&trace);
-          return all_equal(dyn_typed(x), 2, 3);
-        }, dyn_errors);
+        out[5].run(
+            [&] {
+              TraceCallsGuard guard(&trace);
+              return all_equal(dyn_typed(x), 2, 3);
+            },
+            dyn_errors);
         for (const TracedCall& c : trace.calls)
           if (c.op != "test_threads_dyn::op") out[5].wrong("a traced call of " + c.op);
       },
       [&] {  // forward and backward on this thread's own tape
-        out[6].run([&] {
-          Tensor x = full({3}, 1.5, {.requires_grad = true});
-          Tensor y = twice(x);
-          backward(y, ones_like(y));
-          return all_equal(y, 3, 3) && x.grad().defined() && all_equal(x.grad(), 3, 2);
-        }, {});
+        out[6].run(
+            [&] {
+              Tensor x = full({3}, 1.5, {.requires_grad = true});
+              Tensor y = twice(x);
+              backward(y, ones_like(y));
+              return all_equal(y, 3, 3) && x.grad().defined() && all_equal(x.grad(), 3, 2);
+            },
+            {});
       },
   };
   std::vector<std::thread> threads;
@@ -271,6 +287,7 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
   CHECK(error_text([&] { dyn.call_boxed(&s); }).starts_with(dropped));
   CHECK(error_text([&] { dyn.typed<Tensor(const Tensor&)>(); }).starts_with(dropped));
   CHECK(error_text([&] { dyn.schema(); }).starts_with(dropped));
-  CHECK(error_text([&] { call<Tensor>("test_threads_dyn::op", zeros({1})); })
-            .starts_with("[dispatcher] no operator named 'test_threads_dyn::op' is registered"));
+  CHECK(error_text([&] {
+          call<Tensor>("test_threads_dyn::op", zeros({1}));
+        }).starts_with("[dispatcher] no operator named 'test_threads_dyn::op' is registered"));
 }

@@ -48,9 +48,18 @@ struct Reader {
   }
   // Mostly small values, sometimes an edge value.
   int64_t value() {
-    static const int64_t edges[] = {kMax,         kMin,       kMax / 2,        int64_t(1) << 32,
-                                    int64_t(1) << 62, (int64_t(1) << 62) + 4, 3037000500,
-                                    -(int64_t(1) << 32), kMin + 1, 100, -100, 7};
+    static const int64_t edges[] = {kMax,
+                                    kMin,
+                                    kMax / 2,
+                                    int64_t(1) << 32,
+                                    int64_t(1) << 62,
+                                    (int64_t(1) << 62) + 4,
+                                    3037000500,
+                                    -(int64_t(1) << 32),
+                                    kMin + 1,
+                                    100,
+                                    -100,
+                                    7};
     const uint8_t b = byte();
     if (b < 0xd0) return int64_t(b % 9) - 2;  // -2 .. 6
     return edges[b % (sizeof edges / sizeof edges[0])];
@@ -198,15 +207,21 @@ void run(const uint8_t* data, size_t size) {
         std::vector<int64_t> s = read_shape(in, 5), out;
         what = std::string(is_view ? "view" : "reshape") + str(s);
         call = [&t, s, is_view] { return is_view ? t.view(Shape(s)) : t.reshape(Shape(s)); };
-        if (!infer(s, numel, &out)) e = invalid();
-        else e = valid(relabel(ref, out), is_view && !t.is_contiguous() ? Verdict::Either : Verdict::Valid);
+        if (!infer(s, numel, &out))
+          e = invalid();
+        else
+          e = valid(relabel(ref, out),
+                    is_view && !t.is_contiguous() ? Verdict::Either : Verdict::Valid);
         break;
       }
       case 2: {  // expand
         std::vector<int64_t> s = read_shape(in, 5);
         what = "expand" + str(s);
         call = [&t, s] { return t.expand(Shape(s)); };
-        if (s.size() < ref.sizes.size()) { e = invalid(); break; }
+        if (s.size() < ref.sizes.size()) {
+          e = invalid();
+          break;
+        }
         const size_t lead = s.size() - ref.sizes.size();
         std::vector<int64_t> out = s;
         bool ok = true;
@@ -215,26 +230,37 @@ void run(const uint8_t* data, size_t size) {
             ok = s[i] >= 0;
           } else {
             const int64_t have = ref.sizes[i - lead];
-            if (s[i] == -1) out[i] = have;
-            else ok = s[i] >= 0 && (have == s[i] || have == 1);
+            if (s[i] == -1)
+              out[i] = have;
+            else
+              ok = s[i] >= 0 && (have == s[i] || have == 1);
           }
         }
         const i128 c = count(out);
-        if (!ok || c > i128(kMax)) { e = invalid(); break; }
+        if (!ok || c > i128(kMax)) {
+          e = invalid();
+          break;
+        }
         Verdict v = c * 8 > i128(kMax) ? Verdict::Either : Verdict::Valid;
         const std::vector<int64_t> have = ref.sizes;
-        e = valid(remap(ref, out, [&](const std::vector<int64_t>& o) {
-          std::vector<int64_t> i(have.size());
-          for (size_t d = 0; d < have.size(); ++d) i[d] = have[d] == 1 ? 0 : o[d + lead];
-          return i;
-        }), v);
+        e = valid(remap(ref, out,
+                        [&](const std::vector<int64_t>& o) {
+                          std::vector<int64_t> i(have.size());
+                          for (size_t d = 0; d < have.size(); ++d)
+                            i[d] = have[d] == 1 ? 0 : o[d + lead];
+                          return i;
+                        }),
+                  v);
         break;
       }
       case 3: {  // slice
         int64_t d = in.value(), start = in.value(), end = in.value(), st = in.value();
         what = fmt::format("slice({}, {}, {}, {})", d, start, end, st);
         call = [&t, d, start, end, st] { return t.slice(d, start, end, st); };
-        if (rank == 0 || !wrap(d, rank) || st <= 0) { e = invalid(); break; }
+        if (rank == 0 || !wrap(d, rank) || st <= 0) {
+          e = invalid();
+          break;
+        }
         const int64_t sz = ref.sizes[size_t(d)];
         i128 s0 = start < 0 ? i128(start) + sz : start, e0 = end < 0 ? i128(end) + sz : end;
         s0 = std::clamp<i128>(s0, 0, sz);
@@ -252,10 +278,16 @@ void run(const uint8_t* data, size_t size) {
         int64_t d = in.value(), start = in.value(), len = in.value();
         what = fmt::format("narrow({}, {}, {})", d, start, len);
         call = [&t, d, start, len] { return t.narrow(d, start, len); };
-        if (rank == 0 || !wrap(d, rank)) { e = invalid(); break; }
+        if (rank == 0 || !wrap(d, rank)) {
+          e = invalid();
+          break;
+        }
         const int64_t sz = ref.sizes[size_t(d)];
         const i128 s0 = start < 0 ? i128(start) + sz : start;
-        if (s0 < 0 || s0 > sz || len < 0 || s0 + len > sz) { e = invalid(); break; }
+        if (s0 < 0 || s0 > sz || len < 0 || s0 + len > sz) {
+          e = invalid();
+          break;
+        }
         std::vector<int64_t> out = ref.sizes;
         out[size_t(d)] = len;
         e = valid(remap(ref, out, [&](std::vector<int64_t> o) {
@@ -268,10 +300,16 @@ void run(const uint8_t* data, size_t size) {
         int64_t d = in.value(), i = in.value();
         what = fmt::format("select({}, {})", d, i);
         call = [&t, d, i] { return t.select(d, i); };
-        if (rank == 0 || !wrap(d, rank)) { e = invalid(); break; }
+        if (rank == 0 || !wrap(d, rank)) {
+          e = invalid();
+          break;
+        }
         const int64_t sz = ref.sizes[size_t(d)];
         const i128 i0 = i < 0 ? i128(i) + sz : i;
-        if (i0 < 0 || i0 >= sz) { e = invalid(); break; }
+        if (i0 < 0 || i0 >= sz) {
+          e = invalid();
+          break;
+        }
         std::vector<int64_t> out = ref.sizes;
         out.erase(out.begin() + d);
         e = valid(remap(ref, out, [&](std::vector<int64_t> o) {
@@ -285,7 +323,10 @@ void run(const uint8_t* data, size_t size) {
         what = fmt::format("transpose({}, {})", a, b);
         call = [&t, a, b] { return t.transpose(a, b); };
         if (rank == 0) return;  // 0-dim: conventions differ; not judged
-        if (!wrap(a, rank) || !wrap(b, rank)) { e = invalid(); break; }
+        if (!wrap(a, rank) || !wrap(b, rank)) {
+          e = invalid();
+          break;
+        }
         std::vector<int64_t> out = ref.sizes;
         std::swap(out[size_t(a)], out[size_t(b)]);
         e = valid(remap(ref, out, [&](std::vector<int64_t> o) {
@@ -305,7 +346,10 @@ void run(const uint8_t* data, size_t size) {
           ok = ok && wrap(v, rank) && !seen[size_t(v)];
           if (ok) seen[size_t(v)] = true;
         }
-        if (!ok) { e = invalid(); break; }
+        if (!ok) {
+          e = invalid();
+          break;
+        }
         std::vector<int64_t> out(static_cast<size_t>(rank));
         for (size_t i = 0; i < p.size(); ++i) out[i] = ref.sizes[size_t(p[i])];
         e = valid(remap(ref, out, [&](const std::vector<int64_t>& o) {
@@ -319,7 +363,10 @@ void run(const uint8_t* data, size_t size) {
         int64_t d = in.value();
         what = fmt::format("unsqueeze({})", d);
         call = [&t, d] { return t.unsqueeze(d); };
-        if (rank >= mt::kMaxDims || !wrap(d, rank + 1)) { e = invalid(); break; }
+        if (rank >= mt::kMaxDims || !wrap(d, rank + 1)) {
+          e = invalid();
+          break;
+        }
         std::vector<int64_t> out = ref.sizes;
         out.insert(out.begin() + d, 1);
         e = valid(relabel(ref, out));
@@ -351,9 +398,13 @@ void run(const uint8_t* data, size_t size) {
         what = fmt::format("flatten({}, {})", a, b);
         call = [&t, a, b] { return t.flatten(a, b); };
         if (rank == 0) return;  // 0-dim: conventions differ; not judged
-        if (!wrap(a, rank) || !wrap(b, rank) || a > b) { e = invalid(); break; }
+        if (!wrap(a, rank) || !wrap(b, rank) || a > b) {
+          e = invalid();
+          break;
+        }
         std::vector<int64_t> out(ref.sizes.begin(), ref.sizes.begin() + a);
-        out.push_back(int64_t(count(std::vector<int64_t>(ref.sizes.begin() + a, ref.sizes.begin() + b + 1))));
+        out.push_back(
+            int64_t(count(std::vector<int64_t>(ref.sizes.begin() + a, ref.sizes.begin() + b + 1))));
         out.insert(out.end(), ref.sizes.begin() + b + 1, ref.sizes.end());
         e = valid(relabel(ref, out));
         break;
@@ -369,8 +420,7 @@ void run(const uint8_t* data, size_t size) {
       const std::string_view m = x.what();
       if (!m.starts_with("[") || m.find("] ") == std::string_view::npos)
         die("an error without the op's name in brackets after " + trail + "\n" + x.what());
-      if (e.verdict == Verdict::Valid)
-        die("a valid call was refused: " + trail + "\n" + x.what());
+      if (e.verdict == Verdict::Valid) die("a valid call was refused: " + trail + "\n" + x.what());
       return;  // refused: the sequence ends here
     } catch (const std::exception& x) {
       die("a non-mt::Error exception after " + trail + "\n" + x.what());

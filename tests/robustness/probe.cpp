@@ -62,9 +62,9 @@ struct Case {
 enum Verdict : int {
   kClearError = 10,
   kHandled = 11,
-  kUnclearError = 12,   // an mt::Error whose message is not in the promised format
-  kOtherException = 13, // not an mt::Error
-  kAccepted = 14,       // no error where one was due
+  kUnclearError = 12,    // an mt::Error whose message is not in the promised format
+  kOtherException = 13,  // not an mt::Error
+  kAccepted = 14,        // no error where one was due
   kWrongResult = 15,
 };
 
@@ -139,11 +139,12 @@ void race_define_and_drop() {
     while (!stop) check([&] { return call<Tensor>("probe_race::op", zeros({1})); });
   });
   ts.emplace_back([&] {
-    while (!stop) check([&] {
-      Stack s{zeros({1})};
-      h.call_boxed(&s);
-      return s.at(0).to_tensor();
-    });
+    while (!stop)
+      check([&] {
+        Stack s{zeros({1})};
+        h.call_boxed(&s);
+        return s.at(0).to_tensor();
+      });
   });
   ts.emplace_back([&] {
     while (!stop) check([&] { return typed(zeros({1})); });
@@ -183,9 +184,12 @@ std::vector<Case> make_cases() {
     FakeMode fake;
     empty({1LL << 40, 1LL << 40});
   });
-  err("factories", "empty [0, 2^32, 2^32] (strides overflow)", [] { empty({0, 1LL << 32, 1LL << 32}); });
+  err("factories", "empty [0, 2^32, 2^32] (strides overflow)", [] {
+    empty({0, 1LL << 32, 1LL << 32});
+  });
   err("factories", "empty negative size", [] { empty({2, -3}); });
-  err("factories", "empty bool [INT64_MAX - 30] (out of memory)", [] { empty({kMax - 30}, {.dtype = DType::Bool}); });
+  err("factories", "empty bool [INT64_MAX - 30] (out of memory)",
+      [] { empty({kMax - 30}, {.dtype = DType::Bool}); });
   err("factories", "from_blob [2^32, 2^32]", [] {
     static float x = 0;
     from_blob(&x, {1LL << 32, 1LL << 32}, DType::Float32);
@@ -194,7 +198,9 @@ std::vector<Case> make_cases() {
     static float x = 0;
     from_blob(&x, {3}, {kMax / 2 + 1}, DType::Float32);
   });
-  err("factories", "empty_strided extent past int64, then fill_", [] { empty_strided({3, 2}, {kMax / 2, 1}).fill_(1); });
+  err("factories", "empty_strided extent past int64, then fill_", [] {
+    empty_strided({3, 2}, {kMax / 2, 1}).fill_(1);
+  });
   err("factories", "empty_strided negative stride", [] { empty_strided({2}, {-1}); });
   err("factories", "arange 2^62", [] { arange(double(1LL << 62)); });
   err("factories", "arange 0 to 1e30", [] { arange(0, 1e30); });
@@ -203,7 +209,9 @@ std::vector<Case> make_cases() {
   err("factories", "linspace 2^62 steps", [] { linspace(0, 1, 1LL << 62); });
   err("factories", "linspace negative steps", [] { linspace(0, 1, -2); });
   err("factories", "silu of empty [2^62 + 4]", [] { silu(empty({(1LL << 62) + 4})); });
-  err("factories", "zeros [2^61 + 1, 8] select fill_", [] { zeros({(1LL << 61) + 1, 8}).select(0, 1000).fill_(7); });
+  err("factories", "zeros [2^61 + 1, 8] select fill_", [] {
+    zeros({(1LL << 61) + 1, 8}).select(0, 1000).fill_(7);
+  });
   err("factories", "empty [INT64_MAX] slice fill_", [] { empty({kMax}).slice(0, 0, 10).fill_(1); });
   err("factories", "sum of empty [2^62]", [] { sum(empty({1LL << 62})); });
 
@@ -215,7 +223,8 @@ std::vector<Case> make_cases() {
   err("views", "view with two -1", [] { zeros({6}).view({-1, -1}); });
   err("views", "view of a transposed tensor", [] { zeros({2, 3}).t().view({6}); });
   err("views", "expand to [2^32, 2^32]", [] { ones({1, 1}).expand({1LL << 32, 1LL << 32}); });
-  err("views", "expand float64 to [2^62]", [] { ones({1}, {.dtype = DType::Float64}).expand({1LL << 62}); });
+  err("views", "expand float64 to [2^62]",
+      [] { ones({1}, {.dtype = DType::Float64}).expand({1LL << 62}); });
   err("views", "expand to [-2]", [] { zeros({1}).expand({-2}); });
   err("views", "sum of expand [-3]", [] { sum(ones({1}).expand({-3})); });
   err("views", "expand -1 in a new dimension", [] { zeros({2}).expand({-1, 2}); });
@@ -241,7 +250,9 @@ std::vector<Case> make_cases() {
   });
 
   // ---- dtype rules (#16, #23)
-  err("dtypes", "int64 add_ float32", [] { add_(from_vector<int64_t>({1, 2}), from_vector<float>({0.5f, 0.5f})); });
+  err("dtypes", "int64 add_ float32", [] {
+    add_(from_vector<int64_t>({1, 2}), from_vector<float>({0.5f, 0.5f}));
+  });
   err("dtypes", "int64 mul_ 2.5", [] { mul_(from_vector<int64_t>({1, 2}), 2.5); });
   err("dtypes", "bool add_ int64", [] {
     add_(from_vector<int64_t>({0, 1}).to(DType::Bool), from_vector<int64_t>({1, 1}));
@@ -252,7 +263,9 @@ std::vector<Case> make_cases() {
   });
   err("dtypes", "silu of int64", [] { silu(from_vector<int64_t>({1})); });
   ok("dtypes", "float to int64 saturates, NaN is 0", [] {
-    auto got = from_vector<float>({NAN, INFINITY, -INFINITY, 1e30f, 2.9f}).to(DType::Int64).to_vector<int64_t>();
+    auto got = from_vector<float>({NAN, INFINITY, -INFINITY, 1e30f, 2.9f})
+                   .to(DType::Int64)
+                   .to_vector<int64_t>();
     expect(got == std::vector<int64_t>{0, kMax, std::numeric_limits<int64_t>::min(), kMax, 2},
            "float -> int64 conversion gave other values");
   });
@@ -278,8 +291,9 @@ std::vector<Case> make_cases() {
   });
   ok("autograd", "a backward returning float64 is cast to float32", [] {
     auto op = custom_op("probe::double_grad", copy_of);
-    op.register_autograd([](AutogradContext&, const Tensor& g) { return mul(g.to(DType::Float64), 2.0); },
-                         [](AutogradContext&, const Tensor&, const Tensor&) {});
+    op.register_autograd(
+        [](AutogradContext&, const Tensor& g) { return mul(g.to(DType::Float64), 2.0); },
+        [](AutogradContext&, const Tensor&, const Tensor&) {});
     Tensor x = from_vector<float>({1, 2});
     x.requires_grad_();
     backward(sum(op(x)));
@@ -288,9 +302,11 @@ std::vector<Case> make_cases() {
   });
   err("autograd", "a backward returning another device", [] {
     auto op = custom_op("probe::cuda_grad", copy_of);
-    op.register_autograd([](AutogradContext&, const Tensor& g) {
-      return fake_empty(g.sizes(), {.dtype = g.dtype(), .device = Device("cuda:0")});
-    }, [](AutogradContext&, const Tensor&, const Tensor&) {});
+    op.register_autograd(
+        [](AutogradContext&, const Tensor& g) {
+          return fake_empty(g.sizes(), {.dtype = g.dtype(), .device = Device("cuda:0")});
+        },
+        [](AutogradContext&, const Tensor&, const Tensor&) {});
     Tensor x = from_vector<float>({1, 2});
     x.requires_grad_();
     backward(sum(op(x)));
@@ -303,26 +319,27 @@ std::vector<Case> make_cases() {
     x.requires_grad_();
     backward(sum(op(x)));
   });
-  err("autograd", "requires_grad on an int64 tensor", [] { from_vector<int64_t>({1}).requires_grad_(); });
+  err("autograd", "requires_grad on an int64 tensor",
+      [] { from_vector<int64_t>({1}).requires_grad_(); });
 
   // ---- schemas and the dispatcher (#16, #23)
-  for (const char* s : {"", "ns::f(", "ns::f(Tensor x) ->", "ns::f(Tensor x) -> Tensor extra",
-                        "ns::1f(Tensor x) -> Tensor", "ns::f(Foo x) -> Tensor",
-                        "ns::f(Tensor x=3) -> Tensor", "ns::f(int[] d=[1,\n2.5]) -> Tensor",
-                        "ns::f(Tensor x, Tensor x) -> Tensor", "ns::f(Tensor(a! x) -> Tensor",
-                        "ns::f(int x=99999999999999999999) -> Tensor", "ns::f.(Tensor x) -> Tensor",
-                        "ns::f(Tensor? ?x) -> Tensor", "::f(Tensor x) -> Tensor"})
+  for (const char* s :
+       {"", "ns::f(", "ns::f(Tensor x) ->", "ns::f(Tensor x) -> Tensor extra",
+        "ns::1f(Tensor x) -> Tensor", "ns::f(Foo x) -> Tensor", "ns::f(Tensor x=3) -> Tensor",
+        "ns::f(int[] d=[1,\n2.5]) -> Tensor", "ns::f(Tensor x, Tensor x) -> Tensor",
+        "ns::f(Tensor(a! x) -> Tensor", "ns::f(int x=99999999999999999999) -> Tensor",
+        "ns::f.(Tensor x) -> Tensor", "ns::f(Tensor? ?x) -> Tensor", "::f(Tensor x) -> Tensor"})
     err("schema", std::string("parse ") + quoted(s), [s] { parse_schema(s); });
   err("schema", "op name with a NUL byte", [] { check_operator_name(std::string("ns::a\0b", 7)); });
-  err("schema", "op name with a terminal escape", [] { dispatcher().find_or_throw("ns::\x1b[2Jx"); });
+  err("schema", "op name with a terminal escape",
+      [] { dispatcher().find_or_throw("ns::\x1b[2Jx"); });
   err("dispatch", "find an op without a namespace", [] { dispatcher().find_or_throw("silu"); });
   err("dispatch", "find an unknown op", [] { dispatcher().find_or_throw("mt::silly"); });
   err("dispatch", "dump an unknown op", [] { dispatcher().dump("ns::no_such_op"); });
   err("dispatch", "call an unknown op by name", [] { call<Tensor>("probe::nothing", zeros({1})); });
   err("dispatch", "call by name with the wrong C++ types", [] { call<Tensor>("mt::silu", 1.0); });
-  err("dispatch", "typed() with the wrong signature", [] {
-    dispatcher().find_or_throw("mt::silu").typed<Tensor(const Tensor&, const Tensor&)>();
-  });
+  err("dispatch", "typed() with the wrong signature",
+      [] { dispatcher().find_or_throw("mt::silu").typed<Tensor(const Tensor&, const Tensor&)>(); });
   err("dispatch", "boxed call with too many arguments", [] {
     Stack s{zeros({1}), zeros({1}), zeros({1})};
     dispatcher().find_or_throw("mt::silu").call_boxed(&s);
@@ -336,8 +353,9 @@ std::vector<Case> make_cases() {
     try {
       Library b(Library::Kind::Def, "probe_twice");
     } catch (const Error& e) {
-      expect(std::string_view(e.what()).find("tests/robustness/probe.cpp:") != std::string_view::npos,
-             std::string("the message does not name this file: ") + e.what());
+      expect(
+          std::string_view(e.what()).find("tests/robustness/probe.cpp:") != std::string_view::npos,
+          std::string("the message does not name this file: ") + e.what());
       throw;
     }
   });
@@ -384,9 +402,11 @@ std::vector<Case> make_cases() {
 
   // ---- jit (no GPU needed: these fail before a compile)
   err("jit", "pointwise expression with a syntax error", [] { jit::pointwise("probe", "x +* y"); });
-  err("jit", "pointwise expression with an unknown function", [] { jit::pointwise("probe", "frob(x)"); });
+  err("jit", "pointwise expression with an unknown function",
+      [] { jit::pointwise("probe", "frob(x)"); });
   err("jit", "pointwise with an empty expression", [] { jit::pointwise("probe", ""); });
-  err("jit", "pointwise on an int64 tensor", [] { jit::pointwise("probe", "x * 2")(from_vector<int64_t>({1})); });
+  err("jit", "pointwise on an int64 tensor",
+      [] { jit::pointwise("probe", "x * 2")(from_vector<int64_t>({1})); });
 
   // ---- the kernel cache (#16, #23): hostile entries must be handled, not trusted
   ok("cache", "an entry forged from another kernel's file is refused", [] {
@@ -401,7 +421,8 @@ std::vector<Case> make_cases() {
     forged.replace(at, 64, b);
     std::ofstream(cache.path_for(b), std::ios::binary | std::ios::trunc) << forged;
     auto got = cache.load(b);
-    expect(!got.has_value() || got->binary == fake_cubin("B").binary, "the forged entry was loaded");
+    expect(!got.has_value() || got->binary == fake_cubin("B").binary,
+           "the forged entry was loaded");
   });
   ok("cache", "a FIFO entry does not hang", [] {
     TempDir d;
@@ -472,13 +493,20 @@ std::vector<Case> make_cases() {
 
 const char* verdict_word(int v) {
   switch (v) {
-    case kClearError: return "clear error";
-    case kHandled: return "handled";
-    case kUnclearError: return "UNCLEAR ERROR";
-    case kOtherException: return "NON-mt::Error EXCEPTION";
-    case kAccepted: return "ACCEPTED (no error)";
-    case kWrongResult: return "WRONG RESULT";
-    default: return "?";
+    case kClearError:
+      return "clear error";
+    case kHandled:
+      return "handled";
+    case kUnclearError:
+      return "UNCLEAR ERROR";
+    case kOtherException:
+      return "NON-mt::Error EXCEPTION";
+    case kAccepted:
+      return "ACCEPTED (no error)";
+    case kWrongResult:
+      return "WRONG RESULT";
+    default:
+      return "?";
   }
 }
 
@@ -521,13 +549,15 @@ int main(int argc, char** argv) {
   bool verbose = false;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-v") == 0) verbose = true;
-    else filter = argv[i];
+    if (std::strcmp(argv[i], "-v") == 0)
+      verbose = true;
+    else
+      filter = argv[i];
   }
   // The parent never touches the library: each child starts from a clean process.
   const std::vector<Case> cases = make_cases();
-  int n = 0, clear = 0, handled = 0, crashes = 0, hangs = 0, unclear = 0, other = 0,
-      accepted = 0, wrong = 0;
+  int n = 0, clear = 0, handled = 0, crashes = 0, hangs = 0, unclear = 0, other = 0, accepted = 0,
+      wrong = 0;
   for (const Case& k : cases) {
     if (!filter.empty() && k.name.find(filter) == std::string::npos) continue;
     ++n;
@@ -563,13 +593,32 @@ int main(int argc, char** argv) {
       verdict = verdict_word(v);
       bad = false;
       switch (v) {
-        case kClearError: ++clear; break;
-        case kHandled: ++handled; break;
-        case kUnclearError: ++unclear; bad = true; break;
-        case kOtherException: ++other; bad = true; break;
-        case kAccepted: ++accepted; bad = true; break;
-        case kWrongResult: ++wrong; bad = true; break;
-        default: ++crashes; bad = true; verdict = "CRASH (exit status " + std::to_string(v) + ")";
+        case kClearError:
+          ++clear;
+          break;
+        case kHandled:
+          ++handled;
+          break;
+        case kUnclearError:
+          ++unclear;
+          bad = true;
+          break;
+        case kOtherException:
+          ++other;
+          bad = true;
+          break;
+        case kAccepted:
+          ++accepted;
+          bad = true;
+          break;
+        case kWrongResult:
+          ++wrong;
+          bad = true;
+          break;
+        default:
+          ++crashes;
+          bad = true;
+          verdict = "CRASH (exit status " + std::to_string(v) + ")";
       }
     }
     if (bad || verbose) {
@@ -578,8 +627,9 @@ int main(int argc, char** argv) {
                   first.empty() ? "" : ": ", first.c_str());
     }
   }
-  std::printf("%d cases, %d clear errors, %d crashes (%d handled, %d hangs, %d unclear errors, "
-              "%d other exceptions, %d accepted, %d wrong results)\n",
-              n, clear, crashes, handled, hangs, unclear, other, accepted, wrong);
+  std::printf(
+      "%d cases, %d clear errors, %d crashes (%d handled, %d hangs, %d unclear errors, "
+      "%d other exceptions, %d accepted, %d wrong results)\n",
+      n, clear, crashes, handled, hangs, unclear, other, accepted, wrong);
   return n > 0 && clear + handled == n ? 0 : 1;
 }
