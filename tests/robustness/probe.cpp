@@ -324,7 +324,7 @@ std::vector<Case> make_cases() {
 
   // ---- schemas and the dispatcher (#16, #23)
   for (const char* s :
-       {"", "ns::f(", "ns::f(Tensor x) ->", "ns::f(Tensor x) -> Tensor extra",
+       {"", "ns::f(", "ns::f(Tensor x) ->", "ns::f(Tensor x) -> Tensor extra more",
         "ns::1f(Tensor x) -> Tensor", "ns::f(Foo x) -> Tensor", "ns::f(Tensor x=3) -> Tensor",
         "ns::f(int[] d=[1,\n2.5]) -> Tensor", "ns::f(Tensor x, Tensor x) -> Tensor",
         "ns::f(Tensor(a! x) -> Tensor", "ns::f(int x=99999999999999999999) -> Tensor",
@@ -405,8 +405,18 @@ std::vector<Case> make_cases() {
   err("jit", "pointwise expression with an unknown function",
       [] { jit::pointwise("probe", "frob(x)"); });
   err("jit", "pointwise with an empty expression", [] { jit::pointwise("probe", ""); });
-  err("jit", "pointwise on an int64 tensor",
-      [] { jit::pointwise("probe", "x * 2")(from_vector<int64_t>({1})); });
+  err("jit", "pointwise with a wrong input count",
+      [] { jit::pointwise("probe", "x * y")(ones({1})); });
+  ok("jit", "pointwise on an int64 tensor computes in float32", [] {
+    Tensor y = jit::pointwise("probe", "x * 2")(from_vector<int64_t>({1, 3}));
+    expect(y.dtype() == DType::Float32 && y.to_vector<float>() == std::vector<float>{2, 6},
+           "x * 2 of int64 [1, 3] is not float32 [2, 6]");
+  });
+  err("jit", "pointwise with two outputs called for one", [] {
+    jit::pointwise(
+        {.name = "probe2", .inputs = {"x"}, .outputs = {"y", "z"}, .body = "y = x; z = x;"})(
+        ones({1}));
+  });
 
   // ---- the kernel cache (#16, #23): hostile entries must be handled, not trusted
   ok("cache", "an entry forged from another kernel's file is refused", [] {
