@@ -27,6 +27,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <typeinfo>
@@ -521,8 +522,10 @@ const char* verdict_word(int v) {
 }
 
 // In the child: run the case, write its message to `fd`, exit with the verdict.
+unsigned g_case_seconds = 20;  // a case still running then is a hang
+
 [[noreturn]] void run_child(const Case& k, int fd) {
-  ::alarm(20);
+  ::alarm(g_case_seconds);
   std::string msg;
   int v;
   try {
@@ -553,19 +556,37 @@ const char* verdict_word(int v) {
   ::_exit(v);
 }
 
+// --self-test: one case of each kind of failure, to show that the harness counts each
+// and goes on (the expected summary line is checked by main).
+std::vector<Case> self_test_cases() {
+  std::vector<Case> c;
+  c.push_back({"self", "a clear error", Want::Error, [] { zeros({2}).view({3}); }});
+  c.push_back({"self", "a handled input", Want::Result, [] { expect(true, ""); }});
+  c.push_back({"self", "a crash", Want::Error, [] { ::raise(SIGSEGV); }});
+  c.push_back({"self", "a hang", Want::Error, [] { ::pause(); }});
+  c.push_back({"self", "an unclear error", Want::Error, [] { MT_ERROR("no brackets"); }});
+  c.push_back({"self", "another exception", Want::Error, [] { throw std::runtime_error("x"); }});
+  c.push_back({"self", "an accepted input", Want::Error, [] {}});
+  c.push_back({"self", "a wrong result", Want::Result, [] { expect(false, "wrong"); }});
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool verbose = false;
+  bool verbose = false, self_test = false;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-v") == 0)
       verbose = true;
+    else if (std::strcmp(argv[i], "--self-test") == 0)
+      self_test = true;
     else
       filter = argv[i];
   }
+  if (self_test) g_case_seconds = 1;
   // The parent never touches the library: each child starts from a clean process.
-  const std::vector<Case> cases = make_cases();
+  const std::vector<Case> cases = self_test ? self_test_cases() : make_cases();
   int n = 0, clear = 0, handled = 0, crashes = 0, hangs = 0, unclear = 0, other = 0, accepted = 0,
       wrong = 0;
   for (const Case& k : cases) {
@@ -593,7 +614,7 @@ int main(int argc, char** argv) {
     if (WIFSIGNALED(status)) {
       if (WTERMSIG(status) == SIGALRM) {
         ++hangs;
-        verdict = "HANG (killed after 20 s)";
+        verdict = "HANG (killed after " + std::to_string(g_case_seconds) + " s)";
       } else {
         ++crashes;
         verdict = std::string("CRASH (") + strsignal(WTERMSIG(status)) + ")";
@@ -637,9 +658,17 @@ int main(int argc, char** argv) {
                   first.empty() ? "" : ": ", first.c_str());
     }
   }
-  std::printf(
-      "%d cases, %d clear errors, %d crashes (%d handled, %d hangs, %d unclear errors, "
-      "%d other exceptions, %d accepted, %d wrong results)\n",
+  const std::string summary = fmt::format(
+      "{} cases, {} clear errors, {} crashes ({} handled, {} hangs, {} unclear errors, {} other "
+      "exceptions, {} accepted, {} wrong results)",
       n, clear, crashes, handled, hangs, unclear, other, accepted, wrong);
+  std::printf("%s\n", summary.c_str());
+  if (self_test) {
+    const char* want =
+        "8 cases, 1 clear errors, 1 crashes (1 handled, 1 hangs, 1 unclear errors, 1 other "
+        "exceptions, 1 accepted, 1 wrong results)";
+    std::printf("self-test: %s\n", summary == want ? "every kind counted" : "WRONG COUNTS");
+    return summary == want ? 0 : 1;
+  }
   return n > 0 && clear + handled == n ? 0 : 1;
 }
