@@ -18,6 +18,16 @@ namespace mt {
 // functors, so a kernel stays alive while any call can still reach it. Registrations
 // are rare (start-up, tests), so the memory this keeps is small.
 
+// Note [Schema publication]
+// An op's schema is read on call paths too: mt::call and typed() check the C++ signature
+// against it, call_boxed fills defaults from it, the Autograd and Trace fallbacks read its
+// arguments. So it is published the way tables are: def() builds a DefinedSchema (the
+// schema and where it was defined) under the lock and publishes it with a release store;
+// deregistering the def stores nullptr. Every DefinedSchema ever published stays in
+// OperatorEntry::schemas_ for the entry's life (entries are never freed), so a reference
+// a call took before the def was dropped stays valid. A call that finds nullptr after a
+// def existed gets a clear error saying the op was dropped, never a crash.
+
 namespace detail {
 std::atomic<bool> g_trace_dispatch{false};
 namespace {
@@ -77,14 +87,11 @@ bool InferredSignature::matches(const FunctionSchema& s) const {
 }
 
 void check_signature(const OperatorEntry& e, const InferredSignature& sig, const char* what) {
-  MT_CHECK(e.has_schema(),
-           "[{}] '{}' has kernels but no schema yet; define it first with m.def(\"...\") or "
-           "mt::custom_op",
-           what, e.name().str());
-  MT_CHECK(sig.matches(e.schema()),
+  const FunctionSchema& s = e.schema();  // one load: a clear error if there is none (any more)
+  MT_CHECK(sig.matches(s),
            "[{}] the C++ signature {} does not match the schema of '{}': {}; change the C++ "
            "types to match the schema",
-           what, sig.str(), e.name().str(), e.schema().str());
+           what, sig.str(), e.name().str(), s.str());
 }
 
 }  // namespace detail
@@ -92,11 +99,16 @@ void check_signature(const OperatorEntry& e, const InferredSignature& sig, const
 // ---- OperatorEntry -------------------------------------------------------------------
 
 const FunctionSchema& OperatorEntry::schema() const {
-  MT_CHECK(schema_.has_value(),
-           "[dispatcher] '{}' has kernels registered but no schema; define it with "
+  const DefinedSchema* d = defined();
+  if (d != nullptr) [[likely]] return d->schema;
+  MT_CHECK(!ever_defined_.load(std::memory_order_relaxed),
+           "[{}] this op was dropped: the Library or custom_op handle that defined it was "
+           "destroyed, and handles to it fail from then on; keep it alive while calls can reach "
+           "it, or define the op again",
+           name_.str());
+  MT_ERROR("[dispatcher] '{}' has kernels registered but no schema; define it with "
            "MT_LIBRARY({}, m) {{ m.def(\"{}(...) -> ...\"); }} or mt::custom_op",
            name_.str(), name_.ns, name_.name);
-  return *schema_;
 }
 
 void OperatorEntry::rebuild(const std::array<KernelFunction, kNumDispatchKeys>& fallbacks,
@@ -148,8 +160,8 @@ std::string OperatorEntry::dump_table() const {
 
 std::string OperatorEntry::dump() const {
   std::string out = fmt::format("name: {}\n", name_.str());
-  if (schema_) {
-    out += fmt::format("schema: {}\n  registered at {}\n", schema_->str(), schema_debug_);
+  if (const DefinedSchema* d = defined()) {
+    out += fmt::format("schema: {}\n  registered at {}\n", d->schema.str(), d->debug);
   } else {
     out += "schema: (none)\n";
   }
@@ -170,20 +182,23 @@ std::string OperatorEntry::dump() const {
 namespace detail {
 
 void report_missing_kernel(const OperatorEntry& e, DispatchKey k) {
+  // A handle whose op was dropped: say that, rather than list an empty table.
+  if (!e.has_schema()) (void)e.schema();
   const DispatchTable& t = e.table();
   std::string name = e.name().str();
   if (k == DispatchKey::Fake) {
-    MT_ERROR("'{}' has no Fake kernel; register one with register_fake (or m.impl(\"{}\", ...) "
-             "in MT_LIBRARY_IMPL({}, Fake, m)), so that it can run on fake tensors.\n{}",
-             name, e.name().name, e.name().ns, e.dump_table());
+    MT_ERROR("[{}] '{}' has no Fake kernel; register one with register_fake (or "
+             "m.impl(\"{}\", ...) in MT_LIBRARY_IMPL({}, Fake, m)), so that it can run on fake "
+             "tensors.\n{}",
+             name, name, e.name().name, e.name().ns, e.dump_table());
   }
   std::vector<std::string_view> have;
   for (int i = 0; i < kNumDispatchKeys; ++i)
     if (t.origin[size_t(i)] == 1 && t.kernels[size_t(i)].kind() != KernelFunction::Kind::Fallthrough)
       have.push_back(dispatch_key_name(DispatchKey(i)));
-  MT_ERROR("Could not run '{}' with arguments from the '{}' backend. '{}' is only available for "
-           "these backends: [{}].\n{}",
-           name, dispatch_key_name(k), name, fmt::join(have, ", "), e.dump_table());
+  MT_ERROR("[{}] Could not run '{}' with arguments from the '{}' backend. '{}' is only available "
+           "for these backends: [{}].\n{}",
+           name, name, dispatch_key_name(k), name, fmt::join(have, ", "), e.dump_table());
 }
 
 void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool redispatch) {
@@ -336,9 +351,10 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
   auto it = ops_.find(name.str());
   if (it != ops_.end()) {
     OperatorEntry& e = *it->second;
-    MT_CHECK(!e.schema_, "[def] '{}' is already defined (at {}); define each op once, or use "
+    const OperatorEntry::DefinedSchema* old = e.defined();
+    MT_CHECK(old == nullptr, "[def] '{}' is already defined (at {}); define each op once, or use "
              "an overload name such as '{}.v2'",
-             name.str(), e.schema_debug_, name.str());
+             name.str(), old ? old->debug : "", name.str());
     for (auto& regs : e.kernels_)
       for (auto& r : regs)
         if (r.kernel.signature() && !r.kernel.signature()->matches(schema))
@@ -349,8 +365,11 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
   OperatorEntry& e = entry_locked(name);
   uint64_t id = next_id_++;
   if (log_registrations_) log(fmt::format("[registration] def {} at {}", schema.str(), debug));
-  e.schema_ = std::move(schema);
-  e.schema_debug_ = std::move(debug);
+  auto d = std::make_unique<OperatorEntry::DefinedSchema>(
+      OperatorEntry::DefinedSchema{std::move(schema), std::move(debug)});
+  e.schema_.store(d.get(), std::memory_order_release);  // Note [Schema publication]
+  e.schemas_.push_back(std::move(d));
+  e.ever_defined_.store(true, std::memory_order_relaxed);
   by_id_[id] = {&e, -1};
   return id;
 }
@@ -360,12 +379,12 @@ uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFun
   OperatorName name = parse_operator_name(name_text);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(name.str());
-  if (it != ops_.end() && it->second->schema_ && kernel.signature() &&
-      !kernel.signature()->matches(*it->second->schema_)) {
+  const OperatorEntry::DefinedSchema* def = it != ops_.end() ? it->second->defined() : nullptr;
+  if (def && kernel.signature() && !kernel.signature()->matches(def->schema)) {
     MT_ERROR("[impl] the {} kernel for '{}' (at {}) has the C++ signature {}, but the schema is "
              "{}; change the kernel's parameter and return types to match",
              dispatch_key_name(key), name.str(), debug, kernel.signature()->str(),
-             it->second->schema_->str());
+             def->schema.str());
   }
   OperatorEntry& e = entry_locked(name);
   uint64_t id = next_id_++;
@@ -411,10 +430,10 @@ void Dispatcher::deregister(uint64_t id) {
     return;
   }
   if (key < 0) {
-    if (log_registrations_)
-      log(fmt::format("[deregistration] def {} at {}", entry->schema_->str(), entry->schema_debug_));
-    entry->schema_.reset();
-    entry->schema_debug_.clear();
+    const OperatorEntry::DefinedSchema* d = entry->defined();
+    if (log_registrations_ && d)
+      log(fmt::format("[deregistration] def {} at {}", d->schema.str(), d->debug));
+    entry->schema_.store(nullptr, std::memory_order_release);  // kept in schemas_
     return;
   }
   drop(entry->kernels_[size_t(key)], "impl");
@@ -438,7 +457,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 std::optional<OperatorHandle> Dispatcher::find(std::string_view name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(std::string(name));
-  if (it == ops_.end() || !it->second->schema_) return std::nullopt;
+  if (it == ops_.end() || !it->second->has_schema()) return std::nullopt;
   return OperatorHandle(it->second.get());
 }
 
@@ -449,7 +468,7 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [n, e] : ops_) {
-      if (!e->schema_) continue;
+      if (!e->has_schema()) continue;
       size_t d = edit_distance(name, n);
       if (d <= std::max<size_t>(2, name.size() / 4)) close.emplace_back(d, n);
     }
@@ -471,7 +490,7 @@ std::vector<OperatorName> Dispatcher::all_ops() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<OperatorName> out;
   for (auto& [_, e] : ops_)
-    if (e->schema_) out.push_back(e->name());
+    if (e->has_schema()) out.push_back(e->name());
   std::sort(out.begin(), out.end(),
             [](const OperatorName& a, const OperatorName& b) { return a.str() < b.str(); });
   return out;
@@ -497,7 +516,7 @@ std::vector<std::string> Dispatcher::find_dangling_impls() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> out;
   for (auto& [n, e] : ops_) {
-    if (e->schema_) continue;
+    if (e->has_schema()) continue;
     bool any = false;
     for (auto& regs : e->kernels_) any = any || !regs.empty();
     if (any) out.push_back(n);

@@ -90,16 +90,24 @@ class OperatorEntry {
  public:
   explicit OperatorEntry(OperatorName name) : name_(std::move(name)) {}
 
+  // The schema and where it was defined, as one published record (Note [Schema
+  // publication]): lock-free to read, kept alive for the entry's life once published.
+  struct DefinedSchema {
+    FunctionSchema schema;
+    std::string debug;
+  };
+
   const OperatorName& name() const { return name_; }
-  bool has_schema() const { return schema_.has_value(); }
-  const FunctionSchema& schema() const;  // throws if the op has only impls so far
-  const std::string& schema_debug() const { return schema_debug_; }
+  bool has_schema() const { return defined() != nullptr; }
+  // The current definition, or nullptr when the op has none (never defined, or dropped).
+  const DefinedSchema* defined() const { return schema_.load(std::memory_order_acquire); }
+  // Throws a clear error when the op has only impls so far, or its def was dropped.
+  const FunctionSchema& schema() const;
 
   // The active table; lock-free to read (see Note [Dispatch table publication]).
   const DispatchTable& table() const { return *table_.load(std::memory_order_acquire); }
 
-  std::string dump() const;        // schema, debug info, every registration
-  std::string dump_table() const;  // one line a key
+  std::string dump_table() const;  // one line a key; lock-free, like a call
 
   // Registrations, each undone by the id they return; done under the dispatcher's lock.
   struct Registration {
@@ -110,12 +118,16 @@ class OperatorEntry {
 
  private:
   friend class Dispatcher;
+  // Schema, debug info, every registration: reads the registration lists, so only under
+  // the dispatcher's lock (Dispatcher::dump).
+  std::string dump() const;
   void rebuild(const std::array<KernelFunction, kNumDispatchKeys>& fallbacks,
                const std::array<std::string, kNumDispatchKeys>& fallback_debug);
 
   OperatorName name_;
-  std::optional<FunctionSchema> schema_;
-  std::string schema_debug_;
+  std::atomic<const DefinedSchema*> schema_{nullptr};
+  std::vector<std::unique_ptr<DefinedSchema>> schemas_;  // every schema ever published
+  std::atomic<bool> ever_defined_{false};  // a missing schema then means a dropped def
   std::array<std::list<Registration>, kNumDispatchKeys> kernels_;  // newest first
   std::atomic<const DispatchTable*> table_{nullptr};
   std::vector<std::unique_ptr<DispatchTable>> tables_;  // every table ever published

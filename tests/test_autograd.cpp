@@ -86,8 +86,8 @@ TEST_CASE("pitfall 1: without register_fake, fake tensors get a message saying h
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("'triton_demo::silu_nofake' has no Fake kernel; register one with "
-                        "register_fake"));
+  CHECK(msg.starts_with("[triton_demo::silu_nofake] 'triton_demo::silu_nofake' has no Fake "
+                        "kernel; register one with register_fake"));
   OpCheckReport r = opcheck(op.handle(), {Stack{randn({3})}});
   CHECK_FALSE(r.ok());
   CHECK_FALSE(r.find("test_faketensor")->passed);

@@ -66,3 +66,10 @@ TEST_CASE(
       "[schema] default value '[1,\\n2.5]' does not match type 'int[]' of argument 'd' at line 1, "
       "column 14:");
 }
+
+TEST_CASE("error text: an internal assertion's message starts with [internal] too") {
+  // Every mt::Error starts with a name in brackets (docs/embedding.md); InternalError is one.
+  const std::string e = error_of([] { MT_ASSERT(1 + 1 == 3, "context {}", 7); });
+  CHECK(e.starts_with("[internal] assertion '1 + 1 == 3' failed at tests/test_error_text.cpp:"));
+  CHECK(e.ends_with(": context 7 (this is a bug in minitensor; please report it)"));
+}

@@ -30,7 +30,8 @@ environment:
   MT_TSAN_TESTS  the doctest cases `test --tsan` runs
   NO_COLOR       set: no colour in dev.sh's own messages (none goes to pipes or logs anyway)
   CI=true        configure with -Dwerror=true, and the plain build with -Dfuzz=true (the
-                 schema fuzzer runs 60 s from its seeds where clang++ is installed)
+                 schema fuzzer runs 60 s from its seeds where clang++ is installed) and
+                 -Dtsan_tests=true (tests/test_threads.cpp under ThreadSanitizer)
 
 A first build takes about 6 minutes on 2 idle cores (ccache, when installed, makes
 rebuilds of unchanged files quick); the build's full output goes to BUILDDIR.build.log.
@@ -124,7 +125,7 @@ configure() {
   shift
   local opts=("$@")
   [ "${CI:-}" = "true" ] && opts+=(-Dwerror=true)
-  [ "${CI:-}" = "true" ] && [ "$dir" = build ] && opts+=(-Dfuzz=true)
+  [ "${CI:-}" = "true" ] && [ "$dir" = build ] && opts+=(-Dfuzz=true -Dtsan_tests=true)
   if [ ! -f "$dir/build.ninja" ]; then
     say "configuring $dir: meson setup ${opts[*]}"
     meson setup "$dir" "${opts[@]}" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; exit 1; }

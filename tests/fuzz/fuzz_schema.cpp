@@ -1,7 +1,8 @@
 // libFuzzer target for the schema parser: any input either parses or throws mt::Error whose
-// message holds no control byte but newlines (user text is quoted with escapes), and a
-// parsed schema prints to text that parses back to the same schema (and prints the same:
-// the printed form is canonical), also with its own namespace as the default.
+// message starts with "[schema] " and holds no control byte but newlines (user text is
+// quoted with escapes), and a parsed schema prints to text that parses back to the same
+// schema (and prints the same: the printed form is canonical), also with its own
+// namespace as the default.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -41,8 +42,11 @@ void check_round_trip(const mt::FunctionSchema& schema, std::string_view default
   if (!(in_library == schema)) die("parsing with a default namespace changed it", bare);
 }
 
-// A user error's message: no NUL, escape or other control byte (newlines lay out the caret).
+// A user error's message: "[schema] ..." (every mt::Error starts with a name in brackets,
+// docs/embedding.md), and no NUL, escape or other control byte (newlines lay out the caret).
 void check_message(const mt::Error& e, std::string_view input) {
+  if (!std::string_view(e.what()).starts_with("[schema] "))
+    die("an error message not starting with [schema]", std::string(input) + "\n" + e.what());
   for (const char* p = e.what(); *p; ++p)
     if ((static_cast<unsigned char>(*p) < 0x20 && *p != '\n') || *p == 0x7f)
       die("control byte in an error message", std::string(input) + "\n" + e.what());
