@@ -446,7 +446,7 @@ FlashAttnTiles flash_attn_tiles(int D) {
   const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64;
   return {.fwd_rows = 16 * fwd_warps,
           .fwd_threads = 32 * fwd_warps,
-          .fwd_smem = 2 * 64 * (D + 8) * 2,
+          .fwd_smem = 4 * 64 * (D + 8) * 2,
           .bwd_rows = bwd_rows,
           .bwd_smem = (2 * 64 * (D + 8) + 2 * bwd_rows * (D + 8) + 64 * (bwd_rows + 8)) * 2 +
                       2 * bwd_rows * 4};

@@ -292,6 +292,37 @@ __device__ __forceinline__ void fa_tile_load(unsigned short* dst, const unsigned
   }
 }
 
+// The same with cp.async (sm_80): the copies run in the background until fa_async_wait();
+// rows past n_rows are zero-filled (a source size of 0). The emulation copies at once.
+template <int D, int Threads>
+__device__ __forceinline__ void fa_tile_load_async(unsigned short* dst, const unsigned short* src,
+                                                   int row0, int rows, int n_rows) {
+  constexpr int kChunks = D / 8;
+  const int tid = int(threadIdx.x);
+  for (int c = tid; c < rows * kChunks; c += Threads) {
+    const int r = c / kChunks, cc = c % kChunks;
+    const bool in = row0 + r < n_rows;
+    const unsigned short* from = src + (long long)(in ? row0 + r : 0) * D + cc * 8;
+#if FA_DEVICE
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                     fa_smem_addr(dst + r * (D + 8) + cc * 8)),
+                 "l"(from), "r"(in ? 16 : 0));
+#else
+    FaVec16 v = {0, 0, 0, 0};
+    if (in) v = *reinterpret_cast<const FaVec16*>(from);
+    *reinterpret_cast<FaVec16*>(dst + r * (D + 8) + cc * 8) = v;
+#endif
+  }
+#if FA_DEVICE
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+__device__ __forceinline__ void fa_async_wait() {
+#if FA_DEVICE
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
 // Note [Padded rows]
 // A tile of D 16-bit values a row is stored with a stride of D + 8 values (D * 2 + 16
 // bytes): the eight row addresses of one ldmatrix matrix then fall 16 bytes apart modulo
@@ -332,13 +363,15 @@ __device__ __forceinline__ void fa_load_b_trans(unsigned (&b)[4], const unsigned
 // shared memory. Per tile, each warp computes its 16 x 64 scores with mma (B = K, rows
 // [n][k], no transpose), rescales its running max and sum (online softmax in base 2, the
 // row spread over a quad), and adds P V (P from the score registers, V through
-// ldmatrix.trans). Causal blocks stop at the tile that holds their last row's diagonal;
-// blocks are issued last query block first, so the longest ones start first.
+// ldmatrix.trans). The next K and V tile is copied with cp.async into the other half of a
+// double buffer while the tensor cores work on this one (one __syncthreads a tile). Causal
+// blocks stop at the tile that holds their last row's diagonal; blocks are issued last
+// query block first, so the longest ones start first.
 constexpr int kFaBN = 64;
 
 template <typename T, int D, int NW>
 constexpr int flash_attn_fwd_smem() {
-  return 2 * kFaBN * (D + 8) * 2;  // K and V tiles; Q is staged in the same space first
+  return 4 * kFaBN * (D + 8) * 2;  // two K and V tiles; Q is staged in the same space first
 }
 
 template <typename T, int D, int NW>
@@ -348,21 +381,22 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
                                                     float scale_log2, int causal,
                                                     unsigned short* smem) {
   constexpr int BM = 16 * NW, LD = D + 8, Threads = 32 * NW;
-  static_assert(BM <= 2 * kFaBN, "Q is staged in the K and V space");
+  static_assert(BM <= 4 * kFaBN, "Q is staged in the K and V space");
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const int qb = int(gridDim.x - 1 - blockIdx.x), q0 = qb * BM;
   const long long bh = blockIdx.y;
   const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
   const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
   const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
-  unsigned short* ks = smem;
-  unsigned short* vs = smem + kFaBN * LD;
 
   fa_tile_load<D, Threads>(smem, qg, q0, BM, Sq);
   __syncthreads();
   unsigned qf[D / 16][4];
   FA_UNROLL
   for (int kk = 0; kk < D / 16; ++kk) fa_load_a(qf[kk], smem, LD, 16 * warp, 16 * kk);
+  __syncthreads();  // Q is in registers; its space takes the first tiles
+  fa_tile_load_async<D, Threads>(smem, kg, 0, kFaBN, Sk);
+  fa_tile_load_async<D, Threads>(smem + kFaBN * LD, vg, 0, kFaBN, Sk);
 
   float o[D / 8][4];
   FA_UNROLL
@@ -372,11 +406,16 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
   const int row[2] = {q0 + 16 * warp + g, q0 + 16 * warp + g + 8};
 
   const int n_end = causal ? (q0 + BM < Sk ? q0 + BM : Sk) : Sk;
-  for (int n0 = 0; n0 < n_end; n0 += kFaBN) {
-    __syncthreads();  // the previous tile (or Q) is no longer read
-    fa_tile_load<D, Threads>(ks, kg, n0, kFaBN, Sk);
-    fa_tile_load<D, Threads>(vs, vg, n0, kFaBN, Sk);
-    __syncthreads();
+  for (int n0 = 0, buf = 0; n0 < n_end; n0 += kFaBN, buf ^= 1) {
+    fa_async_wait();
+    __syncthreads();  // this tile has landed; every warp is done with the other buffer
+    const unsigned short* ks = smem + buf * 2 * kFaBN * LD;
+    const unsigned short* vs = ks + kFaBN * LD;
+    if (n0 + kFaBN < n_end) {
+      unsigned short* next = smem + (buf ^ 1) * 2 * kFaBN * LD;
+      fa_tile_load_async<D, Threads>(next, kg, n0 + kFaBN, kFaBN, Sk);
+      fa_tile_load_async<D, Threads>(next + kFaBN * LD, vg, n0 + kFaBN, kFaBN, Sk);
+    }
 
     float s[kFaBN / 8][4];
     FA_UNROLL
