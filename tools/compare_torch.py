@@ -405,6 +405,10 @@ def main_attention(args):
               f" {r['fwd_ms']:.4f} | {tf(r['fwd_ms']):.0f} | {t['fwd']:.4f} | {tf(t['fwd']):.0f} |"
               f" {t['fwd'] / r['fwd_ms']:.2f}x | {r['bwd_ms']:.4f} | {tf(r['bwd_ms'], 2.5):.0f} |"
               f" {t['bwd']:.4f} | {t['bwd'] / r['bwd_ms']:.2f}x | {uns} |")
+    alt = [f"{r['S']}/{'causal' if r['causal'] else 'full'}: {r['fwd_one_row_tile_ms']:.4f}"
+           for r in results if r.get("fwd_one_row_tile_ms", -1) > 0]
+    if alt:
+        print("(mt forward with one 16-row tile a warp instead of two, ms: " + ", ".join(alt) + ")")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"flash_attn": results, "torch": torch.__version__}, f, indent=1)

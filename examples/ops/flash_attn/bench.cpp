@@ -38,7 +38,7 @@ struct Case {
 };
 struct Row {
   Case c;
-  double fwd_ms, bwd_ms, generic_fwd_ms;
+  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1;
 };
 
 double fwd_flops(const Case& c) {
@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
           mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt);
         },
         reps);
+    if (c.D == 64) {  // the forward with one row tile a warp instead of two
+      setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", "1", 1);
+      r.fwd1_ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
+      unsetenv("MHA_FLASH_ATTN_FWD_ROW_TILES");
+    }
     if (c.S <= 1024)  // a thread a row: slow, timed only where it is short
       r.generic_fwd_ms = median_ms(
           [&] { mha::flash_attn_cuda(q, k, v, c.causal, std::nullopt, true); }, 5);
@@ -115,25 +120,26 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
-                  "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f}",
+                  "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
+                  "\"fwd_one_row_tile_ms\": %.6f}",
                   i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S,
                   (long long)r.c.D, r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms,
-                  r.generic_fwd_ms);
+                  r.generic_fwd_ms, r.fwd1_ms);
     }
     std::printf("]}\n");
     return 0;
   }
   std::printf("mha::flash_attn on %s, %s, median ms of CUDA events\n", props.name.c_str(),
               dtype == DType::Float16 ? "float16" : "bfloat16");
-  std::printf("| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf("| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
+              "| fwd ms, 1 row tile a warp |\n|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double f = fwd_flops(r.c);
-    std::printf("| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s |\n",
+    std::printf("| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f |\n",
                 (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
                 r.c.causal ? "yes" : "no", r.fwd_ms, f / (r.fwd_ms * 1e9), r.bwd_ms,
                 2.5 * f / (r.bwd_ms * 1e9),
-                r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str());
+                r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str(), r.fwd1_ms);
   }
   return 0;
 }

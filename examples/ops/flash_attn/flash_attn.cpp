@@ -7,6 +7,7 @@
 #include <any>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -245,7 +246,8 @@ std::string kernel_name(K which, DType t, int64_t D) {
   const std::string ty = cu_type(t);
   switch (which) {
     case K::Forward:
-      return fmt::format("flash_attn_fwd<{}, {}, {}>", ty, D, tiles.fwd_threads / 32);
+      return fmt::format("flash_attn_fwd<{}, {}, {}, {}>", ty, D, tiles.fwd_threads / 32,
+                         tiles.fwd_rows / tiles.fwd_threads * 2);
     case K::Backward: return fmt::format("flash_attn_bwd<{}, {}, {}>", ty, D, tiles.bwd_rows);
     case K::Prep: return fmt::format("flash_attn_bwd_prep<{}>", ty);
     case K::ForwardGeneric: return fmt::format("flash_attn_fwd_generic<{}>", ty);
@@ -443,8 +445,13 @@ std::tuple<Tensor, Tensor, Tensor> flash_attn_backward(const Tensor& grad_out,
 FlashAttnTiles flash_attn_tiles(int D) {
   // Note [Forward tiling] and Note [Backward tiling] in flash_attn.cu; the shared memory
   // sizes are the .cu's flash_attn_fwd_smem and flash_attn_bwd_smem (the test compares).
+  // MHA_FLASH_ATTN_FWD_ROW_TILES=1 gives D = 64 one row tile a warp (fewer registers, more
+  // blocks an SM), for the bench's comparison.
+  int fwd_row_tiles = D > 64 ? 1 : 2;
+  if (const char* e = std::getenv("MHA_FLASH_ATTN_FWD_ROW_TILES"); e != nullptr && D == 64)
+    fwd_row_tiles = std::string(e) == "1" ? 1 : 2;
   const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64;
-  return {.fwd_rows = 16 * fwd_warps,
+  return {.fwd_rows = 16 * fwd_row_tiles * fwd_warps,
           .fwd_threads = 32 * fwd_warps,
           .fwd_smem = 4 * 64 * (D + 8) * 2,
           .bwd_rows = bwd_rows,
@@ -454,9 +461,12 @@ FlashAttnTiles flash_attn_tiles(int D) {
 
 std::vector<jit::UserKernel> flash_attn_kernels() {
   std::vector<jit::UserKernel> all;
-  for (DType t : {DType::Float16, DType::BFloat16})
+  for (DType t : {DType::Float16, DType::BFloat16}) {
     for (int64_t D : {64, 128})
       for (K which : {K::Forward, K::Backward}) all.push_back(cu_kernel(which, t, D));
+    // D = 64 with one row tile a warp (MHA_FLASH_ATTN_FWD_ROW_TILES=1).
+    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 64, 4, 1>", cu_type(t))));
+  }
   for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
     for (K which : {K::Prep, K::ForwardGeneric, K::DqGeneric, K::DkdvGeneric})
       all.push_back(cu_kernel(which, t, 0));

@@ -5,8 +5,8 @@
 // between the 32 threads of a warp, so a fragment-layout mistake fails on a CPU-only CI.
 //
 // Kernels:
-//   flash_attn_fwd<T, D, NW>              tensor cores, T = mt::Half or mt::BFloat16,
-//                                         D = 64 or 128, NW warps x 16 query rows a block
+//   flash_attn_fwd<T, D, NW, MW>          tensor cores, T = mt::Half or mt::BFloat16,
+//                                         D = 64 or 128, NW warps x 16 MW query rows a block
 //   flash_attn_bwd<T, D, BM>              tensor cores, a block per 64 keys: dK, dV in
 //                                         registers, dQ by float atomics
 //   flash_attn_bwd_prep<T>                delta = rowsum(dO * O) - grad_lse, a thread a row
@@ -398,32 +398,35 @@ __device__ __forceinline__ void fa_load_b_trans(unsigned (&b)[4], const unsigned
 // ------------------------------------------------------------ tensor-core forward
 
 // Note [Forward tiling]
-// A block of NW warps takes 16 * NW query rows (warp w rows 16w..16w+15) of one (b, h),
-// keeps their Q fragments in registers, and streams 64-key tiles of K and V through
-// shared memory. Per tile, each warp computes its 16 x 64 scores with mma (B = K, rows
+// A block of NW warps takes 16 * MW * NW query rows (warp w MW tiles of 16 rows) of one
+// (b, h), keeps their Q fragments in registers, and streams 64-key tiles of K and V through
+// shared memory. Per tile, each warp computes its 16 MW x 64 scores with mma (B = K, rows
 // [n][k], no transpose), rescales its running max and sum (online softmax in base 2, the
 // row spread over a quad), and adds P V (P from the score registers, V through
 // ldmatrix.trans). The next K and V tile is copied with cp.async into the other half of a
 // double buffer while the tensor cores work on this one (one __syncthreads a tile). Causal
 // blocks stop at the tile that holds their last row's diagonal; blocks are issued last
-// query block first, so the longest ones start first.
+// query block first, so the longest ones start first. Each K or V fragment a warp loads
+// with ldmatrix feeds its MW row tiles: shared memory delivers 128 bytes a cycle, about
+// what one m16n8k16 mma a cycle-pair needs for its B operand, so MW = 2 halves the reads
+// per mma (D = 64; at D = 128 two tiles would not fit in 255 registers).
 constexpr int kFaBN = 64;
 
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int MW>
 constexpr int flash_attn_fwd_smem() {
   return 4 * kFaBN * (D + 8) * 2;  // two K and V tiles; Q is staged in the same space first
 }
 
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int MW>
 __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, const T* __restrict__ k,
                                                     const T* __restrict__ v, T* __restrict__ out,
                                                     float* __restrict__ lse, int Sq, int Sk,
                                                     float scale_log2, int causal,
                                                     unsigned short* smem) {
-  constexpr int BM = 16 * NW, LD = D + 8, Threads = 32 * NW;
+  constexpr int BM = 16 * MW * NW, LD = D + 8, Threads = 32 * NW;
   static_assert(BM <= 4 * kFaBN, "Q is staged in the K and V space");
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-  const int qb = int(gridDim.x - 1 - blockIdx.x), q0 = qb * BM;
+  const int qb = int(gridDim.x - 1 - blockIdx.x), q0 = qb * BM, w0 = q0 + 16 * MW * warp;
   const long long bh = blockIdx.y;
   const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
   const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
@@ -431,19 +434,26 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
 
   fa_tile_load<D, Threads>(smem, qg, q0, BM, Sq);
   __syncthreads();
-  unsigned qf[D / 16][4];
+  unsigned qf[MW][D / 16][4];
   FA_UNROLL
-  for (int kk = 0; kk < D / 16; ++kk) fa_load_a(qf[kk], smem, LD, 16 * warp, 16 * kk);
+  for (int mi = 0; mi < MW; ++mi)
+    FA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk)
+      fa_load_a(qf[mi][kk], smem, LD, 16 * (MW * warp + mi), 16 * kk);
   __syncthreads();  // Q is in registers; its space takes the first tiles
   fa_tile_load_async<D, Threads>(smem, kg, 0, kFaBN, Sk);
   fa_tile_load_async<D, Threads>(smem + kFaBN * LD, vg, 0, kFaBN, Sk);
 
-  float o[D / 8][4];
-  FA_UNROLL
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float o[MW][D / 8][4];
   const float neg_inf = fa_bits_float(0xff800000u);
-  float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
-  const int row[2] = {q0 + 16 * warp + g, q0 + 16 * warp + g + 8};
+  float m[MW][2], l[MW][2];
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi) {
+    FA_UNROLL
+    for (int i = 0; i < D / 8; ++i) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
+    m[mi][0] = m[mi][1] = neg_inf;
+    l[mi][0] = l[mi][1] = 0.f;
+  }
 
   const int n_end = causal ? (q0 + BM < Sk ? q0 + BM : Sk) : Sk;
   for (int n0 = 0, buf = 0; n0 < n_end; n0 += kFaBN, buf ^= 1) {
@@ -457,91 +467,113 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
       fa_tile_load_async<D, Threads>(next + kFaBN * LD, vg, n0 + kFaBN, kFaBN, Sk);
     }
 
-    float s[kFaBN / 8][4];
+    // S = Q K^T: each B fragment of K feeds the warp's MW row tiles.
+    float s[MW][kFaBN / 8][4];
     FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mi = 0; mi < MW; ++mi)
+      FA_UNROLL
+      for (int i = 0; i < kFaBN / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
     FA_UNROLL
     for (int kk = 0; kk < D / 16; ++kk)
       FA_UNROLL
       for (int nn = 0; nn < kFaBN / 16; ++nn) {
         unsigned b[4];
         fa_load_b(b, ks, LD, 16 * nn, 16 * kk);
-        fa_mma<T>(s[2 * nn], qf[kk], b[0], b[1]);
-        fa_mma<T>(s[2 * nn + 1], qf[kk], b[2], b[3]);
+        FA_UNROLL
+        for (int mi = 0; mi < MW; ++mi) {
+          fa_mma<T>(s[mi][2 * nn], qf[mi][kk], b[0], b[1]);
+          fa_mma<T>(s[mi][2 * nn + 1], qf[mi][kk], b[2], b[3]);
+        }
       }
 
-    // Mask keys past Sk and, on causal diagonal tiles, keys after the query.
-    const bool edge = n0 + kFaBN > Sk || (causal && n0 + kFaBN > q0 + 16 * warp);
-    float mx[2] = {neg_inf, neg_inf};
+    // Mask keys past Sk and, on causal diagonal tiles, keys after the query; the online
+    // softmax in base 2.
+    const bool edge = n0 + kFaBN > Sk || (causal && n0 + kFaBN > w0);
     FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i)
+    for (int mi = 0; mi < MW; ++mi) {
+      const int row0 = w0 + 16 * mi + g;
+      float mx[2] = {neg_inf, neg_inf};
       FA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        float x = s[i][e] * scale_log2;
-        if (edge) {
-          const int col = n0 + 8 * i + 2 * t + (e % 2);
-          if (col >= Sk || (causal && col > row[e / 2])) x = neg_inf;
+      for (int i = 0; i < kFaBN / 8; ++i)
+        FA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mi][i][e] * scale_log2;
+          if (edge) {
+            const int col = n0 + 8 * i + 2 * t + (e % 2);
+            if (col >= Sk || (causal && col > row0 + 8 * (e / 2))) x = neg_inf;
+          }
+          s[mi][i][e] = x;
+          mx[e / 2] = fmaxf(mx[e / 2], x);
         }
-        s[i][e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
-      }
-    float alpha[2];
-    FA_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const float mnew = fmaxf(m[h], fa_quad_reduce<true>(mx[h]));
-      // A row with every key so far masked keeps max -inf; subtract 0 then (its p are 0).
-      const float msub = mnew == neg_inf ? 0.f : mnew;
-      alpha[h] = fa_exp2(m[h] - msub);
-      m[h] = mnew;
-      mx[h] = msub;
-    }
-    float rs[2] = {0.f, 0.f};
-    FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i)
+      float alpha[2];
       FA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const float p = fa_exp2(s[i][e] - mx[e / 2]);
-        s[i][e] = p;
-        rs[e / 2] += p;
+      for (int h = 0; h < 2; ++h) {
+        const float mnew = fmaxf(m[mi][h], fa_quad_reduce<true>(mx[h]));
+        // A row with every key so far masked keeps max -inf; subtract 0 then (its p are 0).
+        const float msub = mnew == neg_inf ? 0.f : mnew;
+        alpha[h] = fa_exp2(m[mi][h] - msub);
+        m[mi][h] = mnew;
+        mx[h] = msub;
       }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
-    FA_UNROLL
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
+      float rs[2] = {0.f, 0.f};
+      FA_UNROLL
+      for (int i = 0; i < kFaBN / 8; ++i)
+        FA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float p = fa_exp2(s[mi][i][e] - mx[e / 2]);
+          s[mi][i][e] = p;
+          rs[e / 2] += p;
+        }
+      l[mi][0] = l[mi][0] * alpha[0] + rs[0];
+      l[mi][1] = l[mi][1] * alpha[1] + rs[1];
+      FA_UNROLL
+      for (int i = 0; i < D / 8; ++i) {
+        o[mi][i][0] *= alpha[0];
+        o[mi][i][1] *= alpha[0];
+        o[mi][i][2] *= alpha[1];
+        o[mi][i][3] *= alpha[1];
+      }
     }
     // O += P V: P's C fragments are A fragments (Note [mma fragments]).
     FA_UNROLL
     for (int j = 0; j < kFaBN / 16; ++j) {
-      unsigned pa[4] = {fa_pack<T>(s[2 * j][0], s[2 * j][1]), fa_pack<T>(s[2 * j][2], s[2 * j][3]),
-                        fa_pack<T>(s[2 * j + 1][0], s[2 * j + 1][1]),
-                        fa_pack<T>(s[2 * j + 1][2], s[2 * j + 1][3])};
+      unsigned pa[MW][4];
+      FA_UNROLL
+      for (int mi = 0; mi < MW; ++mi) {
+        pa[mi][0] = fa_pack<T>(s[mi][2 * j][0], s[mi][2 * j][1]);
+        pa[mi][1] = fa_pack<T>(s[mi][2 * j][2], s[mi][2 * j][3]);
+        pa[mi][2] = fa_pack<T>(s[mi][2 * j + 1][0], s[mi][2 * j + 1][1]);
+        pa[mi][3] = fa_pack<T>(s[mi][2 * j + 1][2], s[mi][2 * j + 1][3]);
+      }
       FA_UNROLL
       for (int dd = 0; dd < D / 16; ++dd) {
         unsigned b[4];
         fa_load_b_trans(b, vs, LD, 16 * dd, 16 * j);
-        fa_mma<T>(o[2 * dd], pa, b[0], b[1]);
-        fa_mma<T>(o[2 * dd + 1], pa, b[2], b[3]);
+        FA_UNROLL
+        for (int mi = 0; mi < MW; ++mi) {
+          fa_mma<T>(o[mi][2 * dd], pa[mi], b[0], b[1]);
+          fa_mma<T>(o[mi][2 * dd + 1], pa[mi], b[2], b[3]);
+        }
       }
     }
   }
 
   auto* og = reinterpret_cast<unsigned*>(out);
   FA_UNROLL
-  for (int h = 0; h < 2; ++h) {
-    const float lt = fa_quad_reduce<false>(l[h]);
-    const float inv = lt > 0.f ? 1.f / lt : 0.f;
-    if (row[h] < Sq) {
-      unsigned* orow = og + ((bh * Sq + row[h]) * D) / 2;
-      FA_UNROLL
-      for (int i = 0; i < D / 8; ++i)
-        orow[4 * i + t] = fa_pack<T>(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
-      if (t == 0) lse[bh * Sq + row[h]] = lt > 0.f ? (m[h] + log2f(lt)) * kFaLn2 : neg_inf;
+  for (int mi = 0; mi < MW; ++mi)
+    FA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int row = w0 + 16 * mi + g + 8 * h;
+      const float lt = fa_quad_reduce<false>(l[mi][h]);
+      const float inv = lt > 0.f ? 1.f / lt : 0.f;
+      if (row < Sq) {
+        unsigned* orow = og + ((bh * Sq + row) * D) / 2;
+        FA_UNROLL
+        for (int i = 0; i < D / 8; ++i)
+          orow[4 * i + t] = fa_pack<T>(o[mi][i][2 * h] * inv, o[mi][i][2 * h + 1] * inv);
+        if (t == 0) lse[bh * Sq + row] = lt > 0.f ? (m[mi][h] + log2f(lt)) * kFaLn2 : neg_inf;
+      }
     }
-  }
 }
 
 // ----------------------------------------------------------- tensor-core backward
@@ -700,12 +732,12 @@ __device__ __forceinline__ void flash_attn_bwd_body(
 #if FA_DEVICE
 extern __shared__ __align__(16) unsigned short fa_smem[];
 
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int MW>
 __global__ void __launch_bounds__(32 * NW)
     flash_attn_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    T* __restrict__ out, float* __restrict__ lse, int Sq, int Sk, float scale_log2,
                    int causal) {
-  flash_attn_fwd_body<T, D, NW>(q, k, v, out, lse, Sq, Sk, scale_log2, causal, fa_smem);
+  flash_attn_fwd_body<T, D, NW, MW>(q, k, v, out, lse, Sq, Sk, scale_log2, causal, fa_smem);
 }
 
 template <typename T, int D, int BM>

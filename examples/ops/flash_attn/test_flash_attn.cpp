@@ -99,7 +99,9 @@ template <typename T, int D>
 std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, bool causal) {
   const mha::FlashAttnTiles tiles = mha::flash_attn_tiles(D);
-  CHECK(tiles.fwd_smem == ops_emu::flash_attn_fwd_smem<T, D, 4>());
+  constexpr int MW = D == 64 ? 2 : 1;  // the forward's row tiles a warp
+  CHECK(tiles.fwd_rows == 16 * MW * 4);
+  CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
   CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32>()));
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
   const double scale = 1.0 / std::sqrt(double(D));
@@ -111,7 +113,7 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   const unsigned bh = unsigned(B * H);
   ops_emu::launch({unsigned((Sq + tiles.fwd_rows - 1) / tiles.fwd_rows), bh},
                   {unsigned(tiles.fwd_threads)}, [&] {
-                    ops_emu::flash_attn_fwd_body<T, D, 4>(
+                    ops_emu::flash_attn_fwd_body<T, D, 4, MW>(
                         cp(q), cp(k), cp(v), mp(out), lse.data_ptr<float>(), int(Sq), int(Sk),
                         float(scale * 1.4426950408889634), int(causal), smem.data());
                   });
@@ -281,7 +283,7 @@ TEST_SUITE("mha::flash_attn") {
   TEST_CASE("flash_attn: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
     const std::vector<jit::UserKernel> all = mha::flash_attn_kernels();
-    CHECK(all.size() == 24);
+    CHECK(all.size() == 26);
     for (int arch : {80, 90}) {
       CAPTURE(arch);
       for (const jit::UserKernel& k : all) {
