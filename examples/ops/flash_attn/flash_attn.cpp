@@ -247,7 +247,7 @@ std::string kernel_name(K which, DType t, int64_t D) {
   switch (which) {
     case K::Forward:
       return fmt::format("flash_attn_fwd<{}, {}, {}, {}>", ty, D, tiles.fwd_threads / 32,
-                         tiles.fwd_rows / tiles.fwd_threads * 2);
+                         tiles.fwd_rows / (16 * (tiles.fwd_threads / 32)));
     case K::Backward: return fmt::format("flash_attn_bwd<{}, {}, {}>", ty, D, tiles.bwd_rows);
     case K::Prep: return fmt::format("flash_attn_bwd_prep<{}>", ty);
     case K::ForwardGeneric: return fmt::format("flash_attn_fwd_generic<{}>", ty);

@@ -754,12 +754,11 @@ __global__ void __launch_bounds__(128)
 // ------------------------------------------------------------------ generic kernels
 
 // delta[r] = sum_d dout[r, d] * out[r, d] - grad_lse[r]: a warp a row.
-template <typename T>
+template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_prep(const T* __restrict__ out, const T* __restrict__ dout,
-                                    const typename FaAcc<T>::type* __restrict__ grad_lse,
-                                    typename FaAcc<T>::type* __restrict__ delta, long long rows,
+                                    const A* __restrict__ grad_lse,
+                                    A* __restrict__ delta, long long rows,
                                     int D) {
-  using A = typename FaAcc<T>::type;
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   A s = 0;
@@ -768,12 +767,11 @@ __global__ void flash_attn_bwd_prep(const T* __restrict__ out, const T* __restri
 }
 
 // A thread a query row: online softmax over every key, the output row in registers.
-template <typename T>
+template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_fwd_generic(const T* __restrict__ q, const T* __restrict__ k,
                                        const T* __restrict__ v, T* __restrict__ out,
-                                       typename FaAcc<T>::type* __restrict__ lse, long long rows,
+                                       A* __restrict__ lse, long long rows,
                                        int Sq, int Sk, int D, double scale, bool causal) {
-  using A = typename FaAcc<T>::type;
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const long long bh = r / Sq;
@@ -800,14 +798,13 @@ __global__ void flash_attn_fwd_generic(const T* __restrict__ q, const T* __restr
 }
 
 // dQ: a thread a query row.
-template <typename T>
+template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __restrict__ k,
                                           const T* __restrict__ v, const T* __restrict__ dout,
-                                          const typename FaAcc<T>::type* __restrict__ lse,
-                                          const typename FaAcc<T>::type* __restrict__ delta,
+                                          const A* __restrict__ lse,
+                                          const A* __restrict__ delta,
                                           T* __restrict__ dq, long long rows, int Sq, int Sk,
                                           int D, double scale, bool causal) {
-  using A = typename FaAcc<T>::type;
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const long long bh = r / Sq;
@@ -830,14 +827,13 @@ __global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __re
 }
 
 // dK and dV: a thread a key row.
-template <typename T>
+template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_dkdv_generic(const T* __restrict__ q, const T* __restrict__ k,
                                             const T* __restrict__ v, const T* __restrict__ dout,
-                                            const typename FaAcc<T>::type* __restrict__ lse,
-                                            const typename FaAcc<T>::type* __restrict__ delta,
+                                            const A* __restrict__ lse,
+                                            const A* __restrict__ delta,
                                             T* __restrict__ dk, T* __restrict__ dv, long long rows,
                                             int Sq, int Sk, int D, double scale, bool causal) {
-  using A = typename FaAcc<T>::type;
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const long long bh = r / Sk;
