@@ -16,10 +16,13 @@
 
 #include "flash_attn_cu.h"  // kFlashAttnCu: flash_attn.cu's text (embed_cu.py)
 
+// OpenMP over independent tasks, only when there is enough work to pay for the threads
+// (gradcheck's thousands of tiny calls would otherwise mostly wait on them).
 #ifdef _OPENMP
-#define MHA_OMP_FOR _Pragma("omp parallel for schedule(dynamic, 1)")
+#define MHA_PRAGMA(x) _Pragma(#x)
+#define MHA_OMP_FOR_IF(cond) MHA_PRAGMA(omp parallel for schedule(dynamic, 1) if(cond))
 #else
-#define MHA_OMP_FOR
+#define MHA_OMP_FOR_IF(cond)
 #endif
 
 using namespace mt;
@@ -108,7 +111,8 @@ template <typename A>
 void cpu_forward(const A* q, const A* k, const A* v, A* out, A* lse, const Geometry& g) {
   const int64_t BH = g.B * g.H, n_qb = (g.Sq + kCpuRows - 1) / kCpuRows, D = g.D;
   const A scale = A(g.scale);
-  MHA_OMP_FOR
+  const bool parallel = BH * g.Sq * g.Sk * D > (int64_t(1) << 18);
+  MHA_OMP_FOR_IF(parallel)
   for (int64_t task = 0; task < BH * n_qb; ++task) {
     const int64_t bh = task / n_qb, i0 = task % n_qb * kCpuRows;
     const A* kb = k + bh * g.Sk * D;
@@ -152,7 +156,8 @@ void cpu_backward(const A* q, const A* k, const A* v, const A* out, const A* dou
                   const A* lse, A* dq, A* dk, A* dv, const Geometry& g) {
   const int64_t BH = g.B * g.H, D = g.D;
   const A scale = A(g.scale);
-  MHA_OMP_FOR
+  const bool parallel = BH * g.Sq * g.Sk * D > (int64_t(1) << 18);
+  MHA_OMP_FOR_IF(parallel)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const A* kb = k + bh * g.Sk * D;
     const A* vb = v + bh * g.Sk * D;
