@@ -377,12 +377,19 @@ def torch_attention(B, H, S, D, causal, dtype, dev="cuda"):
     return {"fwd": fwd, "bwd": bwd, "unfused": unfused}
 
 
-def main_attention(args):
-    p = subprocess.run([args.flash_attn_bench, "--json"], stdout=subprocess.PIPE, text=True)
+def bench_json(path):
+    """The JSON that `path --json` prints, or None (said on stderr) if it fails."""
+    p = subprocess.run([path, "--json"], stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        print(f"{args.flash_attn_bench} failed (exit {p.returncode})", file=sys.stderr)
+        print(f"{path} failed (exit {p.returncode})", file=sys.stderr)
+        return None
+    return json.loads(p.stdout)
+
+
+def main_attention(args):
+    mt = bench_json(args.flash_attn_bench)
+    if mt is None:
         return 1
-    mt = json.loads(p.stdout)
     dtype = torch.float16 if mt["dtype"] == "float16" else torch.bfloat16
     results = []
     for r in mt["rows"]:

@@ -14,7 +14,10 @@
 //                                         a thread a row, any D <= 128, any float dtype
 // Causal is top-left aligned (query i sees keys 0..i), as torch's is_causal.
 
-// The 16-bit float types as bits, named as minitensor's launch expects them.
+// The 16-bit float types as bits, named as minitensor's launch expects them. This file
+// does not include the runtime's common.cuh: the test compiles it as host C++ inside a
+// namespace of its own, where common.cuh's include of layout.h (already seen through
+// minitensor.h) would be skipped, so the few conversions it needs are written here.
 namespace mt {
 struct Half {
   unsigned short bits;
@@ -114,6 +117,17 @@ template <>
 struct FaIsHalf<mt::Half> {
   static constexpr bool value = true;
 };
+
+// The C fragments of two adjacent 16 x 8 tiles (columns 0-7 and 8-15), rounded to 16 bits,
+// as the A fragment of one 16 x 16 tile (Note [mma fragments]).
+template <typename T>
+__device__ __forceinline__ void fa_c_to_a(unsigned (&a)[4], const float (&c0)[4],
+                                          const float (&c1)[4]) {
+  a[0] = fa_pack<T>(c0[0], c0[1]);
+  a[1] = fa_pack<T>(c0[2], c0[3]);
+  a[2] = fa_pack<T>(c1[0], c1[1]);
+  a[3] = fa_pack<T>(c1[2], c1[3]);
+}
 
 // The accumulation type: float, or double for double.
 template <typename T>
@@ -539,12 +553,7 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
     for (int j = 0; j < kFaBN / 16; ++j) {
       unsigned pa[MW][4];
       FA_UNROLL
-      for (int mi = 0; mi < MW; ++mi) {
-        pa[mi][0] = fa_pack<T>(s[mi][2 * j][0], s[mi][2 * j][1]);
-        pa[mi][1] = fa_pack<T>(s[mi][2 * j][2], s[mi][2 * j][3]);
-        pa[mi][2] = fa_pack<T>(s[mi][2 * j + 1][0], s[mi][2 * j + 1][1]);
-        pa[mi][3] = fa_pack<T>(s[mi][2 * j + 1][2], s[mi][2 * j + 1][3]);
-      }
+      for (int mi = 0; mi < MW; ++mi) fa_c_to_a<T>(pa[mi], s[mi][2 * j], s[mi][2 * j + 1]);
       FA_UNROLL
       for (int dd = 0; dd < D / 16; ++dd) {
         unsigned b[4];
@@ -676,13 +685,9 @@ __device__ __forceinline__ void flash_attn_bwd_body(
     // dV += P^T dO and dK += dS^T Q (A from registers, B = dO, Q stored [q][d]: .trans).
     FA_UNROLL
     for (int j = 0; j < BM / 16; ++j) {
-      unsigned pa[4] = {fa_pack<T>(st[2 * j][0], st[2 * j][1]), fa_pack<T>(st[2 * j][2], st[2 * j][3]),
-                        fa_pack<T>(st[2 * j + 1][0], st[2 * j + 1][1]),
-                        fa_pack<T>(st[2 * j + 1][2], st[2 * j + 1][3])};
-      unsigned da[4] = {fa_pack<T>(dpt[2 * j][0], dpt[2 * j][1]),
-                        fa_pack<T>(dpt[2 * j][2], dpt[2 * j][3]),
-                        fa_pack<T>(dpt[2 * j + 1][0], dpt[2 * j + 1][1]),
-                        fa_pack<T>(dpt[2 * j + 1][2], dpt[2 * j + 1][3])};
+      unsigned pa[4], da[4];
+      fa_c_to_a<T>(pa, st[2 * j], st[2 * j + 1]);
+      fa_c_to_a<T>(da, dpt[2 * j], dpt[2 * j + 1]);
       FA_UNROLL
       for (int dd = 0; dd < D / 16; ++dd) {
         unsigned b[4];
@@ -797,6 +802,18 @@ __global__ void flash_attn_fwd_generic(const T* __restrict__ q, const T* __restr
   lse[r] = l > 0 ? m + fa_log(l) : A(fa_bits_float(0xff800000u));
 }
 
+// s = q . k and dp = o . v over D values (the generic backward's score and dP).
+template <typename T, typename A>
+__device__ __forceinline__ void fa_dot2(const T* q, const T* k, const T* o, const T* v, int D,
+                                        A& s, A& dp) {
+  s = 0;
+  dp = 0;
+  for (int d = 0; d < D; ++d) {
+    s += A(fa_load(q[d])) * A(fa_load(k[d]));
+    dp += A(fa_load(o[d])) * A(fa_load(v[d]));
+  }
+}
+
 // dQ: a thread a query row.
 template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __restrict__ k,
@@ -815,11 +832,8 @@ __global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __re
   for (int d = 0; d < D; ++d) acc[d] = 0;
   const int n = causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
   for (int j = 0; j < n; ++j) {
-    A s = 0, dp = 0;
-    for (int d = 0; d < D; ++d) {
-      s += A(fa_load(q[r * D + d])) * A(fa_load(kb[(long long)j * D + d]));
-      dp += A(fa_load(dout[r * D + d])) * A(fa_load(vb[(long long)j * D + d]));
-    }
+    A s, dp;
+    fa_dot2(q + r * D, kb + (long long)j * D, dout + r * D, vb + (long long)j * D, D, s, dp);
     const A ds = fa_exp(s * A(scale) - lse[r]) * (dp - delta[r]);
     for (int d = 0; d < D; ++d) acc[d] += ds * A(fa_load(kb[(long long)j * D + d]));
   }
@@ -843,11 +857,8 @@ __global__ void flash_attn_bwd_dkdv_generic(const T* __restrict__ q, const T* __
   A gk[kFaMaxGenericD], gv[kFaMaxGenericD];
   for (int d = 0; d < D; ++d) gk[d] = gv[d] = 0;
   for (int i = causal ? j : 0; i < Sq; ++i) {
-    A s = 0, dp = 0;
-    for (int d = 0; d < D; ++d) {
-      s += A(fa_load(qb[(long long)i * D + d])) * A(fa_load(k[r * D + d]));
-      dp += A(fa_load(ob[(long long)i * D + d])) * A(fa_load(v[r * D + d]));
-    }
+    A s, dp;
+    fa_dot2(qb + (long long)i * D, k + r * D, ob + (long long)i * D, v + r * D, D, s, dp);
     const long long ri = bh * Sq + i;
     const A p = fa_exp(s * A(scale) - lse[ri]), ds = p * (dp - delta[ri]);
     for (int d = 0; d < D; ++d) {
