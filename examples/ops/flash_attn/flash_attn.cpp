@@ -31,7 +31,6 @@ namespace mha {
 namespace {
 
 constexpr int64_t kMaxCudaHeadDim = 128;  // the generic kernels' limit
-constexpr int kKeyBlock = 64;             // keys a backward block (kFaBN in the .cu)
 
 struct Geometry {
   int64_t B = 0, H = 0, Sq = 0, Sk = 0, D = 0;
@@ -253,7 +252,8 @@ std::string kernel_name(K which, DType t, int64_t D) {
     case K::Forward:
       return fmt::format("flash_attn_fwd<{}, {}, {}, {}>", ty, D, tiles.fwd_threads / 32,
                          tiles.fwd_rows / (16 * (tiles.fwd_threads / 32)));
-    case K::Backward: return fmt::format("flash_attn_bwd<{}, {}, {}>", ty, D, tiles.bwd_rows);
+    case K::Backward:
+      return fmt::format("flash_attn_bwd<{}, {}, {}, {}>", ty, D, tiles.bwd_rows, tiles.bwd_warps);
     case K::Prep: return fmt::format("flash_attn_bwd_prep<{}>", ty);
     case K::ForwardGeneric: return fmt::format("flash_attn_fwd_generic<{}>", ty);
     case K::DqGeneric: return fmt::format("flash_attn_bwd_dq_generic<{}>", ty);
@@ -313,10 +313,11 @@ void with_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     glse, delta, rows_q, int(g.D));
   if (!generic) {
     const FlashAttnTiles tiles = flash_attn_tiles(int(g.D));
-    const unsigned blocks = unsigned((g.Sk + kKeyBlock - 1) / kKeyBlock);
+    const int keys = 16 * tiles.bwd_warps;
+    const unsigned blocks = unsigned((g.Sk + keys - 1) / keys);
     f(cu_kernel(K::Backward, t, g.D),
       jit::LaunchConfig{.grid = {std::max(blocks, 1u), unsigned(g.B * g.H)},
-                        .block = 128,
+                        .block = unsigned(32 * tiles.bwd_warps),
                         .shared = unsigned(tiles.bwd_smem)},
       q, k, v, dout, lse, delta, dq, dk, dv, int(g.Sq), int(g.Sk), float(g.scale),
       int(g.causal));
@@ -455,12 +456,17 @@ FlashAttnTiles flash_attn_tiles(int D) {
   int fwd_row_tiles = D > 64 ? 1 : 2;
   if (const char* e = std::getenv("MHA_FLASH_ATTN_FWD_ROW_TILES"); e != nullptr && D == 64)
     fwd_row_tiles = std::string(e) == "1" ? 1 : 2;
-  const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64;
+  int bwd_warps = 4;
+  if (const char* e = std::getenv("MHA_FLASH_ATTN_BWD_WARPS"); e != nullptr)
+    bwd_warps = std::string(e) == "8" ? 8 : 4;
+  const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64, bwd_keys = 16 * bwd_warps;
   return {.fwd_rows = 16 * fwd_row_tiles * fwd_warps,
           .fwd_threads = 32 * fwd_warps,
           .fwd_smem = 4 * 64 * (D + 8) * 2,
           .bwd_rows = bwd_rows,
-          .bwd_smem = (2 * 64 * (D + 8) + 2 * bwd_rows * (D + 8) + 64 * (bwd_rows + 8)) * 2 +
+          .bwd_warps = bwd_warps,
+          .bwd_smem = (2 * bwd_keys * (D + 8) + 2 * bwd_rows * (D + 8) + bwd_keys * (bwd_rows + 8)) *
+                          2 +
                       2 * bwd_rows * 4};
 }
 
@@ -469,8 +475,10 @@ std::vector<jit::UserKernel> flash_attn_kernels() {
   for (DType t : {DType::Float16, DType::BFloat16}) {
     for (int64_t D : {64, 128})
       for (K which : {K::Forward, K::Backward}) all.push_back(cu_kernel(which, t, D));
-    // D = 64 with one row tile a warp (MHA_FLASH_ATTN_FWD_ROW_TILES=1).
+    // The knobs' variants: D = 64 with one row tile a forward warp, backward blocks of 8 warps.
     all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 64, 4, 1>", cu_type(t))));
+    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 8>", cu_type(t))));
+    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 8>", cu_type(t))));
   }
   for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
     for (K which : {K::Prep, K::ForwardGeneric, K::DqGeneric, K::DkdvGeneric})

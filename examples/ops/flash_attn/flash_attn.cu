@@ -7,8 +7,8 @@
 // Kernels:
 //   flash_attn_fwd<T, D, NW, MW>          tensor cores, T = mt::Half or mt::BFloat16,
 //                                         D = 64 or 128, NW warps x 16 MW query rows a block
-//   flash_attn_bwd<T, D, BM>              tensor cores, a block per 64 keys: dK, dV in
-//                                         registers, dQ by float atomics
+//   flash_attn_bwd<T, D, BM, NW>          tensor cores, a block of NW warps per 16 NW keys:
+//                                         dK, dV in registers, dQ by float atomics
 //   flash_attn_bwd_prep<T>                delta = rowsum(dO * O) - grad_lse, a thread a row
 //   flash_attn_fwd_generic<T>, flash_attn_bwd_dq_generic<T>, flash_attn_bwd_dkdv_generic<T>:
 //                                         a thread a row, any D <= 128, any float dtype
@@ -588,44 +588,45 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
 // ----------------------------------------------------------- tensor-core backward
 
 // Note [Backward tiling]
-// FlashAttention-2's backward: a block of 4 warps owns 64 keys of one (b, h) (warp w keys
-// 16w..16w+15) and walks the query blocks of BM rows that see them. Per query block it
+// FlashAttention-2's backward: a block of NW warps owns 16 NW keys of one (b, h) (warp w
+// keys 16w..16w+15; NW = 4, or 8 to halve the dQ atomics and the Q and dO reloads a key)
+// and walks the query blocks of BM rows that see them. Per query block it
 // recomputes S^T = K Q^T (keys as the mma's rows, so P^T comes out as the A fragment of
 // dV += P^T dO), P^T = exp2(S^T * scale * log2(e) - lse * log2(e)), dP^T = V dO^T,
 // dS^T = P^T (dP^T - delta), dK += dS^T Q; dK and dV stay in registers for the whole walk.
 // dQ += dS K needs dS with queries as rows: dS^T goes through shared memory and each warp
 // adds its share of the BM x D product to a float32 dQ with atomics (sm_90: one 4-float
 // vector reduction a lane per 16 x 8 tile). Nothing of size S x S is stored.
-template <typename T, int D, int BM>
+template <typename T, int D, int BM, int NW>
 constexpr int flash_attn_bwd_smem() {
-  return (2 * kFaBN * (D + 8) + 2 * BM * (D + 8) + kFaBN * (BM + 8)) * 2 + 2 * BM * 4;
+  return (2 * 16 * NW * (D + 8) + 2 * BM * (D + 8) + 16 * NW * (BM + 8)) * 2 + 2 * BM * 4;
 }
 
-template <typename T, int D, int BM>
+template <typename T, int D, int BM, int NW>
 __device__ __forceinline__ void flash_attn_bwd_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq, T* __restrict__ dk, T* __restrict__ dv, int Sq, int Sk, float scale,
     int causal, unsigned short* smem) {
-  constexpr int NW = 4, Threads = 32 * NW, LD = D + 8, LDS = BM + 8;
+  constexpr int BN = 16 * NW, Threads = 32 * NW, LD = D + 8, LDS = BM + 8;
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-  const int n0 = int(blockIdx.x) * kFaBN;
+  const int n0 = int(blockIdx.x) * BN;
   const long long bh = blockIdx.y;
   const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
   const auto* dog = reinterpret_cast<const unsigned short*>(dout) + bh * Sq * D;
   const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
   const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
   unsigned short* ks = smem;
-  unsigned short* vs = ks + kFaBN * LD;
-  unsigned short* qs = vs + kFaBN * LD;
+  unsigned short* vs = ks + BN * LD;
+  unsigned short* qs = vs + BN * LD;
   unsigned short* dos = qs + BM * LD;
   unsigned short* dss = dos + BM * LD;  // dS^T: [key][query]
-  float* lses = reinterpret_cast<float*>(dss + kFaBN * LDS);
+  float* lses = reinterpret_cast<float*>(dss + BN * LDS);
   float* dels = lses + BM;
   const float scale_log2 = scale * kFaLog2e;
 
-  fa_tile_load<D, Threads>(ks, kg, n0, kFaBN, Sk);
-  fa_tile_load<D, Threads>(vs, vg, n0, kFaBN, Sk);
+  fa_tile_load<D, Threads>(ks, kg, n0, BN, Sk);
+  fa_tile_load<D, Threads>(vs, vg, n0, BN, Sk);
 
   float dkacc[D / 8][4], dvacc[D / 8][4];
   FA_UNROLL
@@ -707,7 +708,7 @@ __device__ __forceinline__ void flash_attn_bwd_body(
       const int mt = task / (D / 16), dd = task % (D / 16);
       float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       FA_UNROLL
-      for (int kk = 0; kk < kFaBN / 16; ++kk) {
+      for (int kk = 0; kk < BN / 16; ++kk) {
         unsigned a[4], b[4];
         fa_load_a_trans(a, dss, LDS, 16 * mt, 16 * kk);
         fa_load_b_trans(b, ks, LD, 16 * dd, 16 * kk);
@@ -745,14 +746,14 @@ __global__ void __launch_bounds__(32 * NW)
   flash_attn_fwd_body<T, D, NW, MW>(q, k, v, out, lse, Sq, Sk, scale_log2, causal, fa_smem);
 }
 
-template <typename T, int D, int BM>
-__global__ void __launch_bounds__(128)
+template <typename T, int D, int BM, int NW>
+__global__ void __launch_bounds__(32 * NW)
     flash_attn_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    const T* __restrict__ dout, const float* __restrict__ lse,
                    const float* __restrict__ delta, float* __restrict__ dq, T* __restrict__ dk,
                    T* __restrict__ dv, int Sq, int Sk, float scale, int causal) {
-  flash_attn_bwd_body<T, D, BM>(q, k, v, dout, lse, delta, dq, dk, dv, Sq, Sk, scale, causal,
-                                fa_smem);
+  flash_attn_bwd_body<T, D, BM, NW>(q, k, v, dout, lse, delta, dq, dk, dv, Sq, Sk, scale, causal,
+                                    fa_smem);
 }
 #endif
 

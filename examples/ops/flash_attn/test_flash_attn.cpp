@@ -95,21 +95,24 @@ using EBF16 = ops_emu::mt::BFloat16;
 
 // Runs the tensor-core forward and backward under the emulation for 16-bit q, k, v (T the
 // .cu's type) and returns out, lse, dq, dk, dv for grad_out g.
-template <typename T, int D>
+// NWB: warps a backward block (4, the default, or 8).
+template <typename T, int D, int NWB = 4>
 std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, bool causal) {
   const mha::FlashAttnTiles tiles = mha::flash_attn_tiles(D);
+  CHECK(tiles.bwd_warps == 4);
   constexpr int MW = D == 64 ? 2 : 1;  // the forward's row tiles a warp
   CHECK(tiles.fwd_rows == 16 * MW * 4);
   CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
-  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32>()));
+  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, 4>()));
+  constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, NWB>();
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
   const double scale = 1.0 / std::sqrt(double(D));
   const DType dt = q.dtype();
   Tensor out = full(q.sizes(), 7.0, {.dtype = dt}), lse = full({B, H, Sq}, 7.0);
   auto cp = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
   auto mp = [](const Tensor& t) { return static_cast<T*>(t.data_ptr()); };
-  std::vector<unsigned short> smem(size_t(std::max(tiles.fwd_smem, tiles.bwd_smem) / 2));
+  std::vector<unsigned short> smem(size_t(std::max(tiles.fwd_smem, bwd_smem) / 2));
   const unsigned bh = unsigned(B * H);
   ops_emu::launch({unsigned((Sq + tiles.fwd_rows - 1) / tiles.fwd_rows), bh},
                   {unsigned(tiles.fwd_threads)}, [&] {
@@ -126,8 +129,8 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   });
   Tensor dq = zeros(q.sizes()), dk = full(k.sizes(), 7.0, {.dtype = dt}),
          dv = full(v.sizes(), 7.0, {.dtype = dt});
-  ops_emu::launch({unsigned((Sk + 63) / 64), bh}, {128}, [&] {
-    ops_emu::flash_attn_bwd_body<T, D, D == 64 ? 64 : 32>(
+  ops_emu::launch({unsigned((Sk + 16 * NWB - 1) / (16 * NWB)), bh}, {32 * NWB}, [&] {
+    ops_emu::flash_attn_bwd_body<T, D, D == 64 ? 64 : 32, NWB>(
         cp(q), cp(k), cp(v), cp(g), lse.data_ptr<float>(), delta.data_ptr<float>(),
         dq.data_ptr<float>(), mp(dk), mp(dv), int(Sq), int(Sk), float(scale), int(causal),
         smem.data());
@@ -283,7 +286,7 @@ TEST_SUITE("mha::flash_attn") {
   TEST_CASE("flash_attn: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
     const std::vector<jit::UserKernel> all = mha::flash_attn_kernels();
-    CHECK(all.size() == 26);
+    CHECK(all.size() == 30);
     for (int arch : {80, 90}) {
       CAPTURE(arch);
       for (const jit::UserKernel& k : all) {
@@ -322,8 +325,9 @@ TEST_SUITE("mha::flash_attn") {
         CAPTURE(t);
         Tensor q = rnd({1, 2, c.Sq, 64}, t), k = rnd({1, 2, c.Sk, 64}, t),
                v = rnd({1, 2, c.Sk, 64}, t), g = rnd({1, 2, c.Sq, 64}, t);
+        // The float16 case takes backward blocks of 8 warps (MHA_FLASH_ATTN_BWD_WARPS=8).
         const std::vector<Tensor> got =
-            t == DType::Float16 ? emulate_tensor_core<EHalf, 64>(q, k, v, g, c.causal)
+            t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 8>(q, k, v, g, c.causal)
                                 : emulate_tensor_core<EBF16, 64>(q, k, v, g, c.causal);
         const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal);
         const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
