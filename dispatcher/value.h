@@ -23,6 +23,11 @@ class Value {
   Value(std::optional<Tensor> t) {       // NOLINT
     if (t) v_ = std::move(*t);
   }
+  // int?, float?, ScalarType? and the like: the value, or None.
+  template <typename T>
+  Value(const std::optional<T>& o) {  // NOLINT
+    if (o) *this = Value(*o);
+  }
   Value(std::vector<Tensor> ts) : v_(std::move(ts)) {}  // NOLINT
   Value(int64_t i) : v_(i) {}                           // NOLINT
   Value(int i) : v_(int64_t(i)) {}                      // NOLINT

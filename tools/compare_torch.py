@@ -38,6 +38,14 @@ D=128 4096 bags of 50 and V=1e5 D=64 65536 bags of 20) against F.embedding_bag f
 backward (dense weight gradient) at the same shapes.
 
   compare_torch.py --scenarios [--laplacian-bench PATH] [--emb-agg-bench PATH] [--json OUT]
+
+With --attention: mha::flash_attn (examples/ops/flash_attn/flash_attn_bench --json, float16,
+B,H,S,D = 4,16,1024,64; 4,16,4096,64 causal and not; 1,16,16384,128 causal) against
+F.scaled_dot_product_attention forward and backward (autograd.grad of q, k, v) and the
+unfused matmul-softmax-matmul forward, timed with do_bench in the same run; prints ms,
+TFLOP/s (forward 4 B H S^2 D, halved when causal; backward 2.5 times that) and the ratios.
+
+  compare_torch.py --attention [--flash-attn-bench PATH] [--json OUT]
 """
 import argparse
 import json
@@ -341,6 +349,83 @@ def main_scenarios(args):
     return 0 if emb is not None else 1
 
 
+def torch_attention(B, H, S, D, causal, dtype, dev="cuda"):
+    """do_bench medians (ms) of SDPA forward and backward and of the unfused forward."""
+    q, k, v = (torch.randn(B, H, S, D, device=dev, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    g = torch.randn(B, H, S, D, device=dev, dtype=dtype)
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    fwd = do_bench(sdpa, return_mode="median")
+    out = sdpa()
+    bwd = do_bench(lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True),
+                   return_mode="median")
+    unfused = None
+    if B * H * S * S * 2 <= 8 << 30:  # the S x S scores must fit
+        mask = torch.ones(S, S, device=dev, dtype=torch.bool).tril() if causal else None
+
+        def naive():
+            s = (q @ k.transpose(-2, -1)) * D ** -0.5
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            return torch.softmax(s, dim=-1) @ v
+
+        with torch.no_grad():
+            unfused = do_bench(naive, return_mode="median")
+        del mask
+    del q, k, v, g, out
+    torch.cuda.empty_cache()
+    return {"fwd": fwd, "bwd": bwd, "unfused": unfused}
+
+
+def bench_json(path):
+    """The JSON that `path --json` prints, or None (said on stderr) if it fails."""
+    p = subprocess.run([path, "--json"], stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"{path} failed (exit {p.returncode})", file=sys.stderr)
+        return None
+    return json.loads(p.stdout)
+
+
+def main_attention(args):
+    mt = bench_json(args.flash_attn_bench)
+    if mt is None:
+        return 1
+    dtype = torch.float16 if mt["dtype"] == "float16" else torch.bfloat16
+    results = []
+    for r in mt["rows"]:
+        t = torch_attention(r["B"], r["H"], r["S"], r["D"], r["causal"], dtype)
+        results.append({**r, "torch": t})
+    print()
+    print(f"mha::flash_attn ({mt['dtype']}) on {torch.cuda.get_device_name()}, torch "
+          f"{torch.__version__}, medians in ms; TFLOP/s: forward 4 B H S^2 D (half when causal), "
+          f"backward 2.5x that; ratio = torch / minitensor (> 1: minitensor is faster)")
+    print("| B, H, S, D | causal | mt fwd | TFLOP/s | SDPA fwd | TFLOP/s | SDPA/mt |"
+          " mt bwd | TFLOP/s | SDPA bwd | SDPA/mt | unfused fwd | unfused/mt |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        t = r["torch"]
+        f = 4 * r["B"] * r["H"] * r["S"] ** 2 * r["D"] * (0.5 if r["causal"] else 1)
+        tf = lambda ms, mul=1: mul * f / (ms * 1e9)
+        un = t["unfused"]
+        uns = f"{un:.3f} | {un / r['fwd_ms']:.1f}x" if un else "- | -"
+        print(f"| {r['B']}, {r['H']}, {r['S']}, {r['D']} | {'yes' if r['causal'] else 'no'} |"
+              f" {r['fwd_ms']:.4f} | {tf(r['fwd_ms']):.0f} | {t['fwd']:.4f} | {tf(t['fwd']):.0f} |"
+              f" {t['fwd'] / r['fwd_ms']:.2f}x | {r['bwd_ms']:.4f} | {tf(r['bwd_ms'], 2.5):.0f} |"
+              f" {t['bwd']:.4f} | {t['bwd'] / r['bwd_ms']:.2f}x | {uns} |")
+    alt = [f"{r['S']}/{'causal' if r['causal'] else 'full'}: {r['fwd_one_row_tile_ms']:.4f}"
+           for r in results if r.get("fwd_one_row_tile_ms", -1) > 0]
+    if alt:
+        print("(mt forward with one 16-row tile a warp instead of two, ms: " + ", ".join(alt) + ")")
+    alt = [f"{r['S']}/{r['D']}/{'causal' if r['causal'] else 'full'}: {r['bwd_8_warps_ms']:.4f}"
+           for r in results if r.get("bwd_8_warps_ms", -1) > 0]
+    if alt:
+        print("(mt backward with blocks of 8 warps, 128 keys, instead of 4, ms: " + ", ".join(alt) + ")")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"flash_attn": results, "torch": torch.__version__}, f, indent=1)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default="build/tools/bench_silu")
@@ -359,9 +444,15 @@ def main():
                     help="the application scenarios of examples/ops against torch's forms")
     ap.add_argument("--laplacian-bench", default="build/examples/ops/laplacian3d/laplacian3d_bench")
     ap.add_argument("--emb-agg-bench", default="build/examples/ops/emb_agg/emb_agg_bench")
+    ap.add_argument("--attention", action="store_true",
+                    help="mha::flash_attn against torch's SDPA and the unfused form")
+    ap.add_argument("--flash-attn-bench",
+                    default="build/examples/ops/flash_attn/flash_attn_bench")
     args = ap.parse_args()
     if args.scenarios:
         return main_scenarios(args)
+    if args.attention:
+        return main_attention(args)
     if args.dispatch:
         return main_dispatch(args)
     if args.mlp:

@@ -13,12 +13,13 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
-STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,sanitize}  # which steps after the build: a comma list
+STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,attention,sanitize}  # which steps after the build: a comma list
 # (tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
 # memcheck and racecheck; bench: the MLP step against PyTorch and the dispatch host cost;
 # silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in;
-# scenarios: examples/ops' tests, their (gpu) cases also under memcheck, and their benches
-# against torch)
+# scenarios: examples/ops' tests but flash_attn's, their (gpu) cases also under memcheck,
+# and their benches against torch; attention: mha::flash_attn's tests, under memcheck and racecheck on the
+# small shapes, the one-layer training example, and its bench against torch's SDPA)
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 declare -A STATUS TIME
 
@@ -114,8 +115,9 @@ fi
 if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]; then
   step scenarios 240 "$OUT/scenarios.log" bash -c '
     set -e
-    for t in build-gpu/examples/ops/*/*_tests; do "$t" --no-intro; done
+    for t in build-gpu/examples/ops/*/*_tests; do [[ $t == *flash_attn* ]] || "$t" --no-intro; done
     for t in build-gpu/examples/ops/*/*_tests; do
+      [[ $t == *flash_attn* ]] && continue  # step attention
       compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*"
       compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*"
     done
@@ -123,6 +125,21 @@ if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]
     python3 tools/compare_torch.py --scenarios \
         --laplacian-bench build-gpu/examples/ops/laplacian3d/laplacian3d_bench \
         --emb-agg-bench build-gpu/examples/ops/emb_agg/emb_agg_bench --json "$1/compare_scenarios.json"' _ "$OUT"
+fi
+
+# mha::flash_attn (examples/ops/flash_attn): its tests (the (gpu) cases but the S = 16384
+# allocation one again under memcheck and racecheck), the training example, the bench
+# against torch's SDPA and the unfused form.
+if want attention && [ -x build-gpu/examples/ops/flash_attn/flash_attn_tests ]; then
+  step attention 300 "$OUT/attention.log" bash -c '
+    set -e
+    t=build-gpu/examples/ops/flash_attn/flash_attn_tests
+    "$t" --no-intro
+    compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*" "-tce=*S x S*"
+    compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*" "-tce=*S x S*"
+    build-gpu/examples/ops/flash_attn/flash_attn_train
+    python3 tools/compare_torch.py --attention \
+        --flash-attn-bench build-gpu/examples/ops/flash_attn/flash_attn_bench --json "$1/compare_attention.json"' _ "$OUT"
 fi
 
 # The cases that make a driver call fail on purpose (a bad device ordinal, an allocation
@@ -150,7 +167,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch scenarios memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch scenarios attention memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo

@@ -110,9 +110,33 @@ const Kernel& get_kernel(int device, const KernelSpec& spec, std::string_view na
   return *slot->kernel;
 }
 
+// Note [Dynamic shared memory above 48 KiB]
+// A kernel may take more than 48 KiB of dynamic shared memory (up to the device's
+// max_shared_per_block_optin) only after cuFuncSetAttribute raises its limit; launch does
+// that the first time a kernel asks for more than it was allowed, so a user's kernel just
+// passes LaunchConfig::shared.
+static void raise_dynamic_shared_limit(CUfunction f, unsigned shared_bytes, const std::string& name,
+                                int device) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, unsigned> allowed;
+  std::lock_guard<std::mutex> lock(mu);
+  unsigned& now = allowed[f];
+  if (shared_bytes <= std::max(now, 48u * 1024u)) return;
+  const CUresult r = cuda::driver().cuFuncSetAttribute(
+      f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_bytes));
+  MT_CHECK(r == CUDA_SUCCESS,
+           "[jit] {} asks for {} B of dynamic shared memory on cuda:{}, more than the device "
+           "allows a block ({} B): {}",
+           name, shared_bytes, device, cuda::device_props(device).max_shared_per_block_optin,
+           cuda::error_text(r));
+  now = shared_bytes;
+}
+
 void Kernel::launch(Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream_st* stream,
                     void** args) const {
   cuda::DeviceGuard guard(device_);
+  if (shared_bytes > 48u * 1024u)
+    raise_dynamic_shared_limit(function_, shared_bytes, name_expression_, device_);
   const CUresult r =
       cuda::driver().cuLaunchKernel(function_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                     shared_bytes, stream, args, nullptr);

@@ -11,25 +11,13 @@
 #include <cstring>
 #include <vector>
 
+#include "bench_timing.h"
 #include "emb_agg.h"
 
 using namespace mt;
+using ops_bench::median_ms;
 
 namespace {
-
-template <typename F>
-double median_ms(F&& fn, int reps) {
-  cuda::EventTimer t(0);
-  std::vector<double> ms;
-  for (int i = 0; i < reps + 3; ++i) {
-    t.start();
-    fn();
-    t.stop();
-    if (i >= 3) ms.push_back(t.elapsed_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 struct Shape4 {
   int64_t V, D, bags, bag;

@@ -10,26 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "laplacian3d.h"
 
 using namespace mt;
+using ops_bench::median_ms;
 
 namespace {
-
-// Median milliseconds of fn over `reps` runs after 3 warm-ups, one event pair a run.
-template <typename F>
-double median_ms(F&& fn, int reps) {
-  cuda::EventTimer t(0);
-  std::vector<double> ms;
-  for (int i = 0; i < reps + 3; ++i) {
-    t.start();
-    fn();
-    t.stop();
-    if (i >= 3) ms.push_back(t.elapsed_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 struct Row {
   int64_t n;

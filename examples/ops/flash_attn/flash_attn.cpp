@@ -1,0 +1,501 @@
+// mha::flash_attn, written the way a user writes a custom op: a blocked CPU kernel (the
+// reference), the CUDA kernels of flash_attn.cu launched through mt::jit::kernel, and the
+// registrations.
+#include "flash_attn.h"
+
+#include <algorithm>
+#include <any>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "flash_attn_cu.h"  // kFlashAttnCu: flash_attn.cu's text (embed_cu.py)
+
+// OpenMP over independent tasks, only when there is enough work to pay for the threads
+// (gradcheck's thousands of tiny calls would otherwise mostly wait on them).
+#ifdef _OPENMP
+#define MHA_PRAGMA(x) _Pragma(#x)
+#define MHA_OMP_FOR_IF(cond) MHA_PRAGMA(omp parallel for schedule(dynamic, 1) if(cond))
+#else
+#define MHA_OMP_FOR_IF(cond)
+#endif
+
+using namespace mt;
+
+namespace mha {
+namespace {
+
+constexpr int64_t kMaxCudaHeadDim = 128;  // the generic kernels' limit
+
+struct Geometry {
+  int64_t B = 0, H = 0, Sq = 0, Sk = 0, D = 0;
+  double scale = 1;
+  bool causal = false;
+  DType lse_dtype = DType::Float32;
+};
+
+bool is_16bit(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+// The checks every kernel (CPU, CUDA, fake) makes.
+Geometry check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                      std::optional<double> scale) {
+  MT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+           "[mha::flash_attn] q, k and v must be 4-D [batch, heads, seq, head_dim], got shapes "
+           "{}, {} and {}; for [batch, seq, heads, head_dim] pass x.transpose(1, 2)",
+           q.sizes(), k.sizes(), v.sizes());
+  MT_CHECK(k.sizes() == v.sizes(),
+           "[mha::flash_attn] k and v must have one shape [batch, heads, seq_k, head_dim], got "
+           "{} and {}",
+           k.sizes(), v.sizes());
+  MT_CHECK(q.sizes()[0] == k.sizes()[0] && q.sizes()[1] == k.sizes()[1] &&
+               q.sizes()[3] == k.sizes()[3],
+           "[mha::flash_attn] q {} and k {} must agree in batch, heads and head_dim (only the "
+           "sequence lengths may differ)",
+           q.sizes(), k.sizes());
+  const DType t = q.dtype();
+  MT_CHECK(t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
+               t == DType::Float64,
+           "[mha::flash_attn] q must be float16, bfloat16, float32 or float64, got {}", t);
+  MT_CHECK(k.dtype() == t && v.dtype() == t,
+           "[mha::flash_attn] q, k and v must have one dtype, got {}, {} and {}; convert with "
+           ".to(dtype)",
+           t, k.dtype(), v.dtype());
+  MT_CHECK(k.device() == q.device() && v.device() == q.device(),
+           "[mha::flash_attn] q, k and v must be on one device, got {}, {} and {}", q.device(),
+           k.device(), v.device());
+  Geometry g;
+  g.B = q.sizes()[0];
+  g.H = q.sizes()[1];
+  g.Sq = q.sizes()[2];
+  g.Sk = k.sizes()[2];
+  g.D = q.sizes()[3];
+  MT_CHECK(g.D > 0, "[mha::flash_attn] head_dim must be at least 1, got shape {}", q.sizes());
+  MT_CHECK(g.Sk > 0 || g.Sq == 0,
+           "[mha::flash_attn] k and v have no keys (seq_k = 0), so the softmax of {} queries is "
+           "undefined; pass at least one key",
+           g.Sq);
+  if (q.is_cuda()) {
+    MT_CHECK(g.D <= kMaxCudaHeadDim,
+             "[mha::flash_attn] head_dim {} is not supported on CUDA: at most {} (64 and 128 "
+             "take the tensor-core kernels); split the heads or run on the CPU",
+             g.D, kMaxCudaHeadDim);
+    MT_CHECK(g.B * g.H <= 65535 && g.Sq < (int64_t(1) << 31) && g.Sk < (int64_t(1) << 31),
+             "[mha::flash_attn] on CUDA batch * heads must be at most 65535 and the sequences "
+             "shorter than 2^31, got {} x {} and {}, {}",
+             g.B, g.H, g.Sq, g.Sk);
+  }
+  g.scale = scale.has_value() ? *scale : 1.0 / std::sqrt(double(g.D));
+  MT_CHECK(std::isfinite(g.scale), "[mha::flash_attn] scale must be finite, got {}", g.scale);
+  g.causal = causal;
+  g.lse_dtype = t == DType::Float64 ? DType::Float64 : DType::Float32;
+  return g;
+}
+
+Shape lse_shape(const Geometry& g) { return {g.B, g.H, g.Sq}; }
+
+// ------------------------------------------------------------------------------- CPU
+
+// Note [CPU reference]
+// Row by row with the online softmax over blocks of 64 keys (the CUDA kernels' recurrence,
+// in the accumulation type A: float, or double for float64), parallel over (b, h, query
+// block). Float16 and bfloat16 inputs are widened to float first.
+constexpr int64_t kCpuKeys = 64, kCpuRows = 16;
+
+template <typename A>
+void cpu_forward(const A* q, const A* k, const A* v, A* out, A* lse, const Geometry& g) {
+  const int64_t BH = g.B * g.H, n_qb = (g.Sq + kCpuRows - 1) / kCpuRows, D = g.D;
+  const A scale = A(g.scale);
+  const bool parallel = BH * g.Sq * g.Sk * D > (int64_t(1) << 18);
+  MHA_OMP_FOR_IF(parallel)
+  for (int64_t task = 0; task < BH * n_qb; ++task) {
+    const int64_t bh = task / n_qb, i0 = task % n_qb * kCpuRows;
+    const A* kb = k + bh * g.Sk * D;
+    const A* vb = v + bh * g.Sk * D;
+    std::vector<A> acc = std::vector<A>(size_t(D)), s = std::vector<A>(size_t(kCpuKeys));
+    for (int64_t i = i0; i < std::min(g.Sq, i0 + kCpuRows); ++i) {
+      const A* qi = q + (bh * g.Sq + i) * D;
+      std::fill(acc.begin(), acc.end(), A(0));
+      A m = -std::numeric_limits<A>::infinity(), l = 0;
+      const int64_t n = g.causal ? std::min(i + 1, g.Sk) : g.Sk;
+      for (int64_t j0 = 0; j0 < n; j0 += kCpuKeys) {
+        const int64_t nb = std::min(kCpuKeys, n - j0);
+        A mb = m;
+        for (int64_t j = 0; j < nb; ++j) {
+          A dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += qi[d] * kb[(j0 + j) * D + d];
+          s[size_t(j)] = dot * scale;
+          mb = std::max(mb, s[size_t(j)]);
+        }
+        const A alpha = std::exp(m - mb);
+        l *= alpha;
+        for (int64_t d = 0; d < D; ++d) acc[size_t(d)] *= alpha;
+        for (int64_t j = 0; j < nb; ++j) {
+          const A p = std::exp(s[size_t(j)] - mb);
+          l += p;
+          for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += p * vb[(j0 + j) * D + d];
+        }
+        m = mb;
+      }
+      A* o = out + (bh * g.Sq + i) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = acc[size_t(d)] / l;
+      lse[bh * g.Sq + i] = m + std::log(l);
+    }
+  }
+}
+
+// FlashAttention-2's backward in loops: delta = rowsum(dO * O) - grad_lse, then per (b, h)
+// P recomputed from lse, dS = P (dP - delta); nothing of size S x S is kept.
+template <typename A>
+void cpu_backward(const A* q, const A* k, const A* v, const A* out, const A* dout, const A* glse,
+                  const A* lse, A* dq, A* dk, A* dv, const Geometry& g) {
+  const int64_t BH = g.B * g.H, D = g.D;
+  const A scale = A(g.scale);
+  const bool parallel = BH * g.Sq * g.Sk * D > (int64_t(1) << 18);
+  MHA_OMP_FOR_IF(parallel)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const A* kb = k + bh * g.Sk * D;
+    const A* vb = v + bh * g.Sk * D;
+    A* dkb = dk + bh * g.Sk * D;
+    A* dvb = dv + bh * g.Sk * D;
+    for (int64_t i = 0; i < g.Sq; ++i) {
+      const int64_t r = bh * g.Sq + i;
+      const A* qi = q + r * D;
+      const A* doi = dout + r * D;
+      A delta = glse ? -glse[r] : A(0);
+      for (int64_t d = 0; d < D; ++d) delta += doi[d] * out[r * D + d];
+      A* dqi = dq + r * D;
+      const int64_t n = g.causal ? std::min(i + 1, g.Sk) : g.Sk;
+      for (int64_t j = 0; j < n; ++j) {
+        A s = 0, dp = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          s += qi[d] * kb[j * D + d];
+          dp += doi[d] * vb[j * D + d];
+        }
+        const A p = std::exp(s * scale - lse[r]), ds = p * (dp - delta) * scale;
+        for (int64_t d = 0; d < D; ++d) {
+          dqi[d] += ds * kb[j * D + d];
+          dkb[j * D + d] += ds * qi[d];
+          dvb[j * D + d] += p * doi[d];
+        }
+      }
+    }
+  }
+}
+
+DType acc_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+Tensor widened(const Tensor& t, DType a) { return t.cpu().to(a).contiguous(); }
+
+std::tuple<Tensor, Tensor> forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       bool causal, std::optional<double> scale) {
+  const Geometry g = check_inputs(q, k, v, causal, scale);
+  const DType a = acc_dtype(q.dtype());
+  Tensor qa = widened(q, a), ka = widened(k, a), va = widened(v, a);
+  Tensor out = empty(q.sizes(), {.dtype = a}), lse = empty(lse_shape(g), {.dtype = a});
+  if (a == DType::Float64)
+    cpu_forward<double>(qa.data_ptr<double>(), ka.data_ptr<double>(), va.data_ptr<double>(),
+                        out.data_ptr<double>(), lse.data_ptr<double>(), g);
+  else
+    cpu_forward<float>(qa.data_ptr<float>(), ka.data_ptr<float>(), va.data_ptr<float>(),
+                       out.data_ptr<float>(), lse.data_ptr<float>(), g);
+  return {out.to(q.dtype()), lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> backward_cpu(const Tensor& grad_out, const Tensor& grad_lse,
+                                                const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& out, const Tensor& lse,
+                                                const Geometry& g) {
+  const DType a = acc_dtype(q.dtype());
+  Tensor qa = widened(q, a), ka = widened(k, a), va = widened(v, a), oa = widened(out, a),
+         la = widened(lse, a);
+  Tensor ga = grad_out.defined() ? widened(grad_out, a) : zeros(q.sizes(), {.dtype = a});
+  Tensor gl = grad_lse.defined() ? widened(grad_lse, a) : Tensor();
+  Tensor dq = zeros(q.sizes(), {.dtype = a}), dk = zeros(k.sizes(), {.dtype = a}),
+         dv = zeros(v.sizes(), {.dtype = a});
+  auto run = [&](auto* tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    cpu_backward<A>(qa.data_ptr<A>(), ka.data_ptr<A>(), va.data_ptr<A>(), oa.data_ptr<A>(),
+                    ga.data_ptr<A>(), gl.defined() ? gl.data_ptr<A>() : nullptr, la.data_ptr<A>(),
+                    dq.data_ptr<A>(), dk.data_ptr<A>(), dv.data_ptr<A>(), g);
+  };
+  if (a == DType::Float64)
+    run(static_cast<double*>(nullptr));
+  else
+    run(static_cast<float*>(nullptr));
+  return {dq.to(q.dtype()), dk.to(q.dtype()), dv.to(q.dtype())};
+}
+
+// ------------------------------------------------------------------------------ CUDA
+
+bool tensor_core_ok(DType t, int64_t D) { return is_16bit(t) && (D == 64 || D == 128); }
+
+enum class K { Forward, Backward, Prep, ForwardGeneric, DqGeneric, DkdvGeneric };
+
+const char* cu_type(DType t) {
+  switch (t) {
+    case DType::Float16: return "mt::Half";
+    case DType::BFloat16: return "mt::BFloat16";
+    case DType::Float64: return "double";
+    default: return "float";
+  }
+}
+
+std::string kernel_name(K which, DType t, int64_t D) {
+  const FlashAttnTiles tiles = flash_attn_tiles(int(D));
+  const std::string ty = cu_type(t);
+  switch (which) {
+    case K::Forward:
+      return fmt::format("flash_attn_fwd<{}, {}, {}, {}>", ty, D, tiles.fwd_threads / 32,
+                         tiles.fwd_rows / (16 * (tiles.fwd_threads / 32)));
+    case K::Backward:
+      return fmt::format("flash_attn_bwd<{}, {}, {}, {}>", ty, D, tiles.bwd_rows, tiles.bwd_warps);
+    case K::Prep: return fmt::format("flash_attn_bwd_prep<{}>", ty);
+    case K::ForwardGeneric: return fmt::format("flash_attn_fwd_generic<{}>", ty);
+    case K::DqGeneric: return fmt::format("flash_attn_bwd_dq_generic<{}>", ty);
+    case K::DkdvGeneric: return fmt::format("flash_attn_bwd_dkdv_generic<{}>", ty);
+  }
+  return {};
+}
+
+// One UserKernel per name, made on first use (a kernel compiles on its first launch).
+const jit::UserKernel& cu_kernel(K which, DType t, int64_t D) {
+  static std::mutex mu;
+  static std::map<std::string, jit::UserKernel> made;
+  const std::string name = kernel_name(which, t, D);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = made.find(name);
+  if (it == made.end()) it = made.emplace(name, jit::kernel(kFlashAttnCu, name)).first;
+  return it->second;
+}
+
+// The tensor-core kernels read rows as 16-byte vectors: contiguous, 16-byte aligned.
+Tensor prepared(const Tensor& t) {
+  Tensor c = t.contiguous();
+  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();
+  return c;
+}
+
+// Each launch of the op, handed to f(kernel, config, args...): the launch and the
+// GPU-less argument check run the same code.
+template <typename F>
+void with_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, const Geometry& g, bool generic, F&& f) {
+  const DType t = q.dtype();
+  if (!generic) {
+    const FlashAttnTiles tiles = flash_attn_tiles(int(g.D));
+    const unsigned blocks = unsigned((g.Sq + tiles.fwd_rows - 1) / tiles.fwd_rows);
+    f(cu_kernel(K::Forward, t, g.D),
+      jit::LaunchConfig{.grid = {std::max(blocks, 1u), unsigned(g.B * g.H)},
+                        .block = unsigned(tiles.fwd_threads),
+                        .shared = unsigned(tiles.fwd_smem)},
+      q, k, v, out, lse, int(g.Sq), int(g.Sk), float(g.scale * 1.4426950408889634), int(g.causal));
+  } else {
+    const long long rows = g.B * g.H * g.Sq;
+    f(cu_kernel(K::ForwardGeneric, t, g.D),
+      jit::LaunchConfig{.grid = jit::grid_for(rows, 128), .block = 128}, q, k, v, out, lse, rows,
+      int(g.Sq), int(g.Sk), int(g.D), g.scale, g.causal);
+  }
+}
+
+template <typename F>
+void with_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& dout, const Tensor& glse, const Tensor& lse, const Tensor& delta,
+                   const Tensor& dq, const Tensor& dk, const Tensor& dv, const Geometry& g,
+                   bool generic, F&& f) {
+  const DType t = q.dtype();
+  const long long rows_q = g.B * g.H * g.Sq, rows_k = g.B * g.H * g.Sk;
+  f(cu_kernel(K::Prep, t, g.D), jit::LaunchConfig{.grid = jit::grid_for(rows_q, 256)}, out, dout,
+    glse, delta, rows_q, int(g.D));
+  if (!generic) {
+    const FlashAttnTiles tiles = flash_attn_tiles(int(g.D));
+    const int keys = 16 * tiles.bwd_warps;
+    const unsigned blocks = unsigned((g.Sk + keys - 1) / keys);
+    f(cu_kernel(K::Backward, t, g.D),
+      jit::LaunchConfig{.grid = {std::max(blocks, 1u), unsigned(g.B * g.H)},
+                        .block = unsigned(32 * tiles.bwd_warps),
+                        .shared = unsigned(tiles.bwd_smem)},
+      q, k, v, dout, lse, delta, dq, dk, dv, int(g.Sq), int(g.Sk), float(g.scale),
+      int(g.causal));
+  } else {
+    f(cu_kernel(K::DqGeneric, t, g.D),
+      jit::LaunchConfig{.grid = jit::grid_for(rows_q, 128), .block = 128}, q, k, v, dout, lse,
+      delta, dq, rows_q, int(g.Sq), int(g.Sk), int(g.D), g.scale, g.causal);
+    f(cu_kernel(K::DkdvGeneric, t, g.D),
+      jit::LaunchConfig{.grid = jit::grid_for(rows_k, 128), .block = 128}, q, k, v, dout, lse,
+      delta, dk, dv, rows_k, int(g.Sq), int(g.Sk), int(g.D), g.scale, g.causal);
+  }
+}
+
+auto launcher() {
+  return [](const jit::UserKernel& k, const jit::LaunchConfig& c, const auto&... args) {
+    k.launch(c, args...);
+  };
+}
+
+std::tuple<Tensor, Tensor> forward_cuda_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             bool causal, std::optional<double> scale,
+                                             bool generic) {
+  const Geometry g = check_inputs(q, k, v, causal, scale);
+  MT_CHECK(generic || tensor_core_ok(q.dtype(), g.D),
+           "[mha::flash_attn] the tensor-core kernels take float16 or bfloat16 with head_dim 64 "
+           "or 128, got {} with head_dim {}",
+           q.dtype(), g.D);
+  const TensorOptions o{.dtype = q.dtype(), .device = q.device()};
+  Tensor out = empty(q.sizes(), o);
+  Tensor lse = empty(lse_shape(g), {.dtype = g.lse_dtype, .device = q.device()});
+  if (g.Sq == 0 || g.B * g.H == 0) return {out, lse};
+  with_forward(prepared(q), prepared(k), prepared(v), out, lse, g, generic, launcher());
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor> forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        bool causal, std::optional<double> scale) {
+  return forward_cuda_impl(q, k, v, causal, scale, !tensor_core_ok(q.dtype(), q.sizes()[3]));
+}
+
+std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& grad_out, const Tensor& grad_lse,
+                                                 const Tensor& q, const Tensor& k,
+                                                 const Tensor& v, const Tensor& out,
+                                                 const Tensor& lse, const Geometry& g,
+                                                 bool generic) {
+  const TensorOptions o{.dtype = q.dtype(), .device = q.device()};
+  const TensorOptions lo{.dtype = g.lse_dtype, .device = q.device()};
+  Tensor dk = empty(k.sizes(), o), dv = empty(v.sizes(), o);
+  if (g.Sq == 0 || g.B * g.H == 0) return {empty(q.sizes(), o), zeros(k.sizes(), o), zeros(v.sizes(), o)};
+  Tensor dout = grad_out.defined() ? prepared(grad_out) : zeros(q.sizes(), o);
+  Tensor glse = grad_lse.defined() ? grad_lse.to(g.lse_dtype).contiguous() : zeros(lse_shape(g), lo);
+  Tensor delta = empty(lse_shape(g), lo);
+  Tensor qc = prepared(q), kc = prepared(k), vc = prepared(v), oc = prepared(out),
+         lc = lse.contiguous();
+  if (generic) {
+    Tensor dq = empty(q.sizes(), o);
+    with_backward(qc, kc, vc, oc, dout, glse, lc, delta, dq, dk, dv, g, true, launcher());
+    return {dq, dk, dv};
+  }
+  // dQ gathers float32 atomics from every key block, then takes q's dtype.
+  Tensor dq = zeros(q.sizes(), {.dtype = DType::Float32, .device = q.device()});
+  with_backward(qc, kc, vc, oc, dout, glse, lc, delta, dq, dk, dv, g, false, launcher());
+  return {dq.to(q.dtype()), dk, dv};
+}
+
+std::tuple<Tensor, Tensor> forward_fake(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        bool causal, std::optional<double> scale) {
+  const Geometry g = check_inputs(q, k, v, causal, scale);
+  return {empty(q.sizes(), {.dtype = q.dtype(), .device = q.device()}),
+          empty(lse_shape(g), {.dtype = g.lse_dtype, .device = q.device()})};
+}
+
+auto make_op() {
+  auto op = custom_op(
+      "mha::flash_attn", forward_cpu,
+      {.schema = "(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> "
+                 "(Tensor out, Tensor lse)"});
+  op.register_kernel(DeviceType::CUDA, forward_cuda);
+  op.register_fake(forward_fake);
+  op.register_autograd(
+      [](AutogradContext& ctx, const Tensor& grad_out, const Tensor& grad_lse) {
+        const std::vector<Tensor> s = ctx.saved();
+        const bool causal = std::any_cast<bool>(ctx.data.at("causal"));
+        const auto scale = std::any_cast<std::optional<double>>(ctx.data.at("scale"));
+        return flash_attn_backward(grad_out, grad_lse, s[0], s[1], s[2], s[3], s[4], causal,
+                                   scale);
+      },
+      [](AutogradContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+         std::optional<double> scale, const std::tuple<Tensor, Tensor>& result) {
+        ctx.save_for_backward({q, k, v, std::get<0>(result), std::get<1>(result)});
+        ctx.data["causal"] = causal;
+        ctx.data["scale"] = scale;
+      });
+  return op;
+}
+
+const auto& the_op() {
+  static const auto op = make_op();
+  return op;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> flash_attn(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      bool causal, std::optional<double> scale) {
+  return the_op()(q, k, v, causal, scale);
+}
+
+const OperatorHandle& flash_attn_handle() { return the_op().handle(); }
+
+std::tuple<Tensor, Tensor> flash_attn_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           bool causal, std::optional<double> scale,
+                                           bool generic) {
+  MT_CHECK(q.is_cuda(), "[mha::flash_attn] flash_attn_cuda takes CUDA tensors, got {}",
+           q.device());
+  return forward_cuda_impl(q, k, v, causal, scale, generic);
+}
+
+std::tuple<Tensor, Tensor, Tensor> flash_attn_backward(const Tensor& grad_out,
+                                                       const Tensor& grad_lse, const Tensor& q,
+                                                       const Tensor& k, const Tensor& v,
+                                                       const Tensor& out, const Tensor& lse,
+                                                       bool causal, std::optional<double> scale,
+                                                       bool generic) {
+  const Geometry g = check_inputs(q, k, v, causal, scale);
+  if (!q.is_cuda()) return backward_cpu(grad_out, grad_lse, q, k, v, out, lse, g);
+  return backward_cuda(grad_out, grad_lse, q, k, v, out, lse, g,
+                       generic || !tensor_core_ok(q.dtype(), g.D));
+}
+
+FlashAttnTiles flash_attn_tiles(int D) {
+  // Note [Forward tiling] and Note [Backward tiling] in flash_attn.cu; the shared memory
+  // sizes are the .cu's flash_attn_fwd_smem and flash_attn_bwd_smem (the test compares).
+  // MHA_FLASH_ATTN_FWD_ROW_TILES=1 gives D = 64 one row tile a warp (fewer registers, more
+  // blocks an SM), for the bench's comparison.
+  int fwd_row_tiles = D > 64 ? 1 : 2;
+  if (const char* e = std::getenv("MHA_FLASH_ATTN_FWD_ROW_TILES"); e != nullptr && D == 64)
+    fwd_row_tiles = std::string(e) == "1" ? 1 : 2;
+  int bwd_warps = 4;
+  if (const char* e = std::getenv("MHA_FLASH_ATTN_BWD_WARPS"); e != nullptr)
+    bwd_warps = std::string(e) == "8" ? 8 : 4;
+  const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64, bwd_keys = 16 * bwd_warps;
+  return {.fwd_rows = 16 * fwd_row_tiles * fwd_warps,
+          .fwd_threads = 32 * fwd_warps,
+          .fwd_smem = 4 * 64 * (D + 8) * 2,
+          .bwd_rows = bwd_rows,
+          .bwd_warps = bwd_warps,
+          .bwd_smem = (2 * bwd_keys * (D + 8) + 2 * bwd_rows * (D + 8) + bwd_keys * (bwd_rows + 8)) *
+                          2 +
+                      2 * bwd_rows * 4};
+}
+
+std::vector<jit::UserKernel> flash_attn_kernels() {
+  std::vector<jit::UserKernel> all;
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    for (int64_t D : {64, 128})
+      for (K which : {K::Forward, K::Backward}) all.push_back(cu_kernel(which, t, D));
+    // The knobs' variants: D = 64 with one row tile a forward warp, backward blocks of 8 warps.
+    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 64, 4, 1>", cu_type(t))));
+    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 8>", cu_type(t))));
+    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 8>", cu_type(t))));
+  }
+  for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
+    for (K which : {K::Prep, K::ForwardGeneric, K::DqGeneric, K::DkdvGeneric})
+      all.push_back(cu_kernel(which, t, 0));
+  return all;
+}
+
+void flash_attn_check_launch(int arch, const Tensor& q, const Tensor& k, const Tensor& v,
+                             bool causal, bool generic) {
+  const Geometry g = check_inputs(q, k, v, causal, std::nullopt);
+  auto check = [arch](const jit::UserKernel& kern, const jit::LaunchConfig&,
+                      const auto&... args) { kern.check_args(arch, args...); };
+  Tensor out = empty_like(q), lse = empty(lse_shape(g), {.dtype = g.lse_dtype});
+  with_forward(q, k, v, out, lse, g, generic, check);
+  Tensor dq = generic ? empty_like(q) : empty(q.sizes(), {.dtype = DType::Float32});
+  with_backward(q, k, v, out, empty_like(q), empty_like(lse), lse, empty_like(lse), dq,
+                empty_like(k), empty_like(v), g, generic, check);
+}
+
+}  // namespace mha

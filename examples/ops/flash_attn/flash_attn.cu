@@ -1,0 +1,874 @@
+// mha::flash_attn's CUDA kernels: softmax(scale * Q K^T) V over [B, H, S, D] (contiguous),
+// never holding the S x S matrix. Compiled by NVRTC through mt::jit::kernel; also compiled
+// as host C++ by the test, where grid_emulation.h's threads run them and the PTX below
+// (ldmatrix, mma.sync, shuffles) is replaced by C++ stand-ins that exchange registers
+// between the 32 threads of a warp, so a fragment-layout mistake fails on a CPU-only CI.
+//
+// Kernels:
+//   flash_attn_fwd<T, D, NW, MW>          tensor cores, T = mt::Half or mt::BFloat16,
+//                                         D = 64 or 128, NW warps x 16 MW query rows a block
+//   flash_attn_bwd<T, D, BM, NW>          tensor cores, a block of NW warps per 16 NW keys:
+//                                         dK, dV in registers, dQ by float atomics
+//   flash_attn_bwd_prep<T>                delta = rowsum(dO * O) - grad_lse, a thread a row
+//   flash_attn_fwd_generic<T>, flash_attn_bwd_dq_generic<T>, flash_attn_bwd_dkdv_generic<T>:
+//                                         a thread a row, any D <= 128, any float dtype
+// Causal is top-left aligned (query i sees keys 0..i), as torch's is_causal.
+
+// The 16-bit float types as bits, named as minitensor's launch expects them. This file
+// does not include the runtime's common.cuh: the test compiles it as host C++ inside a
+// namespace of its own, where common.cuh's include of layout.h (already seen through
+// minitensor.h) would be skipped, so the few conversions it needs are written here.
+namespace mt {
+struct Half {
+  unsigned short bits;
+};
+struct BFloat16 {
+  unsigned short bits;
+};
+}  // namespace mt
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define FA_DEVICE 1
+#define FA_UNROLL _Pragma("unroll")
+#else
+#define FA_DEVICE 0
+#define FA_UNROLL
+#endif
+
+constexpr int kFaMaxGenericD = 128;  // the generic kernels keep a row of D in registers
+
+// ------------------------------------------------------------------- conversions
+
+__device__ __forceinline__ float fa_bits_float(unsigned u) {
+#if FA_DEVICE
+  return __uint_as_float(u);
+#else
+  return __builtin_bit_cast(float, u);
+#endif
+}
+__device__ __forceinline__ unsigned fa_float_bits(float f) {
+#if FA_DEVICE
+  return __float_as_uint(f);
+#else
+  return __builtin_bit_cast(unsigned, f);
+#endif
+}
+
+__device__ __forceinline__ float fa_load(float x) { return x; }
+__device__ __forceinline__ double fa_load(double x) { return x; }
+__device__ __forceinline__ float fa_load(mt::BFloat16 b) { return fa_bits_float(unsigned(b.bits) << 16); }
+__device__ __forceinline__ float fa_load(mt::Half h) {
+#if FA_DEVICE
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+  return f;
+#else
+  return float(__builtin_bit_cast(_Float16, h.bits));
+#endif
+}
+
+// float -> 16 bits, round to nearest even.
+template <typename T>
+__device__ __forceinline__ unsigned short fa_bits16(float f);
+template <>
+__device__ __forceinline__ unsigned short fa_bits16<mt::Half>(float f) {
+#if FA_DEVICE
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  return __builtin_bit_cast(unsigned short, _Float16(f));
+#endif
+}
+template <>
+__device__ __forceinline__ unsigned short fa_bits16<mt::BFloat16>(float f) {
+#if FA_DEVICE
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  unsigned u = fa_float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+#endif
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ T fa_store(A v) {
+  if constexpr (sizeof(T) == 2)
+    return T{fa_bits16<T>(float(v))};
+  else
+    return T(v);
+}
+
+// Two floats as one register of two 16-bit values, lo in the low half (the element with
+// the smaller column index in an mma fragment).
+template <typename T>
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+  return unsigned(fa_bits16<T>(lo)) | (unsigned(fa_bits16<T>(hi)) << 16);
+}
+
+template <typename T>
+struct FaIsHalf {
+  static constexpr bool value = false;
+};
+template <>
+struct FaIsHalf<mt::Half> {
+  static constexpr bool value = true;
+};
+
+// The C fragments of two adjacent 16 x 8 tiles (columns 0-7 and 8-15), rounded to 16 bits,
+// as the A fragment of one 16 x 16 tile (Note [mma fragments]).
+template <typename T>
+__device__ __forceinline__ void fa_c_to_a(unsigned (&a)[4], const float (&c0)[4],
+                                          const float (&c1)[4]) {
+  a[0] = fa_pack<T>(c0[0], c0[1]);
+  a[1] = fa_pack<T>(c0[2], c0[3]);
+  a[2] = fa_pack<T>(c1[0], c1[1]);
+  a[3] = fa_pack<T>(c1[2], c1[3]);
+}
+
+// The accumulation type: float, or double for double.
+template <typename T>
+struct FaAcc {
+  using type = float;
+};
+template <>
+struct FaAcc<double> {
+  using type = double;
+};
+
+__device__ __forceinline__ float fa_exp(float x) { return expf(x); }
+__device__ __forceinline__ double fa_exp(double x) { return exp(x); }
+__device__ __forceinline__ float fa_log(float x) { return logf(x); }
+__device__ __forceinline__ double fa_log(double x) { return log(x); }
+
+// -------------------------------------------- warp-level primitives and their stand-ins
+
+// Note [mma fragments]
+// mma.sync.m16n8k16 (row.col, 16-bit inputs, float accumulators): with g = lane / 4 and
+// t = lane % 4, a thread holds
+//   A (16 x 16, 4 registers of 2 values): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+//                                         a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]
+//   B (16 x 8, 2 registers):              b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]
+//   C (16 x 8, 4 floats):                 c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
+// so the C fragments of two adjacent 8-column tiles, packed to 16 bits, are the A
+// fragment of a 16 x 16 tile: P = softmax(S) goes from one mma to the next in registers.
+// ldmatrix.x4 loads four 8 x 8 matrices of 16-bit values from shared memory, lanes 8i..8i+7
+// giving the row addresses of matrix i; register i of a thread is matrix i's
+// [g][2t, 2t+1], or with .trans [2t, 2t+1][g] (the transposed matrix). A tile stored row
+// by row ([m][k] for A, [n][k] for B) loads without .trans; one stored the other way
+// round ([k][m], [k][n]) with it.
+
+#if !FA_DEVICE
+// The stand-ins: each thread puts its registers (or row address) in a block-wide table,
+// the block synchronizes, each thread computes its result from its warp's 32 entries, the
+// block synchronizes again. All threads of the block must reach each call (the kernels
+// keep their control flow uniform across the block).
+struct FaLaneSlot {
+  unsigned r[6];
+  const void* p;
+  float f;
+};
+inline FaLaneSlot fa_emu_slots[1024];
+inline unsigned fa_emu_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline unsigned short fa_emu_half(unsigned reg, int hi) { return (unsigned short)(hi ? reg >> 16 : reg); }
+#endif
+
+__device__ __forceinline__ unsigned fa_smem_addr(const void* p) {
+#if FA_DEVICE
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+#else
+  (void)p;
+  return 0;
+#endif
+}
+
+template <bool Trans>
+__device__ __forceinline__ void fa_ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
+#if FA_DEVICE
+  const unsigned a = fa_smem_addr(row);
+  if (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  const unsigned tid = fa_emu_tid(), base = tid & ~31u, lane = tid & 31u;
+  fa_emu_slots[tid].p = row;
+  __syncthreads();
+  const unsigned g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    unsigned short lo, hi;
+    if (!Trans) {
+      const auto* p = static_cast<const unsigned short*>(fa_emu_slots[base + 8 * i + g].p);
+      lo = p[2 * t];
+      hi = p[2 * t + 1];
+    } else {
+      lo = static_cast<const unsigned short*>(fa_emu_slots[base + 8 * i + 2 * t].p)[g];
+      hi = static_cast<const unsigned short*>(fa_emu_slots[base + 8 * i + 2 * t + 1].p)[g];
+    }
+    r[i] = unsigned(lo) | (unsigned(hi) << 16);
+  }
+  __syncthreads();
+#endif
+}
+
+// c += A (16 x 16) * B (16 x 8), float accumulators.
+template <typename T>
+__device__ __forceinline__ void fa_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                       unsigned b1) {
+#if FA_DEVICE
+  if constexpr (FaIsHalf<T>::value)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  const unsigned tid = fa_emu_tid(), base = tid & ~31u, lane = tid & 31u;
+  for (int i = 0; i < 4; ++i) fa_emu_slots[tid].r[i] = a[i];
+  fa_emu_slots[tid].r[4] = b0;
+  fa_emu_slots[tid].r[5] = b1;
+  __syncthreads();
+  auto A = [&](unsigned row, unsigned k) {  // Note [mma fragments]
+    const FaLaneSlot& s = fa_emu_slots[base + (row % 8) * 4 + (k % 8) / 2];
+    return fa_load(T{fa_emu_half(s.r[(row >= 8) + 2 * (k >= 8)], int(k % 2))});
+  };
+  auto B = [&](unsigned k, unsigned n) {
+    const FaLaneSlot& s = fa_emu_slots[base + n * 4 + (k % 8) / 2];
+    return fa_load(T{fa_emu_half(s.r[4 + (k >= 8)], int(k % 2))});
+  };
+  const unsigned g = lane / 4, t = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e / 2), col = 2 * t + (e % 2);
+    float acc = 0;
+    for (unsigned k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
+    c[e] += acc;
+  }
+  __syncthreads();
+#endif
+}
+
+// Max and sum over the 4 threads of a quad (the threads holding one row of a C fragment).
+template <bool Max>
+__device__ __forceinline__ float fa_quad_reduce(float v) {
+#if FA_DEVICE
+  for (int o = 1; o <= 2; o <<= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? fmaxf(v, w) : v + w;
+  }
+  return v;
+#else
+  const unsigned tid = fa_emu_tid();
+  fa_emu_slots[tid].f = v;
+  __syncthreads();
+  const unsigned q = tid & ~3u;
+  float r = fa_emu_slots[q].f;
+  for (unsigned i = 1; i < 4; ++i)
+    r = Max ? (r > fa_emu_slots[q + i].f ? r : fa_emu_slots[q + i].f) : r + fa_emu_slots[q + i].f;
+  __syncthreads();
+  return r;
+#endif
+}
+
+// v from the thread whose lane is this one's xor 1.
+__device__ __forceinline__ float fa_shfl_xor1(float v) {
+#if FA_DEVICE
+  return __shfl_xor_sync(0xffffffffu, v, 1);
+#else
+  const unsigned tid = fa_emu_tid();
+  fa_emu_slots[tid].f = v;
+  __syncthreads();
+  const float r = fa_emu_slots[tid ^ 1u].f;
+  __syncthreads();
+  return r;
+#endif
+}
+
+// p[0..3] += v[0..3] in global memory (16-byte aligned): one vector reduction on sm_90,
+// four atomics before.
+__device__ __forceinline__ void fa_red4(float* p, const float (&v)[4]) {
+#if FA_DEVICE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]),
+               "f"(v[2]), "f"(v[3])
+               : "memory");
+#else
+  for (int i = 0; i < 4; ++i) atomicAdd(p + i, v[i]);
+#endif
+}
+
+// Adds a 16 x 8 C fragment (Note [mma fragments]) times `mul` to rows row0.., columns
+// col0.. of a float matrix of row stride ld whose rows past n_rows are not there: lanes 2i
+// and 2i + 1 swap halves so each holds four consecutive values of one row.
+__device__ __forceinline__ void fa_red_fragment(float* m, long long ld, int row0, int col0,
+                                                int n_rows, const float (&c)[4], float mul) {
+  const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const bool odd = t & 1;
+  const float r0 = fa_shfl_xor1(odd ? c[0] : c[2]), r1 = fa_shfl_xor1(odd ? c[1] : c[3]);
+  const float v[4] = {(odd ? r0 : c[0]) * mul, (odd ? r1 : c[1]) * mul,
+                      (odd ? c[2] : r0) * mul, (odd ? c[3] : r1) * mul};
+  const int row = row0 + g + (odd ? 8 : 0);
+  if (row < n_rows) fa_red4(m + row * ld + col0 + 2 * (t & ~1), v);
+}
+
+__device__ __forceinline__ float fa_exp2(float x) { return exp2f(x); }
+constexpr float kFaLog2e = 1.4426950408889634f;
+constexpr float kFaLn2 = 0.6931471805599453f;
+
+// Copies rows [row0, row0 + rows) of a [n_rows, D] 16-bit matrix into shared memory with a
+// row stride of D + 8 (Note [Padded rows]); rows past n_rows are zeros. 16 bytes a step.
+struct alignas(16) FaVec16 {
+  unsigned x, y, z, w;
+};
+template <int D, int Threads>
+__device__ __forceinline__ void fa_tile_load(unsigned short* dst, const unsigned short* src,
+                                             int row0, int rows, int n_rows) {
+  constexpr int kChunks = D / 8;
+  const int tid = int(threadIdx.x);
+  for (int c = tid; c < rows * kChunks; c += Threads) {
+    const int r = c / kChunks, cc = c % kChunks;
+    FaVec16 v = {0, 0, 0, 0};
+    if (row0 + r < n_rows) v = *reinterpret_cast<const FaVec16*>(src + (long long)(row0 + r) * D + cc * 8);
+    *reinterpret_cast<FaVec16*>(dst + r * (D + 8) + cc * 8) = v;
+  }
+}
+
+// The same with cp.async (sm_80): the copies run in the background until fa_async_wait();
+// rows past n_rows are zero-filled (a source size of 0). The emulation copies at once.
+template <int D, int Threads>
+__device__ __forceinline__ void fa_tile_load_async(unsigned short* dst, const unsigned short* src,
+                                                   int row0, int rows, int n_rows) {
+  constexpr int kChunks = D / 8;
+  const int tid = int(threadIdx.x);
+  for (int c = tid; c < rows * kChunks; c += Threads) {
+    const int r = c / kChunks, cc = c % kChunks;
+    const bool in = row0 + r < n_rows;
+    const unsigned short* from = src + (long long)(in ? row0 + r : 0) * D + cc * 8;
+#if FA_DEVICE
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                     fa_smem_addr(dst + r * (D + 8) + cc * 8)),
+                 "l"(from), "r"(in ? 16 : 0));
+#else
+    FaVec16 v = {0, 0, 0, 0};
+    if (in) v = *reinterpret_cast<const FaVec16*>(from);
+    *reinterpret_cast<FaVec16*>(dst + r * (D + 8) + cc * 8) = v;
+#endif
+  }
+#if FA_DEVICE
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+__device__ __forceinline__ void fa_async_wait() {
+#if FA_DEVICE
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
+// Note [Padded rows]
+// A tile of D 16-bit values a row is stored with a stride of D + 8 values (D * 2 + 16
+// bytes): the eight row addresses of one ldmatrix matrix then fall 16 bytes apart modulo
+// 128, on eight different groups of four banks, so the load has no bank conflict (with a
+// stride of D the eight rows would sit on the same banks).
+
+// The A fragment of a 16 x 16 tile stored row by row: rows m0.., columns k0.., stride ld.
+__device__ __forceinline__ void fa_load_a(unsigned (&a)[4], const unsigned short* s, int ld, int m0,
+                                          int k0) {
+  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
+  fa_ldmatrix_x4<false>(a, s + (m0 + r + 8 * (i % 2)) * ld + k0 + 8 * (i / 2));
+}
+// The A fragment of a 16 x 16 tile stored transposed ([k][m]).
+__device__ __forceinline__ void fa_load_a_trans(unsigned (&a)[4], const unsigned short* s, int ld,
+                                                int m0, int k0) {
+  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
+  fa_ldmatrix_x4<true>(a, s + (k0 + r + 8 * (i / 2)) * ld + m0 + 8 * (i % 2));
+}
+// The B fragments of two 8-column tiles (n0.. and n0 + 8..) over k0..k0+15, B stored as
+// [n][k]: b[0], b[1] for the first tile, b[2], b[3] for the second.
+__device__ __forceinline__ void fa_load_b(unsigned (&b)[4], const unsigned short* s, int ld, int n0,
+                                          int k0) {
+  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
+  fa_ldmatrix_x4<false>(b, s + (n0 + r + 8 * (i / 2)) * ld + k0 + 8 * (i % 2));
+}
+// The same with B stored as [k][n].
+__device__ __forceinline__ void fa_load_b_trans(unsigned (&b)[4], const unsigned short* s, int ld,
+                                                int n0, int k0) {
+  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
+  fa_ldmatrix_x4<true>(b, s + (k0 + r + 8 * (i % 2)) * ld + n0 + 8 * (i / 2));
+}
+
+// ------------------------------------------------------------ tensor-core forward
+
+// Note [Forward tiling]
+// A block of NW warps takes 16 * MW * NW query rows (warp w MW tiles of 16 rows) of one
+// (b, h), keeps their Q fragments in registers, and streams 64-key tiles of K and V through
+// shared memory. Per tile, each warp computes its 16 MW x 64 scores with mma (B = K, rows
+// [n][k], no transpose), rescales its running max and sum (online softmax in base 2, the
+// row spread over a quad), and adds P V (P from the score registers, V through
+// ldmatrix.trans). The next K and V tile is copied with cp.async into the other half of a
+// double buffer while the tensor cores work on this one (one __syncthreads a tile). Causal
+// blocks stop at the tile that holds their last row's diagonal; blocks are issued last
+// query block first, so the longest ones start first. Each K or V fragment a warp loads
+// with ldmatrix feeds its MW row tiles: shared memory delivers 128 bytes a cycle, about
+// what one m16n8k16 mma a cycle-pair needs for its B operand, so MW = 2 halves the reads
+// per mma (D = 64; at D = 128 two tiles would not fit in 255 registers).
+constexpr int kFaBN = 64;
+
+template <typename T, int D, int NW, int MW>
+constexpr int flash_attn_fwd_smem() {
+  return 4 * kFaBN * (D + 8) * 2;  // two K and V tiles; Q is staged in the same space first
+}
+
+template <typename T, int D, int NW, int MW>
+__device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, const T* __restrict__ k,
+                                                    const T* __restrict__ v, T* __restrict__ out,
+                                                    float* __restrict__ lse, int Sq, int Sk,
+                                                    float scale_log2, int causal,
+                                                    unsigned short* smem) {
+  constexpr int BM = 16 * MW * NW, LD = D + 8, Threads = 32 * NW;
+  static_assert(BM <= 4 * kFaBN, "Q is staged in the K and V space");
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const int qb = int(gridDim.x - 1 - blockIdx.x), q0 = qb * BM, w0 = q0 + 16 * MW * warp;
+  const long long bh = blockIdx.y;
+  const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
+  const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
+  const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
+
+  fa_tile_load<D, Threads>(smem, qg, q0, BM, Sq);
+  __syncthreads();
+  unsigned qf[MW][D / 16][4];
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi)
+    FA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk)
+      fa_load_a(qf[mi][kk], smem, LD, 16 * (MW * warp + mi), 16 * kk);
+  __syncthreads();  // Q is in registers; its space takes the first tiles
+  fa_tile_load_async<D, Threads>(smem, kg, 0, kFaBN, Sk);
+  fa_tile_load_async<D, Threads>(smem + kFaBN * LD, vg, 0, kFaBN, Sk);
+
+  float o[MW][D / 8][4];
+  const float neg_inf = fa_bits_float(0xff800000u);
+  float m[MW][2], l[MW][2];
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi) {
+    FA_UNROLL
+    for (int i = 0; i < D / 8; ++i) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
+    m[mi][0] = m[mi][1] = neg_inf;
+    l[mi][0] = l[mi][1] = 0.f;
+  }
+
+  const int n_end = causal ? (q0 + BM < Sk ? q0 + BM : Sk) : Sk;
+  for (int n0 = 0, buf = 0; n0 < n_end; n0 += kFaBN, buf ^= 1) {
+    fa_async_wait();
+    __syncthreads();  // this tile has landed; every warp is done with the other buffer
+    const unsigned short* ks = smem + buf * 2 * kFaBN * LD;
+    const unsigned short* vs = ks + kFaBN * LD;
+    if (n0 + kFaBN < n_end) {
+      unsigned short* next = smem + (buf ^ 1) * 2 * kFaBN * LD;
+      fa_tile_load_async<D, Threads>(next, kg, n0 + kFaBN, kFaBN, Sk);
+      fa_tile_load_async<D, Threads>(next + kFaBN * LD, vg, n0 + kFaBN, kFaBN, Sk);
+    }
+
+    // S = Q K^T: each B fragment of K feeds the warp's MW row tiles.
+    float s[MW][kFaBN / 8][4];
+    FA_UNROLL
+    for (int mi = 0; mi < MW; ++mi)
+      FA_UNROLL
+      for (int i = 0; i < kFaBN / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
+    FA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk)
+      FA_UNROLL
+      for (int nn = 0; nn < kFaBN / 16; ++nn) {
+        unsigned b[4];
+        fa_load_b(b, ks, LD, 16 * nn, 16 * kk);
+        FA_UNROLL
+        for (int mi = 0; mi < MW; ++mi) {
+          fa_mma<T>(s[mi][2 * nn], qf[mi][kk], b[0], b[1]);
+          fa_mma<T>(s[mi][2 * nn + 1], qf[mi][kk], b[2], b[3]);
+        }
+      }
+
+    // Mask keys past Sk and, on causal diagonal tiles, keys after the query; the online
+    // softmax in base 2.
+    const bool edge = n0 + kFaBN > Sk || (causal && n0 + kFaBN > w0);
+    FA_UNROLL
+    for (int mi = 0; mi < MW; ++mi) {
+      const int row0 = w0 + 16 * mi + g;
+      float mx[2] = {neg_inf, neg_inf};
+      FA_UNROLL
+      for (int i = 0; i < kFaBN / 8; ++i)
+        FA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mi][i][e] * scale_log2;
+          if (edge) {
+            const int col = n0 + 8 * i + 2 * t + (e % 2);
+            if (col >= Sk || (causal && col > row0 + 8 * (e / 2))) x = neg_inf;
+          }
+          s[mi][i][e] = x;
+          mx[e / 2] = fmaxf(mx[e / 2], x);
+        }
+      float alpha[2];
+      FA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const float mnew = fmaxf(m[mi][h], fa_quad_reduce<true>(mx[h]));
+        // A row with every key so far masked keeps max -inf; subtract 0 then (its p are 0).
+        const float msub = mnew == neg_inf ? 0.f : mnew;
+        alpha[h] = fa_exp2(m[mi][h] - msub);
+        m[mi][h] = mnew;
+        mx[h] = msub;
+      }
+      float rs[2] = {0.f, 0.f};
+      FA_UNROLL
+      for (int i = 0; i < kFaBN / 8; ++i)
+        FA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float p = fa_exp2(s[mi][i][e] - mx[e / 2]);
+          s[mi][i][e] = p;
+          rs[e / 2] += p;
+        }
+      l[mi][0] = l[mi][0] * alpha[0] + rs[0];
+      l[mi][1] = l[mi][1] * alpha[1] + rs[1];
+      FA_UNROLL
+      for (int i = 0; i < D / 8; ++i) {
+        o[mi][i][0] *= alpha[0];
+        o[mi][i][1] *= alpha[0];
+        o[mi][i][2] *= alpha[1];
+        o[mi][i][3] *= alpha[1];
+      }
+    }
+    // O += P V: P's C fragments are A fragments (Note [mma fragments]).
+    FA_UNROLL
+    for (int j = 0; j < kFaBN / 16; ++j) {
+      unsigned pa[MW][4];
+      FA_UNROLL
+      for (int mi = 0; mi < MW; ++mi) fa_c_to_a<T>(pa[mi], s[mi][2 * j], s[mi][2 * j + 1]);
+      FA_UNROLL
+      for (int dd = 0; dd < D / 16; ++dd) {
+        unsigned b[4];
+        fa_load_b_trans(b, vs, LD, 16 * dd, 16 * j);
+        FA_UNROLL
+        for (int mi = 0; mi < MW; ++mi) {
+          fa_mma<T>(o[mi][2 * dd], pa[mi], b[0], b[1]);
+          fa_mma<T>(o[mi][2 * dd + 1], pa[mi], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  auto* og = reinterpret_cast<unsigned*>(out);
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi)
+    FA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int row = w0 + 16 * mi + g + 8 * h;
+      const float lt = fa_quad_reduce<false>(l[mi][h]);
+      const float inv = lt > 0.f ? 1.f / lt : 0.f;
+      if (row < Sq) {
+        unsigned* orow = og + ((bh * Sq + row) * D) / 2;
+        FA_UNROLL
+        for (int i = 0; i < D / 8; ++i)
+          orow[4 * i + t] = fa_pack<T>(o[mi][i][2 * h] * inv, o[mi][i][2 * h + 1] * inv);
+        if (t == 0) lse[bh * Sq + row] = lt > 0.f ? (m[mi][h] + log2f(lt)) * kFaLn2 : neg_inf;
+      }
+    }
+}
+
+// ----------------------------------------------------------- tensor-core backward
+
+// Note [Backward tiling]
+// FlashAttention-2's backward: a block of NW warps owns 16 NW keys of one (b, h) (warp w
+// keys 16w..16w+15; NW = 4, or 8 to halve the dQ atomics and the Q and dO reloads a key)
+// and walks the query blocks of BM rows that see them. Per query block it
+// recomputes S^T = K Q^T (keys as the mma's rows, so P^T comes out as the A fragment of
+// dV += P^T dO), P^T = exp2(S^T * scale * log2(e) - lse * log2(e)), dP^T = V dO^T,
+// dS^T = P^T (dP^T - delta), dK += dS^T Q; dK and dV stay in registers for the whole walk.
+// dQ += dS K needs dS with queries as rows: dS^T goes through shared memory and each warp
+// adds its share of the BM x D product to a float32 dQ with atomics (sm_90: one 4-float
+// vector reduction a lane per 16 x 8 tile). Nothing of size S x S is stored.
+template <typename T, int D, int BM, int NW>
+constexpr int flash_attn_bwd_smem() {
+  return (2 * 16 * NW * (D + 8) + 2 * BM * (D + 8) + 16 * NW * (BM + 8)) * 2 + 2 * BM * 4;
+}
+
+template <typename T, int D, int BM, int NW>
+__device__ __forceinline__ void flash_attn_bwd_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+    const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    float* __restrict__ dq, T* __restrict__ dk, T* __restrict__ dv, int Sq, int Sk, float scale,
+    int causal, unsigned short* smem) {
+  constexpr int BN = 16 * NW, Threads = 32 * NW, LD = D + 8, LDS = BM + 8;
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const int n0 = int(blockIdx.x) * BN;
+  const long long bh = blockIdx.y;
+  const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
+  const auto* dog = reinterpret_cast<const unsigned short*>(dout) + bh * Sq * D;
+  const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
+  const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
+  unsigned short* ks = smem;
+  unsigned short* vs = ks + BN * LD;
+  unsigned short* qs = vs + BN * LD;
+  unsigned short* dos = qs + BM * LD;
+  unsigned short* dss = dos + BM * LD;  // dS^T: [key][query]
+  float* lses = reinterpret_cast<float*>(dss + BN * LDS);
+  float* dels = lses + BM;
+  const float scale_log2 = scale * kFaLog2e;
+
+  fa_tile_load<D, Threads>(ks, kg, n0, BN, Sk);
+  fa_tile_load<D, Threads>(vs, vg, n0, BN, Sk);
+
+  float dkacc[D / 8][4], dvacc[D / 8][4];
+  FA_UNROLL
+  for (int i = 0; i < D / 8; ++i)
+    FA_UNROLL
+    for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.f;
+  const int key[2] = {n0 + 16 * warp + g, n0 + 16 * warp + g + 8};
+
+  for (int m0 = causal ? n0 / BM * BM : 0; m0 < Sq; m0 += BM) {
+    __syncthreads();  // the previous block's Q, dO and dS are no longer read
+    fa_tile_load<D, Threads>(qs, qg, m0, BM, Sq);
+    fa_tile_load<D, Threads>(dos, dog, m0, BM, Sq);
+    for (int i = int(threadIdx.x); i < BM; i += Threads) {
+      const bool in = m0 + i < Sq;
+      lses[i] = in ? lse[bh * Sq + m0 + i] * kFaLog2e : fa_bits_float(0x7f800000u);
+      dels[i] = in ? delta[bh * Sq + m0 + i] : 0.f;
+    }
+    __syncthreads();
+
+    // S^T and dP^T, 16 keys x BM queries a warp.
+    float st[BM / 8][4], dpt[BM / 8][4];
+    FA_UNROLL
+    for (int i = 0; i < BM / 8; ++i)
+      FA_UNROLL
+      for (int e = 0; e < 4; ++e) st[i][e] = dpt[i][e] = 0.f;
+    FA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      unsigned ka[4], va[4];
+      fa_load_a(ka, ks, LD, 16 * warp, 16 * kk);
+      fa_load_a(va, vs, LD, 16 * warp, 16 * kk);
+      FA_UNROLL
+      for (int nn = 0; nn < BM / 16; ++nn) {
+        unsigned b[4];
+        fa_load_b(b, qs, LD, 16 * nn, 16 * kk);
+        fa_mma<T>(st[2 * nn], ka, b[0], b[1]);
+        fa_mma<T>(st[2 * nn + 1], ka, b[2], b[3]);
+        fa_load_b(b, dos, LD, 16 * nn, 16 * kk);
+        fa_mma<T>(dpt[2 * nn], va, b[0], b[1]);
+        fa_mma<T>(dpt[2 * nn + 1], va, b[2], b[3]);
+      }
+    }
+    // P^T and dS^T in place; dS^T to shared memory for dQ.
+    FA_UNROLL
+    for (int i = 0; i < BM / 8; ++i) {
+      FA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int qc = 8 * i + 2 * t + (e % 2), kr = key[e / 2];
+        float p = fa_exp2(st[i][e] * scale_log2 - lses[qc]);
+        if (kr >= Sk || (causal && kr > m0 + qc)) p = 0.f;
+        st[i][e] = p;
+        dpt[i][e] = p * (dpt[i][e] - dels[qc]);
+      }
+      auto* d32 = reinterpret_cast<unsigned*>(dss);
+      d32[((16 * warp + g) * LDS + 8 * i + 2 * t) / 2] = fa_pack<T>(dpt[i][0], dpt[i][1]);
+      d32[((16 * warp + g + 8) * LDS + 8 * i + 2 * t) / 2] = fa_pack<T>(dpt[i][2], dpt[i][3]);
+    }
+    // dV += P^T dO and dK += dS^T Q (A from registers, B = dO, Q stored [q][d]: .trans).
+    FA_UNROLL
+    for (int j = 0; j < BM / 16; ++j) {
+      unsigned pa[4], da[4];
+      fa_c_to_a<T>(pa, st[2 * j], st[2 * j + 1]);
+      fa_c_to_a<T>(da, dpt[2 * j], dpt[2 * j + 1]);
+      FA_UNROLL
+      for (int dd = 0; dd < D / 16; ++dd) {
+        unsigned b[4];
+        fa_load_b_trans(b, dos, LD, 16 * dd, 16 * j);
+        fa_mma<T>(dvacc[2 * dd], pa, b[0], b[1]);
+        fa_mma<T>(dvacc[2 * dd + 1], pa, b[2], b[3]);
+        fa_load_b_trans(b, qs, LD, 16 * dd, 16 * j);
+        fa_mma<T>(dkacc[2 * dd], da, b[0], b[1]);
+        fa_mma<T>(dkacc[2 * dd + 1], da, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+    // dQ[m0.., :] += scale * dS K: (BM / 16) x (D / 16) tasks of 16 x 16, shared by the warps.
+    constexpr int kTasks = (BM / 16) * (D / 16);
+    static_assert(kTasks % NW == 0, "every warp takes as many dQ tasks");
+    for (int task = warp; task < kTasks; task += NW) {
+      const int mt = task / (D / 16), dd = task % (D / 16);
+      float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      FA_UNROLL
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        unsigned a[4], b[4];
+        fa_load_a_trans(a, dss, LDS, 16 * mt, 16 * kk);
+        fa_load_b_trans(b, ks, LD, 16 * dd, 16 * kk);
+        fa_mma<T>(c[0], a, b[0], b[1]);
+        fa_mma<T>(c[1], a, b[2], b[3]);
+      }
+      float* dqb = dq + bh * Sq * D;
+      fa_red_fragment(dqb, D, m0 + 16 * mt, 16 * dd, Sq, c[0], scale);
+      fa_red_fragment(dqb, D, m0 + 16 * mt, 16 * dd + 8, Sq, c[1], scale);
+    }
+  }
+
+  auto* dkg = reinterpret_cast<unsigned*>(dk);
+  auto* dvg = reinterpret_cast<unsigned*>(dv);
+  FA_UNROLL
+  for (int h = 0; h < 2; ++h)
+    if (key[h] < Sk) {
+      const long long base = ((bh * Sk + key[h]) * D) / 2;
+      FA_UNROLL
+      for (int i = 0; i < D / 8; ++i) {
+        dkg[base + 4 * i + t] = fa_pack<T>(dkacc[i][2 * h] * scale, dkacc[i][2 * h + 1] * scale);
+        dvg[base + 4 * i + t] = fa_pack<T>(dvacc[i][2 * h], dvacc[i][2 * h + 1]);
+      }
+    }
+}
+
+#if FA_DEVICE
+extern __shared__ __align__(16) unsigned short fa_smem[];
+
+template <typename T, int D, int NW, int MW>
+__global__ void __launch_bounds__(32 * NW)
+    flash_attn_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                   T* __restrict__ out, float* __restrict__ lse, int Sq, int Sk, float scale_log2,
+                   int causal) {
+  flash_attn_fwd_body<T, D, NW, MW>(q, k, v, out, lse, Sq, Sk, scale_log2, causal, fa_smem);
+}
+
+template <typename T, int D, int BM, int NW>
+__global__ void __launch_bounds__(32 * NW)
+    flash_attn_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                   const T* __restrict__ dout, const float* __restrict__ lse,
+                   const float* __restrict__ delta, float* __restrict__ dq, T* __restrict__ dk,
+                   T* __restrict__ dv, int Sq, int Sk, float scale, int causal) {
+  flash_attn_bwd_body<T, D, BM, NW>(q, k, v, dout, lse, delta, dq, dk, dv, Sq, Sk, scale, causal,
+                                    fa_smem);
+}
+#endif
+
+// ------------------------------------------------------------------ generic kernels
+
+// delta[r] = sum_d dout[r, d] * out[r, d] - grad_lse[r]: a warp a row.
+template <typename T, typename A = typename FaAcc<T>::type>
+__global__ void flash_attn_bwd_prep(const T* __restrict__ out, const T* __restrict__ dout,
+                                    const A* __restrict__ grad_lse,
+                                    A* __restrict__ delta, long long rows,
+                                    int D) {
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  A s = 0;
+  for (int d = 0; d < D; ++d) s += A(fa_load(out[r * D + d])) * A(fa_load(dout[r * D + d]));
+  delta[r] = s - grad_lse[r];
+}
+
+// A thread a query row: online softmax over every key, the output row in registers.
+template <typename T, typename A = typename FaAcc<T>::type>
+__global__ void flash_attn_fwd_generic(const T* __restrict__ q, const T* __restrict__ k,
+                                       const T* __restrict__ v, T* __restrict__ out,
+                                       A* __restrict__ lse, long long rows,
+                                       int Sq, int Sk, int D, double scale, bool causal) {
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const long long bh = r / Sq;
+  const int i = int(r % Sq);
+  const T* qr = q + r * D;
+  const T* kb = k + bh * Sk * D;
+  const T* vb = v + bh * Sk * D;
+  A acc[kFaMaxGenericD];
+  for (int d = 0; d < D; ++d) acc[d] = 0;
+  A m = A(fa_bits_float(0xff800000u)), l = 0;
+  const int n = causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
+  for (int j = 0; j < n; ++j) {
+    A s = 0;
+    for (int d = 0; d < D; ++d) s += A(fa_load(qr[d])) * A(fa_load(kb[(long long)j * D + d]));
+    s *= A(scale);
+    const A mn = s > m ? s : m;
+    const A alpha = fa_exp(m - mn), p = fa_exp(s - mn);
+    l = l * alpha + p;
+    for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + p * A(fa_load(vb[(long long)j * D + d]));
+    m = mn;
+  }
+  for (int d = 0; d < D; ++d) out[r * D + d] = fa_store<T>(l > 0 ? acc[d] / l : A(0));
+  lse[r] = l > 0 ? m + fa_log(l) : A(fa_bits_float(0xff800000u));
+}
+
+// s = q . k and dp = o . v over D values (the generic backward's score and dP).
+template <typename T, typename A>
+__device__ __forceinline__ void fa_dot2(const T* q, const T* k, const T* o, const T* v, int D,
+                                        A& s, A& dp) {
+  s = 0;
+  dp = 0;
+  for (int d = 0; d < D; ++d) {
+    s += A(fa_load(q[d])) * A(fa_load(k[d]));
+    dp += A(fa_load(o[d])) * A(fa_load(v[d]));
+  }
+}
+
+// dQ: a thread a query row.
+template <typename T, typename A = typename FaAcc<T>::type>
+__global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __restrict__ k,
+                                          const T* __restrict__ v, const T* __restrict__ dout,
+                                          const A* __restrict__ lse,
+                                          const A* __restrict__ delta,
+                                          T* __restrict__ dq, long long rows, int Sq, int Sk,
+                                          int D, double scale, bool causal) {
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const long long bh = r / Sq;
+  const int i = int(r % Sq);
+  const T* kb = k + bh * Sk * D;
+  const T* vb = v + bh * Sk * D;
+  A acc[kFaMaxGenericD];
+  for (int d = 0; d < D; ++d) acc[d] = 0;
+  const int n = causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
+  for (int j = 0; j < n; ++j) {
+    A s, dp;
+    fa_dot2(q + r * D, kb + (long long)j * D, dout + r * D, vb + (long long)j * D, D, s, dp);
+    const A ds = fa_exp(s * A(scale) - lse[r]) * (dp - delta[r]);
+    for (int d = 0; d < D; ++d) acc[d] += ds * A(fa_load(kb[(long long)j * D + d]));
+  }
+  for (int d = 0; d < D; ++d) dq[r * D + d] = fa_store<T>(acc[d] * A(scale));
+}
+
+// dK and dV: a thread a key row.
+template <typename T, typename A = typename FaAcc<T>::type>
+__global__ void flash_attn_bwd_dkdv_generic(const T* __restrict__ q, const T* __restrict__ k,
+                                            const T* __restrict__ v, const T* __restrict__ dout,
+                                            const A* __restrict__ lse,
+                                            const A* __restrict__ delta,
+                                            T* __restrict__ dk, T* __restrict__ dv, long long rows,
+                                            int Sq, int Sk, int D, double scale, bool causal) {
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const long long bh = r / Sk;
+  const int j = int(r % Sk);
+  const T* qb = q + bh * Sq * D;
+  const T* ob = dout + bh * Sq * D;
+  A gk[kFaMaxGenericD], gv[kFaMaxGenericD];
+  for (int d = 0; d < D; ++d) gk[d] = gv[d] = 0;
+  for (int i = causal ? j : 0; i < Sq; ++i) {
+    A s, dp;
+    fa_dot2(qb + (long long)i * D, k + r * D, ob + (long long)i * D, v + r * D, D, s, dp);
+    const long long ri = bh * Sq + i;
+    const A p = fa_exp(s * A(scale) - lse[ri]), ds = p * (dp - delta[ri]);
+    for (int d = 0; d < D; ++d) {
+      gv[d] += p * A(fa_load(ob[(long long)i * D + d]));
+      gk[d] += ds * A(fa_load(qb[(long long)i * D + d]));
+    }
+  }
+  for (int d = 0; d < D; ++d) {
+    dk[r * D + d] = fa_store<T>(gk[d] * A(scale));
+    dv[r * D + d] = fa_store<T>(gv[d]);
+  }
+}

@@ -1,0 +1,55 @@
+// mha::flash_attn: fused scaled-dot-product attention as a user's custom op
+//   flash_attn(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None)
+//       -> (Tensor out, Tensor lse)
+// q [B, H, Sq, D], k and v [B, H, Sk, D]: out = softmax(scale * q k^T) v ([B, H, Sq, D]),
+// lse = logsumexp over keys of scale * q k^T ([B, H, Sq], float32, float64 for float64
+// inputs), scale 1 / sqrt(D) by default; causal: query i sees keys 0..i (top-left, as
+// torch's is_causal). float16 and bfloat16 (float32 accumulation), float32, float64; other
+// layouts are made contiguous. On CUDA, float16/bfloat16 with D = 64 or 128 take the
+// tensor-core kernels (FlashAttention-2's scheme, nothing of size S x S stored); other
+// dtypes and D <= 128 a generic kernel. Gradients for q, k, v (from out's and lse's).
+#pragma once
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "minitensor.h"
+
+namespace mha {
+
+std::tuple<mt::Tensor, mt::Tensor> flash_attn(const mt::Tensor& q, const mt::Tensor& k,
+                                              const mt::Tensor& v, bool causal = false,
+                                              std::optional<double> scale = std::nullopt);
+const mt::OperatorHandle& flash_attn_handle();
+
+// The CUDA forward and backward with the kernel family forced (tests, bench): generic
+// false takes the tensor-core kernels (float16/bfloat16, D 64 or 128 only).
+std::tuple<mt::Tensor, mt::Tensor> flash_attn_cuda(const mt::Tensor& q, const mt::Tensor& k,
+                                                   const mt::Tensor& v, bool causal,
+                                                   std::optional<double> scale, bool generic);
+// dq, dk, dv from the gradients of out and lse (either may be undefined), on the inputs'
+// device; on CUDA, generic as above.
+std::tuple<mt::Tensor, mt::Tensor, mt::Tensor> flash_attn_backward(
+    const mt::Tensor& grad_out, const mt::Tensor& grad_lse, const mt::Tensor& q,
+    const mt::Tensor& k, const mt::Tensor& v, const mt::Tensor& out, const mt::Tensor& lse,
+    bool causal, std::optional<double> scale, bool generic = false);
+
+// Every CUDA kernel the op launches, for the tests (CUBIN compiles).
+std::vector<mt::jit::UserKernel> flash_attn_kernels();
+// Checks the arguments of every launch the op makes for tensors of these shapes and dtype
+// (forward and backward, tensor-core kernels when generic is false) against the kernels
+// compiled for `arch`, without a GPU.
+void flash_attn_check_launch(int arch, const mt::Tensor& q, const mt::Tensor& k,
+                             const mt::Tensor& v, bool causal, bool generic);
+// The block sizes of the tensor-core kernels: query rows a forward block, query rows a
+// backward step, warps a backward block (16 keys each), dynamic shared memory. Two knobs
+// for the bench's comparisons: MHA_FLASH_ATTN_FWD_ROW_TILES=1 (D = 64: one 16-row tile a
+// forward warp instead of two) and MHA_FLASH_ATTN_BWD_WARPS=8 (128 keys a backward block
+// instead of 64).
+struct FlashAttnTiles {
+  int fwd_rows, fwd_threads, fwd_smem, bwd_rows, bwd_warps, bwd_smem;
+};
+FlashAttnTiles flash_attn_tiles(int head_dim);
+
+}  // namespace mha

@@ -1,0 +1,487 @@
+// mha::flash_attn's tests (build/examples/ops/flash_attn/flash_attn_tests, meson test suite
+// 'extra'): the CPU kernel against a naive float64 softmax(scale q k^T) v (causal and not,
+// sequences that are not a multiple of any block), gradcheck in float64 (through out and
+// lse), opcheck, fake shapes, the errors; every CUDA kernel compiled to CUBIN for sm_80
+// and sm_90 with the op's own launch arguments checked; and the CUDA kernels run through a
+// CPU emulation of the grid, the tensor-core ones with ldmatrix and mma.sync replaced by
+// C++ stand-ins that follow the PTX fragment layouts (Note [mma fragments] in
+// flash_attn.cu). Cases marked "(gpu)" run on cuda:0 and are skipped where there is none.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flash_attn.h"
+#include "helpers.h"
+#include "minitensor.h"
+
+// clang-format off
+#include "grid_emulation.h"  // last: it defines __global__ and friends
+// clang-format on
+
+// flash_attn.cu compiled as host C++, run by ../grid_emulation.h's threads.
+namespace ops_emu {
+#include "flash_attn.cu"
+}  // namespace ops_emu
+
+using namespace mt;
+
+namespace {
+
+bool no_nvrtc() { return !jit::nvrtc_available(); }
+bool no_gpu() { return !cuda::is_available(); }
+
+double max_diff64(const Tensor& a, const Tensor& b) {
+  return max_abs_diff(a.cpu().to(DType::Float64), b.cpu().to(DType::Float64));
+}
+
+// Note [Error measure]
+// max |got - want| / max(1, |want|): the absolute error where values are at most 1 and the
+// relative error above. A 16-bit result cannot do better than its own rounding: a float16
+// gradient entry of 4 is stored within 2^-9 = 2e-3 at best (bfloat16: 2^-6), and entries
+// of dK and dV grow with the number of queries summed into them.
+double max_err(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = got.cpu().to(DType::Float64).contiguous().to_vector<double>();
+  const std::vector<double> w = want.cpu().to(DType::Float64).contiguous().to_vector<double>();
+  REQUIRE(g.size() == w.size());
+  double e = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    e = std::max(e, std::abs(g[i] - w[i]) / std::max(1.0, std::abs(w[i])));
+  return e;
+}
+
+// The naive float64 reference: the whole score row, its softmax, times v.
+struct Reference {
+  Tensor out, lse;
+};
+Reference naive(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const std::vector<double> Q = q.to_vector<double>(), Kv = k.to_vector<double>(),
+                            V = v.to_vector<double>();
+  const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2],
+                D = q.sizes()[3];
+  std::vector<double> out(size_t(B * H * Sq * D)), lse(size_t(B * H * Sq));
+  std::vector<double> s(static_cast<size_t>(Sk));
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < Sq; ++i) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < Sk; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d)
+          dot += Q[size_t((bh * Sq + i) * D + d)] * Kv[size_t((bh * Sk + j) * D + d)];
+        s[size_t(j)] = causal && j > i ? -std::numeric_limits<double>::infinity() : dot * scale;
+        m = std::max(m, s[size_t(j)]);
+      }
+      double l = 0;
+      for (int64_t j = 0; j < Sk; ++j) l += std::exp(s[size_t(j)] - m);
+      for (int64_t d = 0; d < D; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j < Sk; ++j)
+          acc += std::exp(s[size_t(j)] - m) / l * V[size_t((bh * Sk + j) * D + d)];
+        out[size_t((bh * Sq + i) * D + d)] = acc;
+      }
+      lse[size_t(bh * Sq + i)] = m + std::log(l);
+    }
+  return {from_vector(out, {B, H, Sq, D}, {.dtype = DType::Float64}),
+          from_vector(lse, {B, H, Sq}, {.dtype = DType::Float64})};
+}
+
+Tensor rnd(const Shape& s, DType t) { return randn(s).to(t); }
+
+using EHalf = ops_emu::mt::Half;
+using EBF16 = ops_emu::mt::BFloat16;
+
+// Runs the tensor-core forward and backward under the emulation for 16-bit q, k, v (T the
+// .cu's type) and returns out, lse, dq, dk, dv for grad_out g.
+// NWB: warps a backward block (4, the default, or 8).
+template <typename T, int D, int NWB = 4>
+std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& g, bool causal) {
+  const mha::FlashAttnTiles tiles = mha::flash_attn_tiles(D);
+  CHECK(tiles.bwd_warps == 4);
+  constexpr int MW = D == 64 ? 2 : 1;  // the forward's row tiles a warp
+  CHECK(tiles.fwd_rows == 16 * MW * 4);
+  CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
+  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, 4>()));
+  constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, NWB>();
+  const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
+  const double scale = 1.0 / std::sqrt(double(D));
+  const DType dt = q.dtype();
+  Tensor out = full(q.sizes(), 7.0, {.dtype = dt}), lse = full({B, H, Sq}, 7.0);
+  auto cp = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
+  auto mp = [](const Tensor& t) { return static_cast<T*>(t.data_ptr()); };
+  std::vector<unsigned short> smem(size_t(std::max(tiles.fwd_smem, bwd_smem) / 2));
+  const unsigned bh = unsigned(B * H);
+  ops_emu::launch({unsigned((Sq + tiles.fwd_rows - 1) / tiles.fwd_rows), bh},
+                  {unsigned(tiles.fwd_threads)}, [&] {
+                    ops_emu::flash_attn_fwd_body<T, D, 4, MW>(
+                        cp(q), cp(k), cp(v), mp(out), lse.data_ptr<float>(), int(Sq), int(Sk),
+                        float(scale * 1.4426950408889634), int(causal), smem.data());
+                  });
+  // delta = rowsum(dO * O) by the prep kernel (grad_lse 0), then the backward.
+  Tensor glse = zeros({B, H, Sq}), delta = full({B, H, Sq}, 7.0);
+  const long long rows = B * H * Sq;
+  ops_emu::launch({unsigned((rows + 63) / 64)}, {64}, [&] {
+    ops_emu::flash_attn_bwd_prep<T>(cp(out), cp(g), glse.data_ptr<float>(),
+                                    delta.data_ptr<float>(), rows, D);
+  });
+  Tensor dq = zeros(q.sizes()), dk = full(k.sizes(), 7.0, {.dtype = dt}),
+         dv = full(v.sizes(), 7.0, {.dtype = dt});
+  ops_emu::launch({unsigned((Sk + 16 * NWB - 1) / (16 * NWB)), bh}, {32 * NWB}, [&] {
+    ops_emu::flash_attn_bwd_body<T, D, D == 64 ? 64 : 32, NWB>(
+        cp(q), cp(k), cp(v), cp(g), lse.data_ptr<float>(), delta.data_ptr<float>(),
+        dq.data_ptr<float>(), mp(dk), mp(dv), int(Sq), int(Sk), float(scale), int(causal),
+        smem.data());
+  });
+  return {out, lse, dq, dk, dv};
+}
+
+// The float64 reference of the op and its gradients for grad_out g (through the CPU op).
+std::vector<Tensor> reference_with_grads(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& g, bool causal) {
+  Tensor q64 = q.cpu().to(DType::Float64).requires_grad_(),
+         k64 = k.cpu().to(DType::Float64).requires_grad_(),
+         v64 = v.cpu().to(DType::Float64).requires_grad_();
+  auto [out, lse] = mha::flash_attn(q64, k64, v64, causal);
+  backward(sum(mul(out, g.cpu().to(DType::Float64))));
+  return {out.detach(), lse.detach(), q64.grad(), k64.grad(), v64.grad()};
+}
+
+}  // namespace
+
+TEST_SUITE("mha::flash_attn") {
+  TEST_CASE("flash_attn: CPU matches a naive float64 softmax(q k^T) v, causal and not") {
+    manual_seed(31);
+    struct Shape4 {
+      int64_t B, H, Sq, Sk, D;
+    };
+    for (Shape4 s : {Shape4{2, 3, 77, 77, 16}, Shape4{1, 2, 20, 70, 8}, Shape4{1, 1, 130, 33, 5}})
+      for (bool causal : {false, true})
+        for (DType t : {DType::Float64, DType::Float32}) {
+          CAPTURE(s.Sq);
+          CAPTURE(s.Sk);
+          CAPTURE(causal);
+          CAPTURE(t);
+          Tensor q = rnd({s.B, s.H, s.Sq, s.D}, t), k = rnd({s.B, s.H, s.Sk, s.D}, t),
+                 v = rnd({s.B, s.H, s.Sk, s.D}, t);
+          auto [out, lse] = mha::flash_attn(q, k, v, causal);
+          CHECK(out.dtype() == t);
+          CHECK(lse.dtype() == t);
+          CHECK(lse.sizes() == Shape{s.B, s.H, s.Sq});
+          const Reference r = naive(q, k, v, causal, 1.0 / std::sqrt(double(s.D)));
+          const double tol = t == DType::Float64 ? 1e-12 : 2e-5;
+          CHECK(max_diff64(out, r.out) < tol);
+          CHECK(max_diff64(lse, r.lse) < tol);
+        }
+    // An explicit scale, a transposed (non-contiguous) q, 16-bit inputs (float32 inside,
+    // lse in float32).
+    Tensor q = randn({1, 5, 2, 8}).transpose(1, 2), k = randn({1, 2, 9, 8}),
+           v = randn({1, 2, 9, 8});
+    CHECK(!q.is_contiguous());
+    auto [out, lse] = mha::flash_attn(q, k, v, false, 0.3);
+    CHECK(max_diff64(out, naive(q.contiguous(), k, v, false, 0.3).out) < 2e-5);
+    Tensor qh = q.to(DType::BFloat16), kh = k.to(DType::BFloat16), vh = v.to(DType::BFloat16);
+    auto [oh, lh] = mha::flash_attn(qh, kh, vh, true);
+    CHECK(oh.dtype() == DType::BFloat16);
+    CHECK(lh.dtype() == DType::Float32);
+    CHECK(max_diff64(oh, naive(qh.contiguous(), kh, vh, true, 1 / std::sqrt(8.0)).out) < 1e-2);
+  }
+
+  TEST_CASE("flash_attn: gradcheck in float64 through out and lse") {
+    manual_seed(32);
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      auto in = [](int64_t s) {
+        return randn({1, 2, s, 4}, {.dtype = DType::Float64, .requires_grad = true});
+      };
+      Tensor q = in(7), k = in(9), v = in(9);
+      GradcheckResult out_check = gradcheck(
+          [&](const std::vector<Tensor>& x) {
+            return std::get<0>(mha::flash_attn(x[0], x[1], x[2], causal));
+          },
+          {q, k, v});
+      CHECK_MESSAGE(out_check.ok, out_check.message);
+      GradcheckResult lse_check = gradcheck(
+          [&](const std::vector<Tensor>& x) {
+            return std::get<1>(mha::flash_attn(x[0], x[1], x[2], causal, 0.7));
+          },
+          {q, k, v});
+      CHECK_MESSAGE(lse_check.ok, lse_check.message);
+    }
+  }
+
+  TEST_CASE("flash_attn: opcheck passes (schema, fake, autograd registration, gradcheck)") {
+    manual_seed(33);
+    auto in = [](int64_t s) { return randn({2, 1, s, 3}, {.dtype = DType::Float64}); };
+    Tensor q = in(5), k = in(6), v = in(6);
+    OpCheckReport r = opcheck(mha::flash_attn_handle(),
+                              {Stack{q, k, v}, Stack{q, k, v, true}, Stack{q, k, v, false, 0.25}});
+    CHECK_MESSAGE(r.ok(), r.str());
+    CHECK(mha::flash_attn_handle().schema().str() ==
+          "mha::flash_attn(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) "
+          "-> (Tensor out, Tensor lse)");
+  }
+
+  TEST_CASE("flash_attn: fake tensors give out and lse without reading any value") {
+    const Device gpu("cuda:0");
+    for (DType t : {DType::Float16, DType::Float64}) {
+      Tensor q = fake_empty({4, 16, 4096, 64}, {.dtype = t, .device = gpu});
+      Tensor k = fake_empty({4, 16, 1000, 64}, {.dtype = t, .device = gpu});
+      auto [out, lse] = mha::flash_attn(q, k, k, true);
+      CHECK(out.is_fake());
+      CHECK(out.sizes() == Shape{4, 16, 4096, 64});
+      CHECK(out.dtype() == t);
+      CHECK(lse.sizes() == Shape{4, 16, 4096});
+      CHECK(lse.dtype() == (t == DType::Float64 ? DType::Float64 : DType::Float32));
+      CHECK(lse.device() == gpu);
+    }
+    // The fake kernel makes the real kernels' checks.
+    Tensor q = fake_empty({1, 1, 8, 256}, {.dtype = DType::Float16, .device = gpu});
+    CHECK(error_of([&] { mha::flash_attn(q, q, q); }).starts_with(
+        "[mha::flash_attn] head_dim 256 is not supported on CUDA"));
+  }
+
+  TEST_CASE("flash_attn: bad shapes, dtypes, devices and head dims are errors naming the op") {
+    Tensor q = randn({1, 2, 8, 16}), k = randn({1, 2, 10, 16});
+    CHECK(error_of([&] { mha::flash_attn(randn({2, 8, 16}), k, k); }) ==
+          "[mha::flash_attn] q, k and v must be 4-D [batch, heads, seq, head_dim], got shapes "
+          "[2, 8, 16], [1, 2, 10, 16] and [1, 2, 10, 16]; for [batch, seq, heads, head_dim] pass "
+          "x.transpose(1, 2)");
+    CHECK(error_of([&] { mha::flash_attn(q, k, randn({1, 2, 9, 16})); }) ==
+          "[mha::flash_attn] k and v must have one shape [batch, heads, seq_k, head_dim], got "
+          "[1, 2, 10, 16] and [1, 2, 9, 16]");
+    CHECK(error_of([&] { mha::flash_attn(q, randn({1, 3, 10, 16}), randn({1, 3, 10, 16})); }) ==
+          "[mha::flash_attn] q [1, 2, 8, 16] and k [1, 3, 10, 16] must agree in batch, heads and "
+          "head_dim (only the sequence lengths may differ)");
+    CHECK(error_of([&] { mha::flash_attn(q, k.to(DType::Float64), k); }) ==
+          "[mha::flash_attn] q, k and v must have one dtype, got float32, float64 and float32; "
+          "convert with .to(dtype)");
+    CHECK(error_of([&] { mha::flash_attn(q.to(DType::Int64), k, k); }) ==
+          "[mha::flash_attn] q must be float16, bfloat16, float32 or float64, got int64");
+    CHECK(error_of([&] { mha::flash_attn(q, randn({1, 2, 0, 16}), randn({1, 2, 0, 16})); }) ==
+          "[mha::flash_attn] k and v have no keys (seq_k = 0), so the softmax of 8 queries is "
+          "undefined; pass at least one key");
+    CHECK(error_of([&] {
+            mha::flash_attn(q, k, k, false, std::numeric_limits<double>::infinity());
+          }) == "[mha::flash_attn] scale must be finite, got inf");
+    const Device gpu("cuda:0");
+    Tensor kg = fake_empty({1, 2, 10, 16}, {.device = gpu});
+    CHECK(error_of([&] { FakeMode fake; mha::flash_attn(fake_empty({1, 2, 8, 16}), kg, kg); }) ==
+          "[mha::flash_attn] q, k and v must be on one device, got cpu, cuda:0 and cuda:0");
+    Tensor qb = fake_empty({1, 2, 8, 200}, {.device = gpu});
+    CHECK(error_of([&] { mha::flash_attn(qb, qb, qb); }) ==
+          "[mha::flash_attn] head_dim 200 is not supported on CUDA: at most 128 (64 and 128 take "
+          "the tensor-core kernels); split the heads or run on the CPU");
+    // The CPU takes any head dim.
+    Tensor big = randn({1, 1, 3, 200});
+    CHECK(std::get<0>(mha::flash_attn(big, big, big)).sizes() == Shape{1, 1, 3, 200});
+    // Sq = 0: empty outputs.
+    auto [o0, l0] = mha::flash_attn(randn({1, 2, 0, 16}), k, k);
+    CHECK(o0.sizes() == Shape{1, 2, 0, 16});
+    CHECK(l0.sizes() == Shape{1, 2, 0});
+  }
+
+  TEST_CASE("flash_attn: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
+            "arguments match their signatures" * doctest::skip(no_nvrtc())) {
+    const std::vector<jit::UserKernel> all = mha::flash_attn_kernels();
+    CHECK(all.size() == 30);
+    for (int arch : {80, 90}) {
+      CAPTURE(arch);
+      for (const jit::UserKernel& k : all) {
+        CAPTURE(k.name_expression());
+        CHECK(k.parameters(arch).known);
+      }
+      for (DType t : {DType::Float16, DType::BFloat16})
+        for (int64_t D : {64, 128}) {
+          CAPTURE(t);
+          CAPTURE(D);
+          Tensor q = empty({2, 3, 100, D}, {.dtype = t}), k = empty({2, 3, 70, D}, {.dtype = t});
+          CHECK_NOTHROW(mha::flash_attn_check_launch(arch, q, k, k, true, false));
+          CHECK_NOTHROW(mha::flash_attn_check_launch(arch, q, k, k, false, true));
+        }
+      for (DType t : {DType::Float32, DType::Float64}) {
+        Tensor q = empty({1, 2, 33, 40}, {.dtype = t});
+        CHECK_NOTHROW(mha::flash_attn_check_launch(arch, q, q, q, false, true));
+      }
+    }
+    CHECK(all[0].parameters(90).types[0] == "mt::Half const*");
+    // Hopper's wgmma, which torch's fastest attention kernels use, needs the arch-specific
+    // target sm_90a; the JIT compiles for sm_90, where ptxas refuses it (docs/scenarios.md).
+    const jit::UserKernel probe = jit::kernel(
+        "__global__ void fa_wgmma_probe(float* out) {\n"
+        "  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+        "  out[0] = 1.f;\n}\n",
+        "fa_wgmma_probe");
+    const std::string refused = error_of([&] { probe.parameters(90); });
+    CAPTURE(refused);
+    CHECK(refused.find("not supported on .target 'sm_90'") != std::string::npos);
+  }
+
+  TEST_CASE("flash_attn: the tensor-core kernels compute the reference under a CPU emulation of "
+            "ldmatrix and mma.sync") {
+    manual_seed(34);
+    struct Case {
+      int64_t Sq, Sk;
+      bool causal;
+    };
+    // float16 without a mask; bfloat16 causal with more keys than queries.
+    for (Case c : {Case{80, 80, false}, Case{70, 100, true}}) {
+      const DType t = c.causal ? DType::BFloat16 : DType::Float16;
+      {
+        CAPTURE(c.Sq);
+        CAPTURE(c.causal);
+        CAPTURE(t);
+        Tensor q = rnd({1, 2, c.Sq, 64}, t), k = rnd({1, 2, c.Sk, 64}, t),
+               v = rnd({1, 2, c.Sk, 64}, t), g = rnd({1, 2, c.Sq, 64}, t);
+        // The float16 case takes backward blocks of 8 warps (MHA_FLASH_ATTN_BWD_WARPS=8).
+        const std::vector<Tensor> got =
+            t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 8>(q, k, v, g, c.causal)
+                                : emulate_tensor_core<EBF16, 64>(q, k, v, g, c.causal);
+        const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal);
+        const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
+        const char* what[] = {"out", "lse", "dq", "dk", "dv"};
+        for (int i = 0; i < 5; ++i) {
+          CAPTURE(what[i]);
+          CHECK(max_err(got[size_t(i)], want[size_t(i)]) < tol);
+        }
+      }
+    }
+    // Head dim 128 (the backward's 32-row query blocks), causal, one head.
+    Tensor q = rnd({1, 1, 50, 128}, DType::Float16), k = rnd({1, 1, 50, 128}, DType::Float16),
+           v = rnd({1, 1, 50, 128}, DType::Float16), g = rnd({1, 1, 50, 128}, DType::Float16);
+    const std::vector<Tensor> got = emulate_tensor_core<EHalf, 128>(q, k, v, g, true);
+    const std::vector<Tensor> want = reference_with_grads(q, k, v, g, true);
+    for (int i = 0; i < 5; ++i) CHECK(max_err(got[size_t(i)], want[size_t(i)]) < 2e-3);
+  }
+
+  TEST_CASE("flash_attn: the generic kernels compute the CPU op's results under a CPU emulation") {
+    manual_seed(35);
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      const int64_t B = 1, H = 2, Sq = 13, Sk = 17, D = 6;
+      auto in = [](int64_t s) { return randn({1, 2, s, 6}, {.dtype = DType::Float64}); };
+      Tensor q = in(Sq), k = in(Sk), v = in(Sk), g = in(Sq), gl = randn({B, H, Sq}, {.dtype = DType::Float64});
+      auto [out, lse] = mha::flash_attn(q, k, v, causal);
+      auto [dq, dk, dv] = mha::flash_attn_backward(g, gl, q, k, v, out, lse, causal, std::nullopt);
+      const double scale = 1 / std::sqrt(double(D));
+      const long long rq = B * H * Sq, rk = B * H * Sk;
+      Tensor eo = full(q.sizes(), 7.0, {.dtype = DType::Float64}),
+             el = full({B, H, Sq}, 7.0, {.dtype = DType::Float64}),
+             delta = full({B, H, Sq}, 7.0, {.dtype = DType::Float64}), edq = full(q.sizes(), 7.0, {.dtype = DType::Float64}),
+             edk = full(k.sizes(), 7.0, {.dtype = DType::Float64}),
+             edv = full(v.sizes(), 7.0, {.dtype = DType::Float64});
+      auto p = [](const Tensor& t) { return t.data_ptr<double>(); };
+      ops_emu::launch({2}, {16}, [&] {
+        ops_emu::flash_attn_fwd_generic<double>(p(q), p(k), p(v), p(eo), p(el), rq, int(Sq),
+                                                int(Sk), int(D), scale, causal);
+      });
+      CHECK(max_diff64(eo, out) < 1e-12);
+      CHECK(max_diff64(el, lse) < 1e-12);
+      ops_emu::launch({2}, {16}, [&] {
+        ops_emu::flash_attn_bwd_prep<double>(p(out), p(g), p(gl), p(delta), rq, int(D));
+      });
+      ops_emu::launch({2}, {16}, [&] {
+        ops_emu::flash_attn_bwd_dq_generic<double>(p(q), p(k), p(v), p(g), p(lse), p(delta),
+                                                   p(edq), rq, int(Sq), int(Sk), int(D), scale,
+                                                   causal);
+      });
+      ops_emu::launch({3}, {16}, [&] {
+        ops_emu::flash_attn_bwd_dkdv_generic<double>(p(q), p(k), p(v), p(g), p(lse), p(delta),
+                                                     p(edk), p(edv), rk, int(Sq), int(Sk), int(D),
+                                                     scale, causal);
+      });
+      CHECK(max_diff64(edq, dq) < 1e-12);
+      CHECK(max_diff64(edk, dk) < 1e-12);
+      CHECK(max_diff64(edv, dv) < 1e-12);
+    }
+  }
+
+  // --------------------------------------------------------------------------- on cuda:0
+
+  TEST_CASE("flash_attn (gpu): forward and gradients match the float64 reference on cuda:0" *
+            doctest::skip(no_gpu())) {
+    manual_seed(36);
+    const Device gpu("cuda:0");
+    // Max errors (Note [Error measure]) at most 2e-3 for float16 and 1e-2 for bfloat16.
+    for (DType t : {DType::Float16, DType::BFloat16})
+      for (int64_t D : {64, 128})
+        for (bool causal : {false, true}) {
+          CAPTURE(t);
+          CAPTURE(D);
+          CAPTURE(causal);
+          const int64_t S = D == 64 ? 300 : 200;
+          Tensor q = rnd({2, 2, S, D}, t), k = rnd({2, 2, S, D}, t), v = rnd({2, 2, S, D}, t),
+                 g = rnd({2, 2, S, D}, t);
+          const std::vector<Tensor> want = reference_with_grads(q, k, v, g, causal);
+          Tensor qg = q.to(gpu).requires_grad_(), kg = k.to(gpu).requires_grad_(),
+                 vg = v.to(gpu).requires_grad_();
+          auto [out, lse] = mha::flash_attn(qg, kg, vg, causal);
+          CHECK(out.device() == gpu);
+          backward(sum(mul(out.to(DType::Float32), g.to(DType::Float32).to(gpu))));
+          const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
+          const Tensor got[] = {out, lse, qg.grad(), kg.grad(), vg.grad()};
+          const char* what[] = {"out", "lse", "dq", "dk", "dv"};
+          std::string errs;
+          for (int i = 0; i < 5; ++i) {
+            CAPTURE(what[i]);
+            const double err = max_err(got[i], want[size_t(i)]);
+            errs += fmt::format(" {} {:.2g}", what[i], err);
+            CHECK(err < tol);
+          }
+          MESSAGE(fmt::format("{} D={} causal={} S={}: max errors{}", t, D, causal, S, errs));
+          // The generic kernels agree too.
+          auto [og, lg] = mha::flash_attn_cuda(q.to(gpu), k.to(gpu), v.to(gpu), causal,
+                                               std::nullopt, true);
+          CHECK(max_err(og, want[0]) < tol);
+        }
+    // float32 takes the generic kernels, any head dim up to 128.
+    Tensor q = randn({1, 3, 77, 40}), k = randn({1, 3, 90, 40});
+    auto [out, lse] = mha::flash_attn(q.to(gpu), k.to(gpu), k.to(gpu), true);
+    const Reference r = naive(q, k, k, true, 1 / std::sqrt(40.0));
+    CHECK(max_diff64(out, r.out) < 1e-5);
+    CHECK(max_diff64(lse, r.lse) < 1e-5);
+  }
+
+  TEST_CASE("flash_attn (gpu): gradcheck and opcheck on cuda:0" * doctest::skip(no_gpu())) {
+    manual_seed(37);
+    const Device gpu("cuda:0");
+    auto in = [&](int64_t s) {
+      return randn({1, 2, s, 4}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
+    };
+    Tensor q = in(7), k = in(9), v = in(9);
+    GradcheckResult gc = gradcheck(
+        [&](const std::vector<Tensor>& x) {
+          return std::get<0>(mha::flash_attn(x[0], x[1], x[2], true));
+        },
+        {q, k, v});
+    CHECK_MESSAGE(gc.ok, gc.message);
+    Tensor h = randn({1, 2, 70, 64}).to(DType::Float16).to(gpu);
+    OpCheckReport r = opcheck(mha::flash_attn_handle(),
+                              {Stack{q.detach(), k.detach(), v.detach()}, Stack{h, h, h, true}},
+                              {.gradcheck = false});
+    CHECK_MESSAGE(r.ok(), r.str());
+  }
+
+  TEST_CASE("flash_attn (gpu): no allocation proportional to S x S" * doctest::skip(no_gpu())) {
+    const Device gpu("cuda:0");
+    const int64_t S = 16384, D = 64;
+    Tensor q = randn({1, 1, S, D}).to(DType::Float16).to(gpu).requires_grad_();
+    Tensor k = randn({1, 1, S, D}).to(DType::Float16).to(gpu).requires_grad_();
+    Tensor v = randn({1, 1, S, D}).to(DType::Float16).to(gpu).requires_grad_();
+    Tensor g = randn({1, 1, S, D}).to(gpu);
+    cuda::synchronize(0);
+    cuda::reset_peak_stats(0);
+    const size_t before = cuda::allocator_stats(0).allocated_bytes;
+    auto [out, lse] = mha::flash_attn(q, k, v, true);
+    backward(sum(mul(out.to(DType::Float32), g)));
+    cuda::synchronize(0);
+    const size_t peak = cuda::allocator_stats(0).peak_allocated_bytes - before;
+    const size_t s_by_s = size_t(S) * size_t(S) * 2;  // one float16 S x S matrix: 512 MiB
+    MESSAGE("peak extra allocation ", peak / 1048576.0, " MiB; one S x S float16 matrix ",
+            s_by_s / 1048576.0, " MiB");
+    CHECK(peak < s_by_s / 16);
+    CHECK(q.grad().defined());
+  }
+}
