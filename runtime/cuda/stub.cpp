@@ -3,6 +3,7 @@
 #ifndef MT_HAVE_CUDA
 
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/graph.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -46,6 +47,20 @@ EventTimer& EventTimer::operator=(EventTimer&& o) noexcept {
 void EventTimer::start() { unavailable(); }
 void EventTimer::stop() { unavailable(); }
 float EventTimer::elapsed_ms() const { unavailable(); }
+
+struct Graph::Impl {};
+Graph::Graph() = default;
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+void Graph::capture_begin(int) { unavailable(); }
+void Graph::capture_end() { unavailable(); }
+void Graph::replay() { unavailable(); }
+bool Graph::captured() const { return false; }
+int Graph::device_index() const { return -1; }
+size_t Graph::num_nodes() const { return 0; }
+size_t Graph::pool_bytes() const { return 0; }
+bool is_capturing(int) { return false; }
 
 }  // namespace mt::cuda
 
