@@ -16,6 +16,7 @@
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
+#include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
 #include "tools/bench/matmul.h"
 #include "tools/bench/mlp.h"
@@ -543,6 +544,43 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   return 0;
 }
 
+// ---- bench graph -------------------------------------------------------------------------
+
+struct GraphCliOptions {
+  std::string device = "cuda";
+  int kernels = 1000, elements = 4096, repeats = 21;
+};
+
+int bench_graph_cmd(const GraphCliOptions& g, const BenchOutput& o) {
+  Device dev = bench_device(g.device, "bench graph");
+  const bench::GraphBenchResult r = bench::bench_graph(dev, g.kernels, g.elements, g.repeats);
+  const std::string where = fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name);
+  const double ratio = r.eager_us / r.graph_us;
+  if (!o.plot.empty()) {
+    bench::BarPlot plot{.title = fmt::format("silu on {} float32, {} back to back, on {}", r.elements, r.kernels, where),
+                        .value_label = "us a kernel (median)"};
+    plot.bars.push_back({"eager: mt::silu called N times", r.eager_us});
+    plot.bars.push_back({"one CUDA graph of the same N kernels", r.graph_us});
+    write_plot(o.plot, bench::svg(plot));
+  }
+  if (o.json) {
+    print_json({{"bench", "graph"}, {"device", dev.str()}, {"where", where}, {"kernels", r.kernels},
+                {"elements", r.elements}, {"eager_us", r.eager_us}, {"graph_us", r.graph_us},
+                {"eager_over_graph", ratio}, {"graph_nodes", r.graph_nodes}, {"pool_bytes", r.pool_bytes}});
+    return 0;
+  }
+  std::printf("a tiny kernel (silu on %d float32) %d times back to back on %s: wall clock a kernel, median of %d\n"
+              "loops, each ending in a synchronize\n",
+              r.elements, r.kernels, where.c_str(), g.repeats);
+  bench::print_table({"path", "us a kernel"},
+                     {{"eager: mt::silu called N times", fmt::format("{:.3f}", r.eager_us)},
+                      {fmt::format("one CUDA graph of the same N kernels ({} nodes, pool {} B), replayed", r.graph_nodes,
+                                   r.pool_bytes),
+                       fmt::format("{:.3f}", r.graph_us)}});
+  std::printf("eager / graph: %.2fx\n", ratio);
+  return 0;
+}
+
 // ---- cache -----------------------------------------------------------------------------
 
 int cache_cmd(const std::string& what, bool json) {
@@ -662,7 +700,7 @@ int main(int argc, char** argv) {
   dem->add_option("--device", device, "cpu or cuda");
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
   BenchOutput bench_out;
-  auto* ben = app.add_subcommand("bench", "benchmarks: dispatch, silu, matmul, mlp (a table; --json, --plot)");
+  auto* ben = app.add_subcommand("bench", "benchmarks: dispatch, silu, matmul, mlp, graph (a table; --json, --plot)");
   ben->require_subcommand(1);
   ben->add_flag("--json", bench_out.json, "print JSON on stdout instead of the table");
   ben->add_option("--plot", bench_out.plot, "also draw the results into this SVG file");
@@ -708,7 +746,13 @@ int main(int argc, char** argv) {
   b_mlp->add_option("--max-seconds", mlp_o.opts.max_seconds, "per shape: stop timing after this long (3 timed steps at least)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 86400.0));
-  for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp}) sub->fallthrough();
+  GraphCliOptions graph_o;
+  auto* b_graph = ben->add_subcommand("graph", "a tiny kernel back to back: eager launches against one CUDA graph replay");
+  b_graph->add_option("--device", graph_o.device, "cuda (cuda:N)")->capture_default_str();
+  b_graph->add_option("--kernels", graph_o.kernels, "launches per timed loop")->capture_default_str()->check(CLI::Range(1, 1000000));
+  b_graph->add_option("--elements", graph_o.elements, "float32 elements per kernel")->capture_default_str()->check(CLI::Range(1, 1 << 28));
+  b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")->capture_default_str()->check(CLI::Range(1, 100000));
+  for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
   std::string cache_what = "ls";
   auto* cac = app.add_subcommand("cache", "the NVRTC kernel cache: ls, stats, clear");
   cac->add_option("what", cache_what, "ls | stats | clear")->check(CLI::IsMember({"ls", "stats", "clear"}));
@@ -732,6 +776,7 @@ int main(int argc, char** argv) {
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
+    if (*b_graph) return bench_graph_cmd(graph_o, bench_out);
     if (*cac) return cache_cmd(cache_what, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minitensor: %s\n", e.what());
