@@ -402,7 +402,7 @@ void set_capture_stream(int index, CUstream s) {
   DeviceState& st = device_state(index);
   std::lock_guard<std::mutex> lock(st.mutex);
   st.capture_stream.store(s, std::memory_order_release);
-  st.refusal.clear();
+  if (s) st.refusal.clear();  // a new capture; at its end the refusal is kept for capture_end
 }
 
 void refuse_during_capture(int index, const std::string& what, const std::string& fix) {

@@ -92,10 +92,12 @@ struct Graph::Impl {
   CUevent done = nullptr;  // recorded after each replay
   bool replayed = false;
   size_t nodes = 0;
+  bool owns_capture = false;    // this graph set the device's capture state
+  bool driver_capture = false;  // between a successful cuStreamBeginCapture and its end
 
   ~Impl() { reset(); }
 
-  bool capturing() const { return stream && !exec; }
+  bool capturing() const { return owns_capture; }
 
   // Ends a capture in progress (its graph discarded), waits for the last replay, and
   // frees everything: the graph is empty after. Never throws.
@@ -103,12 +105,13 @@ struct Graph::Impl {
     if (index < 0) return;
     try {
       DeviceGuard guard(index);
-      if (capturing()) {
+      if (driver_capture) {
         CUgraph g = nullptr;
         driver().cuStreamEndCapture(stream, &g);
+        driver_capture = false;
         destroy_quietly(g);
-        end_capture_state();
       }
+      end_capture_state();
       if (done && replayed) driver().cuEventSynchronize(done);
       if (exec) driver().cuGraphExecDestroy(exec);
       if (done) driver().cuEventDestroy(done);
@@ -116,6 +119,7 @@ struct Graph::Impl {
     } catch (...) {
       // The driver is unavailable (process exit): nothing more can be done.
     }
+    end_capture_state();  // a no-op unless the guard above threw
     if (pool) detail::release_pool(index, pool);
     index = -1;
     stream = nullptr;
@@ -129,12 +133,14 @@ struct Graph::Impl {
   // The device stops being captured: current stream restored, allocations no longer
   // routed to the pool.
   void end_capture_state() noexcept {
-    current.reset();
+    if (!owns_capture) return;
+    owns_capture = false;
+    current.reset();  // the previous current stream again
     try {
       detail::set_capture_stream(index, nullptr);
     } catch (...) {
     }
-    detail::end_pool_routing(index, pool);
+    if (pool) detail::end_pool_routing(index, pool);
   }
 };
 
@@ -168,9 +174,11 @@ void Graph::capture_begin(int index) {
   try {
     MT_CU_CHECK(driver().cuEventCreate(&g.done, CU_EVENT_DISABLE_TIMING));
     g.pool = detail::begin_pool(index, s);
+    g.owns_capture = true;
     g.current.emplace(index, s);
     detail::set_capture_stream(index, s);
     MT_CU_CHECK(driver().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    g.driver_capture = true;
   } catch (...) {
     g.reset();  // ends what was started; the graph stays empty
     throw;
@@ -187,8 +195,9 @@ void Graph::capture_end() {
   DeviceGuard guard(g.index);
   CUgraph graph = nullptr;
   const CUresult r = driver().cuStreamEndCapture(g.stream, &graph);
-  g.end_capture_state();
+  g.driver_capture = false;
   const std::string refusal = detail::take_capture_refusal(g.index);
+  g.end_capture_state();
   const int index = g.index;
   std::string cause;
   if (!refusal.empty()) {
