@@ -9,8 +9,14 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <map>
+#include <filesystem>
+#include <cstring>
 #include <fstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/jit/cache.h"
@@ -19,6 +25,7 @@
 #include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
 #include "tools/bench/matmul.h"
+#include "tools/bench/memory_plot.h"
 #include "tools/bench/mlp.h"
 #include "tools/bench/plot.h"
 #include "tools/bench/silu.h"
@@ -607,17 +614,92 @@ int cache_cmd(const std::string& what, bool json) {
     }
     return 0;
   }
+  // Most recently used first, with the disk hits that events.log recorded for each entry
+  // (loads by any process since the log began; Note [Kernel cache history]).
+  std::map<std::string, uint64_t> hits;
+  for (const auto& ev : cache.disk_log())
+    if (ev.kind == jit::CacheEvent::Kind::DiskHit) ++hits[ev.key];
   if (json) {
     Json out = Json::array();
-    for (const auto& e : entries)
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      const auto& e = *it;
       out.push_back({{"key", e.key}, {"name", e.name}, {"target", e.target}, {"arch", e.arch}, {"path", e.path},
-                     {"bytes", e.size_bytes}, {"age_s", e.age_s}, {"valid", e.valid}, {"problem", e.problem}});
+                     {"bytes", e.size_bytes}, {"age_s", e.age_s}, {"disk_hits", hits[e.key]}, {"valid", e.valid},
+                     {"problem", e.problem}});
+    }
     print_json(out);
     return 0;
   }
-  for (const auto& e : entries)
-    std::printf("%s  %-12s %-10s %8llu B  %8.0f s  %s\n", e.key.substr(0, 16).c_str(), mt::quoted(e.name).c_str(), e.target.c_str(),
-                (unsigned long long)e.size_bytes, e.age_s, e.valid ? "ok" : e.problem.c_str());
+  if (!entries.empty()) std::printf("%-16s  %-12s %-10s %10s  %9s  %5s  %s\n", "key", "name", "target", "bytes", "last use", "hits", "state");
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const auto& e = *it;
+    std::printf("%s  %-12s %-10s %8llu B  %7.0f s  %5llu  %s\n", e.key.substr(0, 16).c_str(), mt::quoted(e.name).c_str(),
+                e.target.c_str(), (unsigned long long)e.size_bytes, e.age_s, (unsigned long long)hits[e.key],
+                e.valid ? "ok" : e.problem.c_str());
+  }
+  return 0;
+}
+
+// `cache --plot FILE.svg`: the LRU order over time, from this directory's events.log, or
+// (--demo) from a small workload in a fresh temporary directory bounded to about three
+// entries: five kernels accessed A B C A D B E A B C D E, each access after dropping the
+// in-memory copies, so that every access is a disk hit or a compile.
+int cache_plot(const std::string& path, bool demo) {
+  std::vector<jit::CacheEvent> events;
+  std::string title;
+  if (demo) {
+    MT_CHECK(jit::nvrtc_available(), "[cache --plot --demo] needs NVRTC: {}", jit::nvrtc_unavailable_reason());
+    std::string dir = "/tmp/mt-cache-demo-XXXXXX";
+    MT_CHECK(::mkdtemp(dir.data()), "[cache --plot --demo] cannot make a temporary directory in /tmp: {}",
+             std::strerror(errno));
+    const auto archs = jit::nvrtc_supported_archs();
+    const int arch = std::count(archs.begin(), archs.end(), 80) ? 80 : archs.front();
+    auto request = [arch](char k) {
+      jit::CompileRequest r;
+      r.name = fmt::format("lru_{}.cu", k);
+      r.source = fmt::format("template <typename T>\n__global__ void lru_{0}(T* p) {{ p[threadIdx.x] = T({1}); }}\n", k,
+                             int(k));
+      r.name_expressions = {fmt::format("lru_{}<float>", k)};
+      r.arch = arch;
+      return r;
+    };
+    try {
+      jit::KernelCache cache({.dir = dir});
+      cache.record_history(true);
+      const std::string pattern = "ABCADBEABCDE";
+      for (size_t i = 0; i < pattern.size(); ++i) {
+        cache.clear_memory();
+        cache.get(request(pattern[i]));
+        if (i == 0) {  // room for three entries of about this size
+          const uint64_t entry = cache.disk_bytes();
+          cache.set_max_bytes(3 * entry + entry / 2);
+        }
+      }
+      events = cache.history();
+      cache.clear();
+      ::rmdir(dir.c_str());
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      throw;
+    }
+    title = fmt::format("kernel cache, LRU on disk: five kernels, room for three, accessed {}", "A B C A D B E A B C D E");
+  } else {
+    auto& cache = jit::kernel_cache();
+    MT_CHECK(cache.disk_enabled(), "[cache --plot] there is no disk cache to draw (MT_KERNEL_CACHE=0); try --demo");
+    events = cache.disk_log();
+    MT_CHECK(!events.empty(), "[cache --plot] {} has no events.log yet: run something that compiles kernels, or try --demo",
+             cache.config().dir);
+    title = fmt::format("kernel cache {}, LRU on disk", cache.config().dir);
+  }
+  write_plot(path, bench::svg_cache_lru(events, title));
+  size_t hits = 0, misses = 0, evictions = 0;
+  for (const auto& e : events) {
+    hits += e.kind == jit::CacheEvent::Kind::DiskHit;
+    misses += e.kind == jit::CacheEvent::Kind::Compile;
+    evictions += e.kind == jit::CacheEvent::Kind::Eviction;
+  }
+  std::printf("%zu disk hits, %zu misses (compiled), %zu evictions\n", hits, misses, evictions);
   return 0;
 }
 
@@ -753,10 +835,13 @@ int main(int argc, char** argv) {
   b_graph->add_option("--elements", graph_o.elements, "float32 elements per kernel")->capture_default_str()->check(CLI::Range(1, 1 << 28));
   b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")->capture_default_str()->check(CLI::Range(1, 100000));
   for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
-  std::string cache_what = "ls";
-  auto* cac = app.add_subcommand("cache", "the NVRTC kernel cache: ls, stats, clear");
+  std::string cache_what = "ls", cache_plot_path;
+  bool cache_demo = false;
+  auto* cac = app.add_subcommand("cache", "the NVRTC kernel cache: ls (most recent first, with hits), stats, clear, --plot");
   cac->add_option("what", cache_what, "ls | stats | clear")->check(CLI::IsMember({"ls", "stats", "clear"}));
   cac->add_flag("--json", json, "machine-readable output");
+  cac->add_option("--plot", cache_plot_path, "draw the LRU order over time (hits, misses, evictions) into this SVG file");
+  cac->add_flag("--demo", cache_demo, "with --plot: a small workload in a temporary directory, not this cache's log");
   if (int rc = unknown_command(app, std::vector<std::string>(argv + 1, argv + argc))) return rc;
   try {
     app.parse(argc, argv);
@@ -777,6 +862,7 @@ int main(int argc, char** argv) {
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
     if (*b_graph) return bench_graph_cmd(graph_o, bench_out);
+    if (*cac && !cache_plot_path.empty()) return cache_plot(cache_plot_path, cache_demo);
     if (*cac) return cache_cmd(cache_what, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minitensor: %s\n", e.what());

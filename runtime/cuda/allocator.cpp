@@ -1,6 +1,9 @@
 // The CUDA caching allocator: one per device, behind mt::Allocator.
 #ifdef MT_HAVE_CUDA
 
+#include <algorithm>
+#include <chrono>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -10,6 +13,7 @@
 
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -41,6 +45,16 @@ namespace {
 // forbids). When the graph is destroyed, after its last replay finished, the pool's
 // cached blocks go back to the driver and the blocks still in use (outputs the user
 // holds) join the general allocator, as if allocated on the current stream.
+// Note [Allocator history]
+// memory_snapshot() walks the three maps below under the lock. record_memory_history(true)
+// makes every allocator call append events (runtime/cuda/memory.h) to a bounded ring,
+// under the same lock the call already holds; off, the only cost is testing recording_
+// there, so the dispatch path (which allocates outputs) does not change measurably
+// (`minitensor bench dispatch`). What an allocation is for comes from the thread's
+// MemoryContext, a thread-local pointer: the runtime sits below the dispatcher and does
+// not know op names by itself.
+thread_local const char* t_memory_context = nullptr;
+
 constexpr size_t kSmallSize = size_t(1) << 20;  // requests below this are "small"
 constexpr size_t kSmallRound = 512;
 constexpr size_t kLargeRound = size_t(2) << 20;
@@ -77,19 +91,23 @@ class CachingAllocator final : public Allocator {
     if (fl) {
       auto it = fl->lower_bound(size);
       if (it != fl->end() && it->first <= 2 * size) {
-        Block b{it->first, stream, pool_id};
+        Block b{it->first, stream, pool_id, recording_ ? context() : std::string()};
         CUdeviceptr p = it->second;
         live_.emplace(p, b);
         fl->erase(it);
         ++stats_.cache_hits;
         add_allocated(b.size);
+        if (recording_) {
+          event(MemoryEvent::Kind::CacheHit, p, b.size, stream, pool_id);
+          event(MemoryEvent::Kind::Alloc, p, b.size, stream, pool_id, b.op);
+        }
         return reinterpret_cast<void*>(p);
       }
     }
     ++stats_.cache_misses;
     CUdeviceptr p = driver_alloc(nbytes, size);
     try {
-      live_.emplace(p, Block{size, stream, pool_id});
+      live_.emplace(p, Block{size, stream, pool_id, recording_ ? context() : std::string()});
     } catch (...) {
       DeviceGuard guard(index_);
       driver().cuMemFree(p);
@@ -102,6 +120,10 @@ class CachingAllocator final : public Allocator {
       stats_.graph_pool_bytes += size;
     }
     add_allocated(size);
+    if (recording_) {
+      event(MemoryEvent::Kind::DriverAlloc, p, size, stream, pool_id);
+      event(MemoryEvent::Kind::Alloc, p, size, stream, pool_id, context());
+    }
     return reinterpret_cast<void*>(p);
   }
 
@@ -115,6 +137,7 @@ class CachingAllocator final : public Allocator {
       // May throw; the erase below cannot.
       FreeList& fl = b.pool ? pools_.at(b.pool).free : free_[b.stream];
       fl.emplace(b.size, it->first);
+      if (recording_) event(MemoryEvent::Kind::Free, it->first, b.size, b.stream, b.pool);
       live_.erase(it);
       stats_.allocated_bytes -= b.size;
     } catch (...) {
@@ -140,10 +163,44 @@ class CachingAllocator final : public Allocator {
                                     "it synchronizes the device; call it before capture_begin "
                                     "or after capture_end");
     std::lock_guard<std::mutex> lock(mutex_);
+    if (recording_) event(MemoryEvent::Kind::EmptyCache, 0, 0, nullptr, 0);
     if (free_.empty()) return;
     DeviceGuard guard(index_);
     MT_CU_CHECK(driver().cuCtxSynchronize());  // no queued work may still use the blocks
     check(release_cached(), "cuMemFree");
+  }
+
+  // Note [Allocator history].
+  MemorySnapshot snapshot() const {
+    MemorySnapshot snap;
+    snap.device = index_;
+    std::lock_guard<std::mutex> lock(mutex_);
+    snap.stats = stats_;
+    auto add = [&](CUdeviceptr p, size_t size, CUstream stream, uint64_t pool,
+                   MemoryBlock::State state, const std::string& op) {
+      snap.blocks.push_back({uintptr_t(p), size, reinterpret_cast<uintptr_t>(stream), pool, state, op});
+    };
+    for (const auto& [p, b] : live_) add(p, b.size, b.stream, b.pool, MemoryBlock::State::Allocated, b.op);
+    for (const auto& [stream, blocks] : free_)
+      for (const auto& [size, p] : blocks) add(p, size, stream, 0, MemoryBlock::State::Cached, {});
+    for (const auto& [id, pool] : pools_)
+      for (const auto& [size, p] : pool.free) add(p, size, nullptr, id, MemoryBlock::State::Pool, {});
+    std::sort(snap.blocks.begin(), snap.blocks.end(),
+              [](const MemoryBlock& a, const MemoryBlock& b) { return a.address < b.address; });
+    return snap;
+  }
+
+  void record(bool on, size_t max_events) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.clear();
+    max_events_ = std::max<size_t>(1, max_events);
+    t0_ = std::chrono::steady_clock::now();
+    recording_ = on;
+  }
+
+  std::vector<MemoryEvent> history() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {events_.begin(), events_.end()};
   }
 
   // Graph pools (Note [Caching allocator]).
@@ -188,6 +245,7 @@ class CachingAllocator final : public Allocator {
         if (!capturing && driver().cuMemFree(p) == CUDA_SUCCESS) {
           ++stats_.driver_frees;
           stats_.reserved_bytes -= size;
+          if (recording_) event(MemoryEvent::Kind::DriverFree, p, size, nullptr, id);
         } else {
           free_[adopt].emplace(size, p);
         }
@@ -210,8 +268,25 @@ class CachingAllocator final : public Allocator {
   struct Block {
     size_t size;
     CUstream stream;
-    uint64_t pool;  // 0: the general allocator; else the graph pool it belongs to
+    uint64_t pool;   // 0: the general allocator; else the graph pool it belongs to
+    std::string op;  // the MemoryContext at allocation, while recording
   };
+
+  static std::string context() { return t_memory_context ? t_memory_context : ""; }
+
+  // Appends to the ring (mutex held, recording_ on).
+  void event(MemoryEvent::Kind kind, CUdeviceptr p, size_t size, CUstream stream, uint64_t pool,
+             std::string op = {}) {
+    try {
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+      events_.push_back(
+          {kind, us, uintptr_t(p), size, reinterpret_cast<uintptr_t>(stream), pool, std::move(op)});
+      while (events_.size() > max_events_) events_.pop_front();
+    } catch (...) {
+      // Out of host memory: the event is lost, the allocation is not.
+    }
+  }
   struct Pool {
     FreeList free;
     size_t bytes = 0;  // reserved by the pool: in use plus cached
@@ -235,6 +310,7 @@ class CachingAllocator final : public Allocator {
         if (r == CUDA_SUCCESS) {
           ++stats_.driver_frees;
           stats_.reserved_bytes -= size;
+          if (recording_) event(MemoryEvent::Kind::DriverFree, p, size, stream, 0);
         } else if (first == CUDA_SUCCESS) {
           first = r;
         }
@@ -262,6 +338,7 @@ class CachingAllocator final : public Allocator {
     size_t released = 0, released_blocks = 0;
     if (r == CUDA_ERROR_OUT_OF_MEMORY && !capturing && !free_.empty() &&
         driver().cuCtxSynchronize() == CUDA_SUCCESS) {
+      if (recording_) event(MemoryEvent::Kind::OomRetry, 0, size, nullptr, 0);
       const size_t reserved_before = stats_.reserved_bytes;
       const uint64_t frees_before = stats_.driver_frees;
       release_cached();
@@ -301,6 +378,10 @@ class CachingAllocator final : public Allocator {
   CUstream routing_stream_ = nullptr;
   uint64_t next_pool_ = 1;
   AllocatorStats stats_;
+  bool recording_ = false;  // Note [Allocator history]; guarded by mutex_ like the rest
+  size_t max_events_ = 100000;
+  std::deque<MemoryEvent> events_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 CachingAllocator& allocator(int index) {
@@ -324,6 +405,14 @@ void reset_peak_stats(int index) { allocator(index).reset_peak(); }
 
 void empty_cache(int index) { allocator(index).empty_cache(); }
 
+MemorySnapshot memory_snapshot(int index) { return allocator(index).snapshot(); }
+
+void record_memory_history(bool on, size_t max_events, int index) {
+  allocator(index).record(on, max_events);
+}
+
+std::vector<MemoryEvent> memory_history(int index) { return allocator(index).history(); }
+
 namespace detail {
 uint64_t begin_pool(int index, CUstream stream) { return allocator(index).begin_pool(stream); }
 void end_pool_routing(int index, uint64_t pool) { allocator(index).end_pool_routing(pool); }
@@ -335,6 +424,11 @@ void release_pool(int index, uint64_t pool) noexcept {
   }
 }
 }  // namespace detail
+
+MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) {
+  t_memory_context = what;
+}
+MemoryContext::~MemoryContext() { t_memory_context = prev_; }
 
 }  // namespace mt::cuda
 

@@ -4,6 +4,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -61,6 +62,16 @@ int Graph::device_index() const { return -1; }
 size_t Graph::num_nodes() const { return 0; }
 size_t Graph::pool_bytes() const { return 0; }
 bool is_capturing(int) { return false; }
+
+MemorySnapshot memory_snapshot(int) { unavailable(); }
+void record_memory_history(bool, size_t, int) { unavailable(); }
+std::vector<MemoryEvent> memory_history(int) { unavailable(); }
+// Nothing is recorded without a CUDA backend; the guard still nests.
+namespace {
+thread_local const char* t_memory_context = nullptr;
+}
+MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) { t_memory_context = what; }
+MemoryContext::~MemoryContext() { t_memory_context = prev_; }
 
 }  // namespace mt::cuda
 
