@@ -1,4 +1,4 @@
-// The minitensor command: doctor, ops, dump, demo, bench, cache.
+// The minitensor command: doctor, ops, dump, demo, bench, memory, cache.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +22,8 @@
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
+#include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
 #include "tools/bench/matmul.h"
@@ -588,6 +590,75 @@ int bench_graph_cmd(const GraphCliOptions& g, const BenchOutput& o) {
   return 0;
 }
 
+// ---- memory ----------------------------------------------------------------------------
+
+struct MemoryCliOptions {
+  std::string device = "cuda", plot, shape = "256x64x256";
+  int steps = 4;
+  bool graph = true;
+};
+
+// Records the caching allocator's history over a few steps of examples/mlp.h's MLP
+// (each phase under a MemoryContext), then captures its forward pass in a CUDA graph and
+// replays it, empties the cache, and draws the events (docs/memory.md).
+int memory_cmd(const MemoryCliOptions& m, bool json) {
+  Device dev(m.device);
+  MT_CHECK(dev.is_cuda(), "[memory] draws the CUDA caching allocator: use --device cuda (got {})", dev);
+  MT_CHECK(cuda::is_available(), "[memory] needs a GPU, but CUDA is unavailable: {}", cuda::unavailable_reason());
+  const mlp::Shape shape = *parse_mlp_shape(m.shape);  // checked by CLI11
+  cuda::empty_cache(dev.index);
+  manual_seed(0);
+  mlp::Task task = mlp::teacher_task(shape, dev);
+  mlp::Model model = mlp::init(shape, dev);
+  cuda::record_memory_history(true, 100000, dev.index);
+  for (int step = 0; step < m.steps; ++step) {
+    Tensor loss;
+    {
+      cuda::MemoryContext c("forward + loss");
+      loss = mse_loss(mlp::forward(model, task.x), task.target);
+    }
+    {
+      cuda::MemoryContext c("backward");
+      backward(loss);
+    }
+    cuda::MemoryContext c("sgd step");
+    const std::vector<Tensor> params = model.params();
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) sub_(p, p.grad(), 0.05);
+    zero_grad(params);
+  }
+  if (m.graph) {
+    NoGradGuard no_grad;
+    cuda::MemoryContext c("graph: forward");
+    cuda::Graph g;
+    g.capture_begin(dev.index);
+    Tensor y = mlp::forward(model, task.x);
+    g.capture_end();
+    for (int i = 0; i < 2; ++i) g.replay();
+    cuda::synchronize(dev.index);
+  }
+  cuda::empty_cache(dev.index);
+  const std::vector<cuda::MemoryEvent> events = cuda::memory_history(dev.index);
+  cuda::record_memory_history(false, 1, dev.index);
+  const std::string where = fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name);
+  if (!m.plot.empty())
+    write_plot(m.plot, bench::svg_memory_timeline(
+                           events, fmt::format("caching allocator on {}: MLP {} x {} steps{}", where, m.shape, m.steps,
+                                               m.graph ? ", then its forward as a CUDA graph, then empty_cache" : "")));
+  std::map<std::string, size_t> counts;
+  for (const auto& e : events) ++counts[cuda::memory_event_name(e.kind)];
+  if (json) {
+    Json j = Json::object();
+    for (const auto& [k, v] : counts) j[k] = v;
+    print_json({{"device", dev.str()}, {"where", where}, {"events", events.size()}, {"counts", j}});
+    return 0;
+  }
+  std::printf("%zu allocator events on %s:", events.size(), where.c_str());
+  for (const auto& [k, v] : counts) std::printf(" %s %zu", k.c_str(), v);
+  std::printf("\n");
+  return 0;
+}
+
 // ---- cache -----------------------------------------------------------------------------
 
 int cache_cmd(const std::string& what, bool json) {
@@ -842,6 +913,16 @@ int main(int argc, char** argv) {
   cac->add_flag("--json", json, "machine-readable output");
   cac->add_option("--plot", cache_plot_path, "draw the LRU order over time (hits, misses, evictions) into this SVG file");
   cac->add_flag("--demo", cache_demo, "with --plot: a small workload in a temporary directory, not this cache's log");
+  MemoryCliOptions mem_o;
+  auto* mem = app.add_subcommand("memory", "the CUDA caching allocator's events over an MLP training loop (--plot FILE.svg)");
+  mem->add_option("--device", mem_o.device, "cuda (cuda:N)")->capture_default_str();
+  mem->add_option("--plot", mem_o.plot, "draw the blocks over time into this SVG file");
+  mem->add_option("--shape", mem_o.shape, "the MLP's BATCHxINxHIDDEN")->capture_default_str()->check(CLI::Validator(
+      [](std::string& v) { return parse_mlp_shape(v) ? std::string() : "--shape takes BATCHxINxHIDDEN, got " + mt::quoted(v); },
+      "BATCHxINxHIDDEN"));
+  mem->add_option("--steps", mem_o.steps, "training steps recorded")->capture_default_str()->check(CLI::Range(1, 1000));
+  mem->add_flag("!--no-graph", mem_o.graph, "leave out the CUDA graph of the forward pass");
+  mem->add_flag("--json", json, "the event counts as JSON");
   if (int rc = unknown_command(app, std::vector<std::string>(argv + 1, argv + argc))) return rc;
   try {
     app.parse(argc, argv);
@@ -862,6 +943,7 @@ int main(int argc, char** argv) {
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
     if (*b_graph) return bench_graph_cmd(graph_o, bench_out);
+    if (*mem) return memory_cmd(mem_o, json);
     if (*cac && !cache_plot_path.empty()) return cache_plot(cache_plot_path, cache_demo);
     if (*cac) return cache_cmd(cache_what, json);
   } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/jit/cache.h"
+#include "runtime/cuda/memory.h"
 
 namespace mt::bench {
 
@@ -17,5 +18,15 @@ namespace mt::bench {
 // "evicted" for tests.
 std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std::string& title,
                           size_t max_columns = 60);
+
+// One lane per block of device memory (in order of first appearance; height growing with
+// the block's size), across the allocator's events in order: blue while a tensor holds it,
+// grey while cached on its stream, purple while it belongs to a CUDA graph's pool (dark:
+// in use, light: cached there); dashed lines mark empty_cache, red ones an out-of-memory
+// retry. Hovering a lane segment shows its size, stream, state and MemoryContext. At most
+// `max_lanes` lanes are drawn. Elements carry class="allocated", "cached", "pool",
+// "pool-allocated", "empty-cache", "oom-retry" for tests.
+std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
+                                const std::string& title, size_t max_lanes = 150);
 
 }  // namespace mt::bench
