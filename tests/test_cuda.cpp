@@ -12,6 +12,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
@@ -60,6 +61,9 @@ TEST_CASE("cuda: without a GPU every entry point says CUDA is unavailable and wh
   CHECK(graph.num_nodes() == 0);
   CHECK(graph.pool_bytes() == 0);
   CHECK_FALSE(cuda::is_capturing(0));
+  CHECK(error_of([] { cuda::memory_snapshot(0); }) == expected);
+  CHECK(error_of([] { cuda::record_memory_history(true); }) == expected);
+  CHECK(error_of([] { cuda::memory_history(0); }) == expected);
 #ifdef MT_HAVE_CUDA
   CHECK(error_of([&] { graph.replay(); }) ==
         "[cuda] Graph::replay: nothing was captured; call capture_begin(device), queue the "
@@ -691,4 +695,95 @@ TEST_CASE("cuda graph (gpu): a graph dropped during its capture ends it" *
   CHECK(cuda::allocator_stats(0).graph_pool_bytes == 0);
   cuda::synchronize(0);
   CHECK(mt::max_abs_diff(mt::silu(x).cpu(), mt::silu(x.cpu())) < 1e-6);
+}
+
+// ---- allocator snapshot and history (runtime/cuda/memory.h) ---------------------------------
+
+TEST_CASE("caching allocator (gpu): the history records allocations, reuse and empty_cache" *
+          doctest::skip(no_gpu())) {
+  mt::Allocator* a = cuda::caching_allocator(0);
+  cuda::empty_cache(0);
+  void* before = a->allocate(1000);  // not recorded
+  cuda::record_memory_history(true, 1000, 0);
+  CHECK(cuda::memory_history(0).empty());
+  void* p = nullptr;
+  {
+    cuda::MemoryContext outer("outer");
+    cuda::MemoryContext inner("step 1");
+    p = a->allocate(3000);  // a new block
+  }
+  a->deallocate(p, 3000);
+  void* q = a->allocate(2500);  // the same block again, no context
+  a->deallocate(q, 2500);
+  a->deallocate(before, 1000);
+  cuda::empty_cache(0);
+  const std::vector<cuda::MemoryEvent> h = cuda::memory_history(0);
+  std::vector<std::string> kinds;
+  for (const auto& e : h) kinds.push_back(cuda::memory_event_name(e.kind));
+  CHECK(kinds == std::vector<std::string>{"driver_alloc", "alloc", "free", "cache_hit", "alloc",
+                                          "free", "free", "empty_cache", "driver_free",
+                                          "driver_free"});
+  REQUIRE(h.size() == 10);
+  CHECK(h[0].address == reinterpret_cast<uintptr_t>(p));
+  CHECK(h[0].size == 3072);  // rounded to 512 bytes
+  CHECK(h[1].op == "step 1");
+  CHECK(h[3].address == h[0].address);
+  CHECK(h[4].op.empty());
+  CHECK(h[6].address == reinterpret_cast<uintptr_t>(before));
+#ifdef MT_HAVE_CUDA
+  CHECK(h[0].stream == reinterpret_cast<uintptr_t>(cuda::current_stream(0)));
+#endif
+  for (size_t i = 1; i < h.size(); ++i) CHECK(h[i].time_us >= h[i - 1].time_us);
+
+  // Bounded: the last max_events only. Off: nothing more.
+  cuda::record_memory_history(true, 3, 0);
+  for (int i = 0; i < 4; ++i) a->deallocate(a->allocate(512), 512);
+  CHECK(cuda::memory_history(0).size() == 3);
+  cuda::record_memory_history(false, 3, 0);
+  a->deallocate(a->allocate(512), 512);
+  CHECK(cuda::memory_history(0).empty());
+}
+
+TEST_CASE("caching allocator (gpu): a snapshot shows blocks allocated, cached and in a graph pool" *
+          doctest::skip(no_gpu())) {
+  cuda::empty_cache(0);
+  mt::Tensor x = mt::randn({4096}).to(kCuda0);
+  mt::silu(x);  // warm-up; its output is now a cached block
+  cuda::record_memory_history(true, 1000, 0);
+  mt::Tensor y;
+  cuda::Graph g;
+  {
+    cuda::MemoryContext c("graph");
+    g.capture_begin(0);
+    y = mt::silu(x);
+    mt::Tensor t = mt::silu(y);  // a temporary: cached in the pool after
+    (void)t;
+  }
+  g.capture_end();
+  const cuda::MemorySnapshot snap = cuda::memory_snapshot(0);
+  CHECK(snap.device == 0);
+  CHECK(snap.stats.graph_pool_bytes == g.pool_bytes());
+  size_t allocated = 0, cached = 0, pool = 0, reserved = 0;
+  bool found_y = false;
+  for (const auto& b : snap.blocks) {
+    reserved += b.size;
+    if (b.state == cuda::MemoryBlock::State::Allocated) allocated += b.size;
+    if (b.state == cuda::MemoryBlock::State::Cached) cached += b.size;
+    if (b.state == cuda::MemoryBlock::State::Pool) pool += b.size;
+    if (b.address == reinterpret_cast<uintptr_t>(y.data_ptr())) {
+      found_y = true;
+      CHECK(b.state == cuda::MemoryBlock::State::Allocated);
+      CHECK(b.pool != 0);
+      CHECK(b.op == "graph");
+      CHECK(b.size == 16384);
+    }
+  }
+  CHECK(found_y);
+  CHECK(allocated == snap.stats.allocated_bytes);
+  CHECK(reserved == snap.stats.reserved_bytes);
+  CHECK(pool == 16384);  // t's block
+  CHECK(cached >= 16384);  // the warm-up's output
+  for (size_t i = 1; i < snap.blocks.size(); ++i)
+    CHECK(snap.blocks[i].address > snap.blocks[i - 1].address);
+  cuda::record_memory_history(false, 1, 0);
 }
