@@ -735,6 +735,20 @@ TEST_CASE("caching allocator (gpu): the history records allocations, reuse and e
 #endif
   for (size_t i = 1; i < h.size(); ++i) CHECK(h[i].time_us >= h[i - 1].time_us);
 
+  // Allocations inside ops can be named by the op, after the thread's context.
+  mt::Tensor x = mt::zeros({100}, {.device = kCuda0});
+  cuda::record_memory_history(true, 1000, 0);
+  {
+    cuda::MemoryContext phase("phase");
+    mt::NameAllocationsByOp by_op;
+    mt::Tensor y = mt::silu(x);
+  }
+  std::vector<std::string> names;
+  for (const auto& e : cuda::memory_history(0))
+    if (e.kind == cuda::MemoryEvent::Kind::Alloc) names.push_back(e.op);
+  CHECK(names == std::vector<std::string>{"phase / mt::silu"});
+  x = mt::Tensor();
+
   // Bounded: the last max_events only. Off: nothing more.
   cuda::record_memory_history(true, 3, 0);
   for (int i = 0; i < 4; ++i) a->deallocate(a->allocate(512), 512);

@@ -611,6 +611,7 @@ int memory_cmd(const MemoryCliOptions& m, bool json) {
   mlp::Task task = mlp::teacher_task(shape, dev);
   mlp::Model model = mlp::init(shape, dev);
   cuda::record_memory_history(true, 100000, dev.index);
+  NameAllocationsByOp by_op;  // "backward / mt::matmul"
   for (int step = 0; step < m.steps; ++step) {
     Tensor loss;
     {

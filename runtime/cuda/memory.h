@@ -82,6 +82,8 @@ class MemoryContext {
   ~MemoryContext();
   MemoryContext(const MemoryContext&) = delete;
   MemoryContext& operator=(const MemoryContext&) = delete;
+  // This thread's innermost name, or nullptr.
+  static const char* current();
 
  private:
   const char* prev_;

@@ -72,6 +72,7 @@ thread_local const char* t_memory_context = nullptr;
 }
 MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) { t_memory_context = what; }
 MemoryContext::~MemoryContext() { t_memory_context = prev_; }
+const char* MemoryContext::current() { return t_memory_context; }
 
 }  // namespace mt::cuda
 
