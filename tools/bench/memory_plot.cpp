@@ -1,6 +1,7 @@
 #include "tools/bench/memory_plot.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <unordered_map>
 #include <map>
@@ -12,6 +13,19 @@
 namespace mt::bench {
 
 namespace {
+
+// A row of colour swatches with their meanings, `step` apart, from (x, y).
+std::string legend_row(std::initializer_list<std::pair<const char*, const char*>> items, double x,
+                       double y, double step) {
+  std::string out;
+  for (const auto& [fill, text] : items) {
+    out += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
+                       "<text x=\"{:.0f}\" y=\"{:.1f}\">{}</text>\n",
+                       x, y, fill, x + 16, y + 10, text);
+    x += step;
+  }
+  return out;
+}
 
 // "lru_C.cu" -> "lru_C"; an entry never named in the events: its key's first 8 digits.
 std::string label_for(const std::map<std::string, std::string>& names, const std::string& key) {
@@ -111,16 +125,11 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
       "<text x=\"{}\" y=\"{}\">accesses, in order (a column is the disk's LRU list after the "
       "access; the bound evicts from the bottom)</text>\n",
       left, top + grid_h + 16 + int(below) * ch + 16);
-  const std::pair<const char*, const char*> legend[] = {
-      {"#009E73", "hit: loaded from disk"}, {"#E69F00", "miss: compiled, written"},
-      {"#DDE6F0", "cached, not accessed"}, {"#BBBBBB", "evicted"}};
-  int lx = left;
-  for (const auto& [color, text] : legend) {
-    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
-                       "<text x=\"{}\" y=\"{}\">{}</text>\n",
-                       lx, ly, color, lx + 16, ly + 10, text);
-    lx += 170;
-  }
+  out += legend_row({{"#009E73", "hit: loaded from disk"},
+                     {"#E69F00", "miss: compiled, written"},
+                     {"#DDE6F0", "cached, not accessed"},
+                     {"#BBBBBB", "evicted"}},
+                    left, ly, 170);
   out += "</svg>\n";
   return out;
 }
@@ -261,16 +270,11 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
   }
   const double ly = top + grid_h + 24;
   out += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\">allocator events, in order</text>\n", left, ly);
-  const std::pair<const char*, const char*> legend[] = {
-      {"#0072B2", "in use"}, {"#C8C8C8", "cached on its stream"},
-      {"#8E3B76", "in use, graph pool"}, {"#E6B8D6", "cached in a graph pool"}};
-  double lx = left;
-  for (const auto& [fill, text] : legend) {
-    out += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
-                       "<text x=\"{:.0f}\" y=\"{:.1f}\">{}</text>\n",
-                       lx, ly + 14, fill, lx + 16, ly + 24, text);
-    lx += 190;
-  }
+  out += legend_row({{"#0072B2", "in use"},
+                     {"#C8C8C8", "cached on its stream"},
+                     {"#8E3B76", "in use, graph pool"},
+                     {"#E6B8D6", "cached in a graph pool"}},
+                    left, ly + 14, 190);
   out += "</svg>\n";
   return out;
 }
