@@ -31,7 +31,8 @@ void install_trace_fallback() {
   lib.fallback([](const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
     if (t_name_allocations && t_named_depth == 0) {
       const char* outer = cuda::MemoryContext::current();
-      const std::string name = outer ? fmt::format("{} / {}", outer, op.name().str()) : op.name().str();
+      const std::string name =
+          outer ? fmt::format("{} / {}", outer, op.name().str()) : op.name().str();
       cuda::MemoryContext context(name.c_str());
       ++t_named_depth;
       try {

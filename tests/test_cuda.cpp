@@ -588,8 +588,7 @@ TEST_CASE("cuda graph (gpu): the private pool is returned when the graph goes" *
   CHECK(cuda::allocator_stats(0).reserved_bytes == cuda::allocator_stats(0).allocated_bytes);
 }
 
-TEST_CASE("cuda graph (gpu): an output held past the graph stays valid" *
-          doctest::skip(no_gpu())) {
+TEST_CASE("cuda graph (gpu): an output held past the graph stays valid" * doctest::skip(no_gpu())) {
   mt::Tensor x = mt::randn({1000}).to(kCuda0);
   const mt::Tensor ref = mt::silu(x).cpu();
   mt::Tensor y;
@@ -617,8 +616,9 @@ TEST_CASE("cuda graph (gpu): misuse and synchronizing calls are clear errors" *
         "work, then capture_end");
   CHECK(error_of([&] { g.capture_end(); }) ==
         "[cuda] Graph::capture_end without capture_begin: call capture_begin(device) first");
-  CHECK(error_of([&] { g.capture_begin(cuda::device_count()); })
-            .starts_with("[cuda] invalid device cuda:"));
+  CHECK(error_of([&] {
+          g.capture_begin(cuda::device_count());
+        }).starts_with("[cuda] invalid device cuda:"));
 
   g.capture_begin(0);
   CHECK(error_of([&] { g.capture_begin(0); }) ==
@@ -647,19 +647,23 @@ TEST_CASE("cuda graph (gpu): misuse and synchronizing calls are clear errors" *
         "[cuda] synchronize: cuda:0 is capturing a CUDA graph (mt::cuda::Graph), and this "
         "call would break the capture; call it after Graph::capture_end (replays are "
         "asynchronous: synchronize after replay to wait for one)");
-  CHECK(error_of([&] { z.cpu(); })
-            .starts_with("[cuda] copy to the host: cuda:0 is capturing a CUDA graph"));
-  CHECK(error_of([&] { cuda::copy(z, mt::zeros({256})); })
-            .starts_with("[cuda] copy from the host: cuda:0 is capturing a CUDA graph"));
-  CHECK(error_of([] { cuda::empty_cache(0); })
-            .starts_with("[cuda] empty_cache: cuda:0 is capturing a CUDA graph"));
+  CHECK(error_of([&] {
+          z.cpu();
+        }).starts_with("[cuda] copy to the host: cuda:0 is capturing a CUDA graph"));
+  CHECK(error_of([&] {
+          cuda::copy(z, mt::zeros({256}));
+        }).starts_with("[cuda] copy from the host: cuda:0 is capturing a CUDA graph"));
+  CHECK(error_of([] {
+          cuda::empty_cache(0);
+        }).starts_with("[cuda] empty_cache: cuda:0 is capturing a CUDA graph"));
   CHECK(error_of([&] { g.replay(); }) ==
         "[cuda] Graph::replay: cuda:0 is capturing another graph; replay after its "
         "capture_end");
   CHECK(cuda::is_capturing(0));
   CHECK(error_of([&] { bad.capture_end(); }) ==
         "[cuda] Graph::capture_end: the capture of cuda:0 failed, and the graph is left "
-        "empty: " + sync);
+        "empty: " +
+            sync);
   CHECK_FALSE(bad.captured());
   CHECK(bad.pool_bytes() == 0);
   CHECK_FALSE(cuda::is_capturing(0));
@@ -795,7 +799,7 @@ TEST_CASE("caching allocator (gpu): a snapshot shows blocks allocated, cached an
   CHECK(found_y);
   CHECK(allocated == snap.stats.allocated_bytes);
   CHECK(reserved == snap.stats.reserved_bytes);
-  CHECK(pool == 16384);  // t's block
+  CHECK(pool == 16384);    // t's block
   CHECK(cached >= 16384);  // the warm-up's output
   for (size_t i = 1; i < snap.blocks.size(); ++i)
     CHECK(snap.blocks[i].address > snap.blocks[i - 1].address);

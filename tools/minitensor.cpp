@@ -4,16 +4,16 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <cerrno>
-#include <map>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <unistd.h>
@@ -566,26 +566,37 @@ int bench_graph_cmd(const GraphCliOptions& g, const BenchOutput& o) {
   const std::string where = fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name);
   const double ratio = r.eager_us / r.graph_us;
   if (!o.plot.empty()) {
-    bench::BarPlot plot{.title = fmt::format("silu on {} float32, {} back to back, on {}", r.elements, r.kernels, where),
+    bench::BarPlot plot{.title = fmt::format("silu on {} float32, {} back to back, on {}",
+                                             r.elements, r.kernels, where),
                         .value_label = "us a kernel (median)"};
     plot.bars.push_back({"eager: mt::silu called N times", r.eager_us});
     plot.bars.push_back({"one CUDA graph of the same N kernels", r.graph_us});
     write_plot(o.plot, bench::svg(plot));
   }
   if (o.json) {
-    print_json({{"bench", "graph"}, {"device", dev.str()}, {"where", where}, {"kernels", r.kernels},
-                {"elements", r.elements}, {"eager_us", r.eager_us}, {"graph_us", r.graph_us},
-                {"eager_over_graph", ratio}, {"graph_nodes", r.graph_nodes}, {"pool_bytes", r.pool_bytes}});
+    print_json({{"bench", "graph"},
+                {"device", dev.str()},
+                {"where", where},
+                {"kernels", r.kernels},
+                {"elements", r.elements},
+                {"eager_us", r.eager_us},
+                {"graph_us", r.graph_us},
+                {"eager_over_graph", ratio},
+                {"graph_nodes", r.graph_nodes},
+                {"pool_bytes", r.pool_bytes}});
     return 0;
   }
-  std::printf("a tiny kernel (silu on %d float32) %d times back to back on %s: wall clock a kernel, median of %d\n"
-              "loops, each ending in a synchronize\n",
-              r.elements, r.kernels, where.c_str(), g.repeats);
-  bench::print_table({"path", "us a kernel"},
-                     {{"eager: mt::silu called N times", fmt::format("{:.3f}", r.eager_us)},
-                      {fmt::format("one CUDA graph of the same N kernels ({} nodes, pool {} B), replayed", r.graph_nodes,
-                                   r.pool_bytes),
-                       fmt::format("{:.3f}", r.graph_us)}});
+  std::printf(
+      "a tiny kernel (silu on %d float32) %d times back to back on %s: wall clock a kernel, median "
+      "of %d\n"
+      "loops, each ending in a synchronize\n",
+      r.elements, r.kernels, where.c_str(), g.repeats);
+  bench::print_table(
+      {"path", "us a kernel"},
+      {{"eager: mt::silu called N times", fmt::format("{:.3f}", r.eager_us)},
+       {fmt::format("one CUDA graph of the same N kernels ({} nodes, pool {} B), replayed",
+                    r.graph_nodes, r.pool_bytes),
+        fmt::format("{:.3f}", r.graph_us)}});
   std::printf("eager / graph: %.2fx\n", ratio);
   return 0;
 }
@@ -603,8 +614,10 @@ struct MemoryCliOptions {
 // replays it, empties the cache, and draws the events (docs/memory.md).
 int memory_cmd(const MemoryCliOptions& m, bool json) {
   Device dev(m.device);
-  MT_CHECK(dev.is_cuda(), "[memory] draws the CUDA caching allocator: use --device cuda (got {})", dev);
-  MT_CHECK(cuda::is_available(), "[memory] needs a GPU, but CUDA is unavailable: {}", cuda::unavailable_reason());
+  MT_CHECK(dev.is_cuda(), "[memory] draws the CUDA caching allocator: use --device cuda (got {})",
+           dev);
+  MT_CHECK(cuda::is_available(), "[memory] needs a GPU, but CUDA is unavailable: {}",
+           cuda::unavailable_reason());
   const mlp::Shape shape = *parse_mlp_shape(m.shape);  // checked by CLI11
   cuda::empty_cache(dev.index);
   manual_seed(0);
@@ -643,9 +656,12 @@ int memory_cmd(const MemoryCliOptions& m, bool json) {
   cuda::record_memory_history(false, 1, dev.index);
   const std::string where = fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name);
   if (!m.plot.empty())
-    write_plot(m.plot, bench::svg_memory_timeline(
-                           events, fmt::format("caching allocator on {}: MLP {} x {} steps{}", where, m.shape, m.steps,
-                                               m.graph ? ", then its forward as a CUDA graph, then empty_cache" : "")));
+    write_plot(
+        m.plot,
+        bench::svg_memory_timeline(
+            events,
+            fmt::format("caching allocator on {}: MLP {} x {} steps{}", where, m.shape, m.steps,
+                        m.graph ? ", then its forward as a CUDA graph, then empty_cache" : "")));
   std::map<std::string, size_t> counts;
   for (const auto& e : events) ++counts[cuda::memory_event_name(e.kind)];
   if (json) {
@@ -695,19 +711,28 @@ int cache_cmd(const std::string& what, bool json) {
     Json out = Json::array();
     for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
       const auto& e = *it;
-      out.push_back({{"key", e.key}, {"name", e.name}, {"target", e.target}, {"arch", e.arch}, {"path", e.path},
-                     {"bytes", e.size_bytes}, {"age_s", e.age_s}, {"disk_hits", hits[e.key]}, {"valid", e.valid},
+      out.push_back({{"key", e.key},
+                     {"name", e.name},
+                     {"target", e.target},
+                     {"arch", e.arch},
+                     {"path", e.path},
+                     {"bytes", e.size_bytes},
+                     {"age_s", e.age_s},
+                     {"disk_hits", hits[e.key]},
+                     {"valid", e.valid},
                      {"problem", e.problem}});
     }
     print_json(out);
     return 0;
   }
-  if (!entries.empty()) std::printf("%-16s  %-12s %-10s %10s  %9s  %5s  %s\n", "key", "name", "target", "bytes", "last use", "hits", "state");
+  if (!entries.empty())
+    std::printf("%-16s  %-12s %-10s %10s  %9s  %5s  %s\n", "key", "name", "target", "bytes",
+                "last use", "hits", "state");
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     const auto& e = *it;
-    std::printf("%s  %-12s %-10s %8llu B  %7.0f s  %5llu  %s\n", e.key.substr(0, 16).c_str(), mt::quoted(e.name).c_str(),
-                e.target.c_str(), (unsigned long long)e.size_bytes, e.age_s, (unsigned long long)hits[e.key],
-                e.valid ? "ok" : e.problem.c_str());
+    std::printf("%s  %-12s %-10s %8llu B  %7.0f s  %5llu  %s\n", e.key.substr(0, 16).c_str(),
+                mt::quoted(e.name).c_str(), e.target.c_str(), (unsigned long long)e.size_bytes,
+                e.age_s, (unsigned long long)hits[e.key], e.valid ? "ok" : e.problem.c_str());
   }
   return 0;
 }
@@ -720,17 +745,20 @@ int cache_plot(const std::string& path, bool demo) {
   std::vector<jit::CacheEvent> events;
   std::string title;
   if (demo) {
-    MT_CHECK(jit::nvrtc_available(), "[cache --plot --demo] needs NVRTC: {}", jit::nvrtc_unavailable_reason());
+    MT_CHECK(jit::nvrtc_available(), "[cache --plot --demo] needs NVRTC: {}",
+             jit::nvrtc_unavailable_reason());
     std::string dir = "/tmp/mt-cache-demo-XXXXXX";
-    MT_CHECK(::mkdtemp(dir.data()), "[cache --plot --demo] cannot make a temporary directory in /tmp: {}",
+    MT_CHECK(::mkdtemp(dir.data()),
+             "[cache --plot --demo] cannot make a temporary directory in /tmp: {}",
              std::strerror(errno));
     const auto archs = jit::nvrtc_supported_archs();
     const int arch = std::count(archs.begin(), archs.end(), 80) ? 80 : archs.front();
     auto request = [arch](char k) {
       jit::CompileRequest r;
       r.name = fmt::format("lru_{}.cu", k);
-      r.source = fmt::format("template <typename T>\n__global__ void lru_{0}(T* p) {{ p[threadIdx.x] = T({1}); }}\n", k,
-                             int(k));
+      r.source = fmt::format(
+          "template <typename T>\n__global__ void lru_{0}(T* p) {{ p[threadIdx.x] = T({1}); }}\n",
+          k, int(k));
       r.name_expressions = {fmt::format("lru_{}<float>", k)};
       r.arch = arch;
       return r;
@@ -755,12 +783,16 @@ int cache_plot(const std::string& path, bool demo) {
       std::filesystem::remove_all(dir, ec);
       throw;
     }
-    title = fmt::format("kernel cache, LRU on disk: five kernels, room for three, accessed {}", "A B C A D B E A B C D E");
+    title = fmt::format("kernel cache, LRU on disk: five kernels, room for three, accessed {}",
+                        "A B C A D B E A B C D E");
   } else {
     auto& cache = jit::kernel_cache();
-    MT_CHECK(cache.disk_enabled(), "[cache --plot] there is no disk cache to draw (MT_KERNEL_CACHE=0); try --demo");
+    MT_CHECK(cache.disk_enabled(),
+             "[cache --plot] there is no disk cache to draw (MT_KERNEL_CACHE=0); try --demo");
     events = cache.disk_log();
-    MT_CHECK(!events.empty(), "[cache --plot] {} has no events.log yet: run something that compiles kernels, or try --demo",
+    MT_CHECK(!events.empty(),
+             "[cache --plot] {} has no events.log yet: run something that compiles kernels, or try "
+             "--demo",
              cache.config().dir);
     title = fmt::format("kernel cache {}, LRU on disk", cache.config().dir);
   }
@@ -854,7 +886,8 @@ int main(int argc, char** argv) {
   dem->add_option("--device", device, "cpu or cuda");
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
   BenchOutput bench_out;
-  auto* ben = app.add_subcommand("bench", "benchmarks: dispatch, silu, matmul, mlp, graph (a table; --json, --plot)");
+  auto* ben = app.add_subcommand(
+      "bench", "benchmarks: dispatch, silu, matmul, mlp, graph (a table; --json, --plot)");
   ben->require_subcommand(1);
   ben->add_flag("--json", bench_out.json, "print JSON on stdout instead of the table");
   ben->add_option("--plot", bench_out.plot, "also draw the results into this SVG file");
@@ -901,27 +934,45 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 86400.0));
   GraphCliOptions graph_o;
-  auto* b_graph = ben->add_subcommand("graph", "a tiny kernel back to back: eager launches against one CUDA graph replay");
+  auto* b_graph = ben->add_subcommand(
+      "graph", "a tiny kernel back to back: eager launches against one CUDA graph replay");
   b_graph->add_option("--device", graph_o.device, "cuda (cuda:N)")->capture_default_str();
-  b_graph->add_option("--kernels", graph_o.kernels, "launches per timed loop")->capture_default_str()->check(CLI::Range(1, 1000000));
-  b_graph->add_option("--elements", graph_o.elements, "float32 elements per kernel")->capture_default_str()->check(CLI::Range(1, 1 << 28));
-  b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")->capture_default_str()->check(CLI::Range(1, 100000));
+  b_graph->add_option("--kernels", graph_o.kernels, "launches per timed loop")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  b_graph->add_option("--elements", graph_o.elements, "float32 elements per kernel")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 28));
+  b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
   std::string cache_what = "ls", cache_plot_path;
   bool cache_demo = false;
-  auto* cac = app.add_subcommand("cache", "the NVRTC kernel cache: ls (most recent first, with hits), stats, clear, --plot");
+  auto* cac = app.add_subcommand(
+      "cache", "the NVRTC kernel cache: ls (most recent first, with hits), stats, clear, --plot");
   cac->add_option("what", cache_what, "ls | stats | clear")->check(CLI::IsMember({"ls", "stats", "clear"}));
   cac->add_flag("--json", json, "machine-readable output");
-  cac->add_option("--plot", cache_plot_path, "draw the LRU order over time (hits, misses, evictions) into this SVG file");
-  cac->add_flag("--demo", cache_demo, "with --plot: a small workload in a temporary directory, not this cache's log");
+  cac->add_option("--plot", cache_plot_path,
+                  "draw the LRU order over time (hits, misses, evictions) into this SVG file");
+  cac->add_flag("--demo", cache_demo,
+                "with --plot: a small workload in a temporary directory, not this cache's log");
   MemoryCliOptions mem_o;
-  auto* mem = app.add_subcommand("memory", "the CUDA caching allocator's events over an MLP training loop (--plot FILE.svg)");
+  auto* mem = app.add_subcommand(
+      "memory", "the CUDA caching allocator's events over an MLP training loop (--plot FILE.svg)");
   mem->add_option("--device", mem_o.device, "cuda (cuda:N)")->capture_default_str();
   mem->add_option("--plot", mem_o.plot, "draw the blocks over time into this SVG file");
-  mem->add_option("--shape", mem_o.shape, "the MLP's BATCHxINxHIDDEN")->capture_default_str()->check(CLI::Validator(
-      [](std::string& v) { return parse_mlp_shape(v) ? std::string() : "--shape takes BATCHxINxHIDDEN, got " + mt::quoted(v); },
-      "BATCHxINxHIDDEN"));
-  mem->add_option("--steps", mem_o.steps, "training steps recorded")->capture_default_str()->check(CLI::Range(1, 1000));
+  mem->add_option("--shape", mem_o.shape, "the MLP's BATCHxINxHIDDEN")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_mlp_shape(v) ? std::string()
+                                      : "--shape takes BATCHxINxHIDDEN, got " + mt::quoted(v);
+          },
+          "BATCHxINxHIDDEN"));
+  mem->add_option("--steps", mem_o.steps, "training steps recorded")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   mem->add_flag("!--no-graph", mem_o.graph, "leave out the CUDA graph of the forward pass");
   mem->add_flag("--json", json, "the event counts as JSON");
   if (int rc = unknown_command(app, std::vector<std::string>(argv + 1, argv + argc))) return rc;

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -331,9 +331,12 @@ bool is_entry_name(std::string_view n) {
 }
 
 constexpr std::pair<CacheEvent::Kind, const char*> kEventNames[] = {
-    {CacheEvent::Kind::MemoryHit, "memory_hit"}, {CacheEvent::Kind::DiskHit, "disk_hit"},
-    {CacheEvent::Kind::Compile, "compile"},      {CacheEvent::Kind::Write, "write"},
-    {CacheEvent::Kind::WriteFailure, "write_failure"}, {CacheEvent::Kind::Eviction, "eviction"},
+    {CacheEvent::Kind::MemoryHit, "memory_hit"},
+    {CacheEvent::Kind::DiskHit, "disk_hit"},
+    {CacheEvent::Kind::Compile, "compile"},
+    {CacheEvent::Kind::Write, "write"},
+    {CacheEvent::Kind::WriteFailure, "write_failure"},
+    {CacheEvent::Kind::Eviction, "eviction"},
     {CacheEvent::Kind::Corrupt, "corrupt"},
 };
 
@@ -350,8 +353,8 @@ void append_log(const std::string& dir, const CacheEvent& e) {
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) > kLogMaxBytes)
     ::rename(path.c_str(), (dir + "/" + kOldLogName).c_str());
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) return;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) write_all(fd, log_line(e));
   ::close(fd);
@@ -382,7 +385,8 @@ void parse_log(std::string_view text, std::vector<CacheEvent>& out) {
     char* end = nullptr;
     e.time_s = std::strtod(t.c_str(), &end);
     if (end != t.c_str() + t.size() || !std::isfinite(e.time_s)) continue;
-    if (std::from_chars(f[3].data(), f[3].data() + f[3].size(), e.bytes).ec != std::errc()) continue;
+    if (std::from_chars(f[3].data(), f[3].data() + f[3].size(), e.bytes).ec != std::errc())
+      continue;
     e.key = std::string(f[2]);
     e.name = f[4] == "-" ? "" : std::string(f[4]);
     out.push_back(std::move(e));

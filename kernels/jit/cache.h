@@ -51,9 +51,9 @@ struct CacheConfig {
 struct CacheEvent {
   enum class Kind { MemoryHit, DiskHit, Compile, Write, WriteFailure, Eviction, Corrupt };
   Kind kind = Kind::MemoryHit;
-  double time_s = 0;  // wall clock, seconds since the Unix epoch (logs of processes merge)
-  std::string key;    // 64 hex digits
-  std::string name;   // "silu.cu"; empty for an eviction (the file is not read)
+  double time_s = 0;   // wall clock, seconds since the Unix epoch (logs of processes merge)
+  std::string key;     // 64 hex digits
+  std::string name;    // "silu.cu"; empty for an eviction (the file is not read)
   uint64_t bytes = 0;  // the binary (hit, compile, write), the file (eviction, corrupt)
 };
 // "memory_hit", "disk_hit", "compile", "write", "write_failure", "eviction", "corrupt".
@@ -143,8 +143,7 @@ class KernelCache {
     std::shared_ptr<const CompileResult> result;
   };
   void count(uint64_t CacheStats::*field, double CacheStats::*ms = nullptr, double value = 0);
-  void note(CacheEvent::Kind kind, const std::string& key, const std::string& name,
-            uint64_t bytes);
+  void note(CacheEvent::Kind kind, const std::string& key, const std::string& name, uint64_t bytes);
   void report(const std::string& problem);
   bool dir_usable();  // false (and reported) when the directory belongs to another user
 

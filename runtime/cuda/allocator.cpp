@@ -178,13 +178,16 @@ class CachingAllocator final : public Allocator {
     snap.stats = stats_;
     auto add = [&](CUdeviceptr p, size_t size, CUstream stream, uint64_t pool,
                    MemoryBlock::State state, const std::string& op) {
-      snap.blocks.push_back({uintptr_t(p), size, reinterpret_cast<uintptr_t>(stream), pool, state, op});
+      snap.blocks.push_back(
+          {uintptr_t(p), size, reinterpret_cast<uintptr_t>(stream), pool, state, op});
     };
-    for (const auto& [p, b] : live_) add(p, b.size, b.stream, b.pool, MemoryBlock::State::Allocated, b.op);
+    for (const auto& [p, b] : live_)
+      add(p, b.size, b.stream, b.pool, MemoryBlock::State::Allocated, b.op);
     for (const auto& [stream, blocks] : free_)
       for (const auto& [size, p] : blocks) add(p, size, stream, 0, MemoryBlock::State::Cached, {});
     for (const auto& [id, pool] : pools_)
-      for (const auto& [size, p] : pool.free) add(p, size, nullptr, id, MemoryBlock::State::Pool, {});
+      for (const auto& [size, p] : pool.free)
+        add(p, size, nullptr, id, MemoryBlock::State::Pool, {});
     std::sort(snap.blocks.begin(), snap.blocks.end(),
               [](const MemoryBlock& a, const MemoryBlock& b) { return a.address < b.address; });
     return snap;
@@ -206,8 +209,7 @@ class CachingAllocator final : public Allocator {
   // Graph pools (Note [Caching allocator]).
   uint64_t begin_pool(CUstream stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    MT_CHECK(!routing_pool_, "[cuda] cuda:{} already routes allocations to a graph's pool",
-             index_);
+    MT_CHECK(!routing_pool_, "[cuda] cuda:{} already routes allocations to a graph's pool", index_);
     const uint64_t id = next_pool_++;
     pools_[id];
     routing_pool_ = id;

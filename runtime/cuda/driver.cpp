@@ -266,7 +266,7 @@ struct DeviceState {
   std::atomic<CUstream> own_stream{nullptr};
   std::atomic<CUstream> current_stream{nullptr};  // nullptr: own_stream
   std::atomic<CUstream> capture_stream{nullptr};  // set while a Graph captures
-  std::string refusal;                             // guarded by mutex
+  std::string refusal;                            // guarded by mutex
 };
 
 DeviceState& device_state(int index) {
@@ -413,8 +413,7 @@ void refuse_during_capture(int index, const std::string& what, const std::string
   DeviceState& st = device_state(index);
   {
     std::lock_guard<std::mutex> lock(st.mutex);
-    if (st.refusal.empty() && st.capture_stream.load(std::memory_order_relaxed))
-      st.refusal = msg;
+    if (st.refusal.empty() && st.capture_stream.load(std::memory_order_relaxed)) st.refusal = msg;
   }
   MT_ERROR("{}", msg);
 }

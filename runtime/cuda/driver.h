@@ -103,8 +103,7 @@ void check_device(int index);
 // with work missing.
 CUstream capture_stream(int index);
 void set_capture_stream(int index, CUstream s);
-[[noreturn]] void refuse_during_capture(int index, const std::string& what,
-                                        const std::string& fix);
+[[noreturn]] void refuse_during_capture(int index, const std::string& what, const std::string& fix);
 std::string take_capture_refusal(int index);  // and forget it
 
 // The caching allocator's private pools for CUDA graphs (allocator.cpp). begin_pool

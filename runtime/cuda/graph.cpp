@@ -85,7 +85,7 @@ size_t count_work_nodes(CUgraph g) {
 
 struct Graph::Impl {
   int index = -1;
-  CUstream stream = nullptr;  // the capture stream, from capture_begin to capture_end
+  CUstream stream = nullptr;           // the capture stream, from capture_begin to capture_end
   std::optional<StreamGuard> current;  // makes `stream` current during the capture
   uint64_t pool = 0;
   CUgraphExec exec = nullptr;
@@ -203,14 +203,14 @@ void Graph::capture_end() {
   if (!refusal.empty()) {
     cause = refusal;
   } else if (r != CUDA_SUCCESS || !graph) {
-    cause = r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
-                ? "cuStreamEndCapture failed: " + error_text(r) +
-                      "; call capture_end on the thread that called capture_begin"
-                : "cuStreamEndCapture failed: " +
-                      (r == CUDA_SUCCESS ? std::string("the capture was invalidated")
-                                         : error_text(r)) +
-                      "; an operation during the capture was not capturable (one that "
-                      "synchronizes, or work on the legacy default stream)";
+    cause =
+        r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+            ? "cuStreamEndCapture failed: " + error_text(r) +
+                  "; call capture_end on the thread that called capture_begin"
+            : "cuStreamEndCapture failed: " +
+                  (r == CUDA_SUCCESS ? std::string("the capture was invalidated") : error_text(r)) +
+                  "; an operation during the capture was not capturable (one that "
+                  "synchronizes, or work on the legacy default stream)";
   } else {
     try {
       g.nodes = count_work_nodes(graph);
@@ -226,9 +226,10 @@ void Graph::capture_end() {
     // Outputs of the failed capture that are still held join the general allocator; the
     // graph is empty and may capture again.
     g.reset();
-    MT_ERROR("[cuda] Graph::capture_end: the capture of cuda:{} failed, and the graph is "
-             "left empty: {}",
-             index, cause);
+    MT_ERROR(
+        "[cuda] Graph::capture_end: the capture of cuda:{} failed, and the graph is "
+        "left empty: {}",
+        index, cause);
   }
   driver().cuStreamDestroy(std::exchange(g.stream, nullptr));
 }

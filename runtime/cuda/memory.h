@@ -22,11 +22,11 @@ struct MemoryBlock {
     Pool,       // free, kept in a CUDA graph's private pool (for that graph only)
   };
   uintptr_t address = 0;
-  size_t size = 0;        // as rounded (Note [Caching allocator])
-  uintptr_t stream = 0;   // the stream it is reused on (the CUstream's value)
-  uint64_t pool = 0;      // the graph pool it belongs to; 0: the general allocator
+  size_t size = 0;       // as rounded (Note [Caching allocator])
+  uintptr_t stream = 0;  // the stream it is reused on (the CUstream's value)
+  uint64_t pool = 0;     // the graph pool it belongs to; 0: the general allocator
   State state = State::Allocated;
-  std::string op;         // the MemoryContext it was allocated under, while recording
+  std::string op;  // the MemoryContext it was allocated under, while recording
 };
 
 struct MemorySnapshot {

@@ -70,7 +70,9 @@ std::vector<MemoryEvent> memory_history(int) { unavailable(); }
 namespace {
 thread_local const char* t_memory_context = nullptr;
 }
-MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) { t_memory_context = what; }
+MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) {
+  t_memory_context = what;
+}
 MemoryContext::~MemoryContext() { t_memory_context = prev_; }
 const char* MemoryContext::current() { return t_memory_context; }
 

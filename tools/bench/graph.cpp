@@ -23,9 +23,9 @@ GraphBenchResult bench_graph(const Device& device, int kernels, int elements, in
       const auto t0 = std::chrono::steady_clock::now();
       loop();
       cuda::synchronize(index);
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                       .count() /
-                   kernels);
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          kernels);
     }
     std::sort(us.begin(), us.end());
     return us[us.size() / 2];

@@ -1,12 +1,12 @@
 #include "tools/bench/memory_plot.h"
 
-#include <algorithm>
-#include <initializer_list>
-#include <cmath>
-#include <unordered_map>
-#include <map>
-
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <map>
+#include <unordered_map>
 
 #include "tools/bench/plot.h"
 
@@ -19,9 +19,10 @@ std::string legend_row(std::initializer_list<std::pair<const char*, const char*>
                        double y, double step) {
   std::string out;
   for (const auto& [fill, text] : items) {
-    out += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
-                       "<text x=\"{:.0f}\" y=\"{:.1f}\">{}</text>\n",
-                       x, y, fill, x + 16, y + 10, text);
+    out += fmt::format(
+        "<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
+        "<text x=\"{:.0f}\" y=\"{:.1f}\">{}</text>\n",
+        x, y, fill, x + 16, y + 10, text);
     x += step;
   }
   return out;
@@ -95,9 +96,10 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
   for (size_t i = 0; i < cols.size(); ++i) {
     const Column& c = cols[i];
     const int x = left + int(i) * cw;
-    out += fmt::format("<g class=\"access\"><text x=\"{}\" y=\"{}\" text-anchor=\"middle\" "
-                       "fill=\"#555\">{}</text>\n",
-                       x + cw / 2, top - 8, i + 1);
+    out += fmt::format(
+        "<g class=\"access\"><text x=\"{}\" y=\"{}\" text-anchor=\"middle\" "
+        "fill=\"#555\">{}</text>\n",
+        x + cw / 2, top - 8, i + 1);
     for (size_t r = 0; r < c.order.size(); ++r) {
       const bool me = c.order[r] == c.accessed;
       const char* cls = me ? (c.hit ? "hit" : "miss") : "cached";
@@ -112,9 +114,11 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
     for (size_t r = 0; r < c.evicted.size(); ++r) {
       const int y = top + grid_h + 16 + int(r) * ch;
       out += fmt::format(
-          "<rect class=\"evicted\" x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"#BBBBBB\"/>"
+          "<rect class=\"evicted\" x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
+          "fill=\"#BBBBBB\"/>"
           "<text x=\"{4}\" y=\"{5}\" text-anchor=\"middle\" fill=\"#444\">{6}</text>"
-          "<line x1=\"{0}\" y1=\"{7}\" x2=\"{8}\" y2=\"{7}\" stroke=\"#C00\" stroke-width=\"1.5\"/>\n",
+          "<line x1=\"{0}\" y1=\"{7}\" x2=\"{8}\" y2=\"{7}\" stroke=\"#C00\" "
+          "stroke-width=\"1.5\"/>\n",
           x + 1, y, cw - 2, ch - 2, x + cw / 2, y + ch - 7,
           xml_escape(label_for(names, c.evicted[r])), y + ch / 2 - 1, x + cw - 1);
     }
@@ -152,6 +156,8 @@ struct Segment {
 };
 
 struct Lane {
+  Lane(uintptr_t a, size_t s, uintptr_t st, uint64_t p)
+      : address(a), size(s), stream(st), pool(p) {}
   uintptr_t address;
   size_t size;
   uintptr_t stream;
@@ -180,16 +186,20 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
   auto lane_for = [&](const cuda::MemoryEvent& e) -> Lane& {
     auto it = lane_of.find(e.address);
     if (it != lane_of.end() && lanes[it->second].size == e.size) return lanes[it->second];
-    lanes.push_back({e.address, e.size, e.stream, e.pool});
+    lanes.emplace_back(e.address, e.size, e.stream, e.pool);
     lane_of[e.address] = lanes.size() - 1;
     return lanes.back();
   };
   const size_t n = events.size();
   for (size_t i = 0; i < n; ++i) {
     const auto& e = events[i];
-    if (e.stream && !stream_ids.count(e.stream)) stream_ids.emplace(e.stream, int(stream_ids.size()));
+    if (e.stream && !stream_ids.count(e.stream))
+      stream_ids.emplace(e.stream, int(stream_ids.size()));
     switch (e.kind) {
-      case Kind::DriverAlloc: lanes.push_back({e.address, e.size, e.stream, e.pool}); lane_of[e.address] = lanes.size() - 1; break;
+      case Kind::DriverAlloc:
+        lanes.emplace_back(e.address, e.size, e.stream, e.pool);
+        lane_of[e.address] = lanes.size() - 1;
+        break;
       case Kind::Alloc: {
         Lane& l = lane_for(e);
         l.stream = e.stream;
@@ -197,7 +207,9 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
         l.set(e.pool ? LaneState::PoolAllocated : LaneState::Allocated, i, e.op);
         break;
       }
-      case Kind::Free: lane_for(e).set(e.pool ? LaneState::Pool : LaneState::Cached, i); break;
+      case Kind::Free:
+        lane_for(e).set(e.pool ? LaneState::Pool : LaneState::Cached, i);
+        break;
       case Kind::DriverFree:
         if (auto it = lane_of.find(e.address); it != lane_of.end()) {
           lanes[it->second].set(LaneState::None, i);
@@ -205,8 +217,11 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
         }
         break;
       case Kind::EmptyCache:
-      case Kind::OomRetry: marks.emplace_back(i, e.kind); break;
-      case Kind::CacheHit: break;
+      case Kind::OomRetry:
+        marks.emplace_back(i, e.kind);
+        break;
+      case Kind::CacheHit:
+        break;
     }
   }
   for (Lane& l : lanes) l.set(LaneState::None, n);
@@ -220,21 +235,28 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
   const double width = left + plot_w + 30, height = top + grid_h + 90;
   const double xs = n ? plot_w / double(n) : 1.0;
   std::string out = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" viewBox=\"0 0 "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" viewBox=\"0 "
+      "0 "
       "{0:.0f} {1:.0f}\" font-family=\"sans-serif\" font-size=\"10\">\n<title>{2}</title>\n"
       "<rect x=\"0\" y=\"0\" width=\"{0:.0f}\" height=\"{1:.0f}\" fill=\"white\"/>\n"
       "<text x=\"{3:.0f}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{2}</text>\n"
-      "<text x=\"{3:.0f}\" y=\"40\" font-size=\"11\">{4} events, {5} blocks{6}; a lane is one block "
+      "<text x=\"{3:.0f}\" y=\"40\" font-size=\"11\">{4} events, {5} blocks{6}; a lane is one "
+      "block "
       "(one cuMemAlloc), taller for larger blocks; hover for details</text>\n",
       width, height, xml_escape(title), left, n, lanes.size(),
       drawn < lanes.size() ? fmt::format(" ({} drawn)", drawn) : std::string());
   auto color = [](LaneState s) {
     switch (s) {
-      case LaneState::Allocated: return std::pair{"allocated", "#0072B2"};
-      case LaneState::Cached: return std::pair{"cached", "#C8C8C8"};
-      case LaneState::Pool: return std::pair{"pool", "#E6B8D6"};
-      case LaneState::PoolAllocated: return std::pair{"pool-allocated", "#8E3B76"};
-      default: return std::pair{"none", "none"};
+      case LaneState::Allocated:
+        return std::pair{"allocated", "#0072B2"};
+      case LaneState::Cached:
+        return std::pair{"cached", "#C8C8C8"};
+      case LaneState::Pool:
+        return std::pair{"pool", "#E6B8D6"};
+      case LaneState::PoolAllocated:
+        return std::pair{"pool-allocated", "#8E3B76"};
+      default:
+        return std::pair{"none", "none"};
     }
   };
   double y = top;
@@ -242,11 +264,13 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
     const Lane& l = lanes[i];
     const double h = lane_h(l.size);
     const std::string where =
-        l.pool ? fmt::format("graph pool {}", l.pool)
-               : fmt::format("stream {}", stream_ids.count(l.stream) ? stream_ids.at(l.stream) : -1);
-    out += fmt::format("<g class=\"lane\"><text x=\"{:.0f}\" y=\"{:.1f}\" text-anchor=\"end\" "
-                       "fill=\"#333\">{} {}</text>\n",
-                       left - 6, y + std::min(h, 12.0) - 1, size_text(l.size), xml_escape(where));
+        l.pool
+            ? fmt::format("graph pool {}", l.pool)
+            : fmt::format("stream {}", stream_ids.count(l.stream) ? stream_ids.at(l.stream) : -1);
+    out += fmt::format(
+        "<g class=\"lane\"><text x=\"{:.0f}\" y=\"{:.1f}\" text-anchor=\"end\" "
+        "fill=\"#333\">{} {}</text>\n",
+        left - 6, y + std::min(h, 12.0) - 1, size_text(l.size), xml_escape(where));
     for (const Segment& s : l.segments) {
       const auto [cls, fill] = color(s.state);
       out += fmt::format(
@@ -269,7 +293,8 @@ std::string svg_memory_timeline(const std::vector<cuda::MemoryEvent>& events,
         oom ? "none" : "4 3", oom ? "out-of-memory retry" : "empty_cache", at);
   }
   const double ly = top + grid_h + 24;
-  out += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\">allocator events, in order</text>\n", left, ly);
+  out +=
+      fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\">allocator events, in order</text>\n", left, ly);
   out += legend_row({{"#0072B2", "in use"},
                      {"#C8C8C8", "cached on its stream"},
                      {"#8E3B76", "in use, graph pool"},
