@@ -9,6 +9,8 @@
 #include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"

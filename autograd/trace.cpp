@@ -1,6 +1,7 @@
 #include "autograd/trace.h"
 
 #include "dispatcher/library.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/fake.h"
 
 namespace mt {
@@ -8,6 +9,10 @@ namespace {
 
 thread_local CallTrace* t_trace = nullptr;
 thread_local int t_depth = 0;
+thread_local bool t_name_allocations = false;  // NameAllocationsByOp
+thread_local int t_named_depth = 0;            // ops inside a named op keep its name
+
+void trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, Stack* stack);
 
 std::vector<std::string> strs(const Stack& s, size_t from) {
   std::vector<std::string> out;
@@ -18,28 +23,57 @@ std::vector<std::string> strs(const Stack& s, size_t from) {
 }  // namespace
 
 namespace detail {
-// The Trace key's fallback: record, then redispatch below Trace.
+// The Trace key's fallback: under NameAllocationsByOp, name the op's allocations (a
+// MemoryContext for the outermost op); under TraceCallsGuard, record the call; then
+// redispatch below Trace.
 void install_trace_fallback() {
   static Library lib(Library::Kind::Impl, "_", DispatchKey::Trace);
   lib.fallback([](const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
-    CallTrace* trace = t_trace;
-    if (!trace) return op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
-    size_t n = op.schema().arguments.size();
-    size_t base = stack->size() - n;
-    size_t index = trace->calls.size();
-    trace->calls.push_back(TracedCall{op.name().str(), t_depth, strs(*stack, base), {}});
-    ++t_depth;
-    try {
-      op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
-    } catch (...) {
-      --t_depth;
-      throw;
+    if (t_name_allocations && t_named_depth == 0) {
+      const char* outer = cuda::MemoryContext::current();
+      const std::string name =
+          outer ? fmt::format("{} / {}", outer, op.name().str()) : op.name().str();
+      cuda::MemoryContext context(name.c_str());
+      ++t_named_depth;
+      try {
+        trace_or_redispatch(op, ks, stack);
+      } catch (...) {
+        --t_named_depth;
+        throw;
+      }
+      --t_named_depth;
+      return;
     }
-    --t_depth;
-    trace->calls[index].results = strs(*stack, base);
+    trace_or_redispatch(op, ks, stack);
   });
 }
 }  // namespace detail
+
+namespace {
+void trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+  CallTrace* trace = t_trace;
+  if (!trace) return op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
+  size_t n = op.schema().arguments.size();
+  size_t base = stack->size() - n;
+  size_t index = trace->calls.size();
+  trace->calls.push_back(TracedCall{op.name().str(), t_depth, strs(*stack, base), {}});
+  ++t_depth;
+  try {
+    op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
+  } catch (...) {
+    --t_depth;
+    throw;
+  }
+  --t_depth;
+  trace->calls[index].results = strs(*stack, base);
+}
+}  // namespace
+
+NameAllocationsByOp::NameAllocationsByOp()
+    : prev_(t_name_allocations), include_(DispatchKey::Trace) {
+  t_name_allocations = true;
+}
+NameAllocationsByOp::~NameAllocationsByOp() { t_name_allocations = prev_; }
 
 TraceCallsGuard::TraceCallsGuard(CallTrace* out) : prev_(t_trace), include_(DispatchKey::Trace) {
   t_trace = out;

@@ -37,6 +37,23 @@ class TraceCallsGuard {
   IncludeDispatchKeyGuard include_;
 };
 
+// While alive, each op this thread calls from its own code names the CUDA memory it
+// allocates, in the allocator's history (runtime/cuda/memory.h: record_memory_history):
+// "mt::matmul", or "backward / mt::matmul" inside a MemoryContext("backward"). Ops called
+// by that op keep its name. Through the Trace key, like TraceCallsGuard: it costs a boxed
+// call per op while alive, and nothing otherwise.
+class NameAllocationsByOp {
+ public:
+  NameAllocationsByOp();
+  ~NameAllocationsByOp();
+  NameAllocationsByOp(const NameAllocationsByOp&) = delete;
+  NameAllocationsByOp& operator=(const NameAllocationsByOp&) = delete;
+
+ private:
+  bool prev_;
+  IncludeDispatchKeyGuard include_;
+};
+
 // Runs fn on fake copies of `inputs` (same sizes, strides, dtype, device and
 // requires_grad) under FakeMode and returns the op calls it made, with their shapes:
 // shape propagation without computing, and without a GPU for cuda inputs.

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
@@ -51,6 +53,25 @@ TEST_CASE("cuda: without a GPU every entry point says CUDA is unavailable and wh
   CHECK(error_of([] { cuda::synchronize(0); }) == expected);
   CHECK(error_of([] { cuda::EventTimer t(0); }) == expected);
   CHECK(error_of([] { mt::empty({4}, {.device = kCuda0}); }) == expected);
+  // CUDA graphs: capture needs the device; queries answer without one.
+  cuda::Graph graph;
+  CHECK(error_of([&] { graph.capture_begin(0); }) == expected);
+  CHECK_FALSE(graph.captured());
+  CHECK(graph.device_index() == -1);
+  CHECK(graph.num_nodes() == 0);
+  CHECK(graph.pool_bytes() == 0);
+  CHECK_FALSE(cuda::is_capturing(0));
+  CHECK(error_of([] { cuda::memory_snapshot(0); }) == expected);
+  CHECK(error_of([] { cuda::record_memory_history(true); }) == expected);
+  CHECK(error_of([] { cuda::memory_history(0); }) == expected);
+#ifdef MT_HAVE_CUDA
+  CHECK(error_of([&] { graph.replay(); }) ==
+        "[cuda] Graph::replay: nothing was captured; call capture_begin(device), queue the "
+        "work, then capture_end");
+#else
+  CHECK(error_of([&] { graph.replay(); }) == expected);
+  CHECK(error_of([&] { graph.capture_end(); }) == expected);
+#endif
 #ifdef MT_HAVE_CUDA
   CHECK(error_of([] { cuda::driver(); }) == expected);
   CHECK(error_of([] { cuda::DeviceGuard g(0); }) == expected);
@@ -440,4 +461,347 @@ TEST_CASE("caching allocator (gpu): once every tensor is gone, empty_cache retur
   CHECK(s.allocated_bytes == 0);
   CHECK(s.reserved_bytes == 0);
   CHECK(s.driver_frees == s.driver_allocs);
+}
+
+// ---- CUDA graphs (runtime/cuda/graph.h) -----------------------------------------------------
+
+namespace {
+
+// The work the graph cases capture: silu, add, matmul (cuBLAS) and a device-to-device copy
+// into `out`; returns the matmul's own output.
+mt::Tensor graph_work(const mt::Tensor& x, const mt::Tensor& w, const mt::Tensor& out) {
+  mt::Tensor h = mt::add(mt::silu(x), x);
+  mt::Tensor m = mt::matmul(h, w);
+  out.copy_(m);
+  return m;
+}
+
+mt::Tensor graph_reference(const mt::Tensor& x, const mt::Tensor& w) {
+  return mt::matmul(mt::add(mt::silu(x), x), w).cpu();
+}
+
+}  // namespace
+
+TEST_CASE("cuda graph (gpu): a replay computes what the eager ops compute, in place" *
+          doctest::skip(no_gpu())) {
+  mt::Tensor x = mt::randn({64, 48}).to(kCuda0);
+  mt::Tensor w = mt::randn({48, 32}).to(kCuda0);
+  mt::Tensor out = mt::empty({64, 32}, {.device = kCuda0});
+  graph_work(x, w, out);  // warm-up: kernels compiled and loaded, cuBLAS's handle made
+  const mt::Tensor ref = graph_reference(x, w);
+  cuda::fill(out, 0.0);
+  cuda::synchronize(0);
+  const cuda::AllocatorStats before = cuda::allocator_stats(0);
+
+  cuda::Graph g;
+  CHECK_FALSE(cuda::is_capturing(0));
+  g.capture_begin(0);
+  CHECK(cuda::is_capturing(0));
+  CHECK(g.device_index() == 0);
+  CHECK_FALSE(g.captured());
+  mt::Tensor y = graph_work(x, w, out);
+  g.capture_end();
+  CHECK_FALSE(cuda::is_capturing(0));
+  REQUIRE(g.captured());
+  // silu, add, the GEMM (one kernel or more) and the memcpy at least.
+  CHECK(g.num_nodes() >= 4);
+  CHECK(g.pool_bytes() >= 2 * 64 * 32 * sizeof(float));
+  const cuda::AllocatorStats during = cuda::allocator_stats(0);
+  CHECK(during.graph_pool_bytes == g.pool_bytes());
+  CHECK(during.reserved_bytes >= before.reserved_bytes + g.pool_bytes());
+  // Recorded, not run: out is still all zero.
+  CHECK(out.cpu().to_vector<float>() == std::vector<float>(64 * 32, 0.0f));
+
+  const void* y_at = y.data_ptr();
+  g.replay();
+  CHECK(mt::max_abs_diff(out.cpu(), ref) < 1e-4);
+  CHECK(mt::max_abs_diff(y.cpu(), ref) < 1e-4);
+
+  // New contents in the same input storage: the next replay reads them.
+  std::vector<float> nx(64 * 48);
+  for (size_t i = 0; i < nx.size(); ++i) nx[i] = float(i % 17) * 0.25f - 2.0f;
+  cuda::copy(x, mt::from_vector(nx, {64, 48}));
+  const mt::Tensor ref2 = graph_reference(x, w);
+  CHECK(mt::max_abs_diff(ref2, ref) > 0.1);
+  cuda::fill(out, 0.0);
+  const cuda::AllocatorStats s_before = cuda::allocator_stats(0);
+  for (int i = 0; i < 3; ++i) g.replay();
+  // Replays allocate nothing.
+  const cuda::AllocatorStats s_after = cuda::allocator_stats(0);
+  CHECK(s_after.driver_allocs == s_before.driver_allocs);
+  CHECK(s_after.cache_hits == s_before.cache_hits);
+  CHECK(s_after.allocated_bytes == s_before.allocated_bytes);
+  CHECK(s_after.graph_pool_bytes == during.graph_pool_bytes);
+  CHECK(mt::max_abs_diff(out.cpu(), ref2) < 1e-4);
+  CHECK(mt::max_abs_diff(y.cpu(), ref2) < 1e-4);
+  CHECK(y.data_ptr() == y_at);
+}
+
+TEST_CASE("cuda graph (gpu): the private pool is returned when the graph goes" *
+          doctest::skip(no_gpu())) {
+  mt::Tensor x = mt::randn({4096}).to(kCuda0);
+  mt::silu(x);  // warm-up
+  cuda::synchronize(0);
+  const cuda::AllocatorStats s0 = cuda::allocator_stats(0);
+  size_t pool = 0;
+  const void* temp_at = nullptr;
+  cuda::AllocatorStats s_kept;
+  {
+    cuda::Graph g;
+    g.capture_begin(0);
+    {
+      mt::Tensor t = mt::silu(x);  // a temporary: freed during the capture...
+      temp_at = t.data_ptr();
+    }
+    mt::Tensor u = mt::silu(x);  // ...and its block reused by the next allocation
+    CHECK(u.data_ptr() == temp_at);
+    mt::Tensor v = mt::add(u, x);
+    g.capture_end();
+    pool = g.pool_bytes();
+    CHECK(pool == 2 * 16384);  // two blocks of 4096 floats: the temporary's was reused
+    const cuda::AllocatorStats s1 = cuda::allocator_stats(0);
+    CHECK(s1.graph_pool_bytes == s0.graph_pool_bytes + pool);
+    CHECK(s1.allocated_bytes == s0.allocated_bytes + pool);
+    u = mt::Tensor();
+    v = mt::Tensor();
+    // Freed outputs stay in the pool: replays still write there.
+    const cuda::AllocatorStats s2 = cuda::allocator_stats(0);
+    CHECK(s2.allocated_bytes == s0.allocated_bytes);
+    CHECK(s2.reserved_bytes == s1.reserved_bytes);
+    CHECK(g.pool_bytes() == pool);
+    // Nor does an eager allocation on the device's stream take them.
+    {
+      mt::Tensor e = mt::silu(x);
+      CHECK(e.data_ptr() != temp_at);
+    }
+    g.replay();
+    cuda::empty_cache(0);  // leaves the pool alone
+    s_kept = cuda::allocator_stats(0);
+    CHECK(s_kept.graph_pool_bytes == s0.graph_pool_bytes + pool);
+  }
+  const cuda::AllocatorStats s3 = cuda::allocator_stats(0);
+  CHECK(s3.graph_pool_bytes == s0.graph_pool_bytes);
+  CHECK(s3.allocated_bytes == s0.allocated_bytes);
+  CHECK(s3.driver_frees == s_kept.driver_frees + 2);
+  CHECK(s3.reserved_bytes == s_kept.reserved_bytes - pool);
+  cuda::empty_cache(0);
+  CHECK(cuda::allocator_stats(0).reserved_bytes == cuda::allocator_stats(0).allocated_bytes);
+}
+
+TEST_CASE("cuda graph (gpu): an output held past the graph stays valid" * doctest::skip(no_gpu())) {
+  mt::Tensor x = mt::randn({1000}).to(kCuda0);
+  const mt::Tensor ref = mt::silu(x).cpu();
+  mt::Tensor y;
+  {
+    cuda::Graph g;
+    g.capture_begin(0);
+    y = mt::silu(x);
+    g.capture_end();
+    g.replay();
+  }  // waits for the replay; y's block joins the general allocator
+  CHECK(mt::max_abs_diff(y.cpu(), ref) == 0.0);
+  CHECK(cuda::allocator_stats(0).graph_pool_bytes == 0);
+  const size_t allocated = cuda::allocator_stats(0).allocated_bytes;
+  y = mt::Tensor();
+  CHECK(cuda::allocator_stats(0).allocated_bytes == allocated - 4096);
+}
+
+TEST_CASE("cuda graph (gpu): misuse and synchronizing calls are clear errors" *
+          doctest::skip(no_gpu())) {
+  mt::Tensor x = mt::randn({256}).to(kCuda0);
+  mt::silu(x);
+  cuda::Graph g;
+  CHECK(error_of([&] { g.replay(); }) ==
+        "[cuda] Graph::replay: nothing was captured; call capture_begin(device), queue the "
+        "work, then capture_end");
+  CHECK(error_of([&] { g.capture_end(); }) ==
+        "[cuda] Graph::capture_end without capture_begin: call capture_begin(device) first");
+  CHECK(error_of([&] {
+          g.capture_begin(cuda::device_count());
+        }).starts_with("[cuda] invalid device cuda:"));
+
+  g.capture_begin(0);
+  CHECK(error_of([&] { g.capture_begin(0); }) ==
+        "[cuda] Graph::capture_begin: this graph is already capturing cuda:0; call "
+        "capture_end first");
+  cuda::Graph other;
+  CHECK(error_of([&] { other.capture_begin(0); }) ==
+        "[cuda] Graph::capture_begin: cuda:0 is already capturing another graph; one capture "
+        "at a time per device: call capture_end on that graph first");
+  CHECK(error_of([&] { g.replay(); }) ==
+        "[cuda] Graph::replay during the capture: call capture_end first");
+  mt::Tensor y = mt::silu(x);
+  g.capture_end();
+  CHECK(error_of([&] { g.capture_begin(0); }) ==
+        "[cuda] Graph::capture_begin: this graph was captured already (on cuda:0); a graph is "
+        "captured once: replay it, or capture into a new mt::cuda::Graph");
+  CHECK(error_of([&] { g.capture_end(); }) ==
+        "[cuda] Graph::capture_end: this graph's capture has ended already; replay it");
+
+  // Synchronizing calls during a capture throw, and the capture then fails with the first.
+  cuda::Graph bad;
+  bad.capture_begin(0);
+  mt::Tensor z = mt::silu(x);
+  const std::string sync = error_of([] { cuda::synchronize(0); });
+  CHECK(sync ==
+        "[cuda] synchronize: cuda:0 is capturing a CUDA graph (mt::cuda::Graph), and this "
+        "call would break the capture; call it after Graph::capture_end (replays are "
+        "asynchronous: synchronize after replay to wait for one)");
+  CHECK(error_of([&] {
+          z.cpu();
+        }).starts_with("[cuda] copy to the host: cuda:0 is capturing a CUDA graph"));
+  CHECK(error_of([&] {
+          cuda::copy(z, mt::zeros({256}));
+        }).starts_with("[cuda] copy from the host: cuda:0 is capturing a CUDA graph"));
+  CHECK(error_of([] {
+          cuda::empty_cache(0);
+        }).starts_with("[cuda] empty_cache: cuda:0 is capturing a CUDA graph"));
+  CHECK(error_of([&] { g.replay(); }) ==
+        "[cuda] Graph::replay: cuda:0 is capturing another graph; replay after its "
+        "capture_end");
+  CHECK(cuda::is_capturing(0));
+  CHECK(error_of([&] { bad.capture_end(); }) ==
+        "[cuda] Graph::capture_end: the capture of cuda:0 failed, and the graph is left "
+        "empty: " +
+            sync);
+  CHECK_FALSE(bad.captured());
+  CHECK(bad.pool_bytes() == 0);
+  CHECK_FALSE(cuda::is_capturing(0));
+  // The device and the graph are usable again.
+  CHECK_NOTHROW(z.cpu());  // never computed, but a valid block
+  bad.capture_begin(0);
+  mt::Tensor z2 = mt::silu(x);
+  bad.capture_end();
+  bad.replay();
+  CHECK(mt::max_abs_diff(z2.cpu(), mt::silu(x).cpu()) == 0.0);
+  g.replay();
+  CHECK(mt::max_abs_diff(y.cpu(), mt::silu(x).cpu()) == 0.0);
+}
+
+TEST_CASE("cuda graph (gpu): a graph dropped during its capture ends it" *
+          doctest::skip(no_gpu())) {
+  mt::Tensor x = mt::randn({256}).to(kCuda0);
+  mt::silu(x);
+#ifdef MT_HAVE_CUDA
+  CUstream before = cuda::current_stream(0);
+#endif
+  try {
+    cuda::Graph g;
+    g.capture_begin(0);
+    mt::Tensor y = mt::silu(x);
+    throw std::runtime_error("the user's code failed mid-capture");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK_FALSE(cuda::is_capturing(0));
+#ifdef MT_HAVE_CUDA
+  CHECK(cuda::current_stream(0) == before);
+#endif
+  CHECK(cuda::allocator_stats(0).graph_pool_bytes == 0);
+  cuda::synchronize(0);
+  CHECK(mt::max_abs_diff(mt::silu(x).cpu(), mt::silu(x.cpu())) < 1e-6);
+}
+
+// ---- allocator snapshot and history (runtime/cuda/memory.h) ---------------------------------
+
+TEST_CASE("caching allocator (gpu): the history records allocations, reuse and empty_cache" *
+          doctest::skip(no_gpu())) {
+  mt::Allocator* a = cuda::caching_allocator(0);
+  cuda::empty_cache(0);
+  void* before = a->allocate(1000);  // not recorded
+  cuda::record_memory_history(true, 1000, 0);
+  CHECK(cuda::memory_history(0).empty());
+  void* p = nullptr;
+  {
+    cuda::MemoryContext outer("outer");
+    cuda::MemoryContext inner("step 1");
+    p = a->allocate(3000);  // a new block
+  }
+  a->deallocate(p, 3000);
+  void* q = a->allocate(2500);  // the same block again, no context
+  a->deallocate(q, 2500);
+  a->deallocate(before, 1000);
+  cuda::empty_cache(0);
+  const std::vector<cuda::MemoryEvent> h = cuda::memory_history(0);
+  std::vector<std::string> kinds;
+  for (const auto& e : h) kinds.push_back(cuda::memory_event_name(e.kind));
+  CHECK(kinds == std::vector<std::string>{"driver_alloc", "alloc", "free", "cache_hit", "alloc",
+                                          "free", "free", "empty_cache", "driver_free",
+                                          "driver_free"});
+  REQUIRE(h.size() == 10);
+  CHECK(h[0].address == reinterpret_cast<uintptr_t>(p));
+  CHECK(h[0].size == 3072);  // rounded to 512 bytes
+  CHECK(h[1].op == "step 1");
+  CHECK(h[3].address == h[0].address);
+  CHECK(h[4].op.empty());
+  CHECK(h[6].address == reinterpret_cast<uintptr_t>(before));
+#ifdef MT_HAVE_CUDA
+  CHECK(h[0].stream == reinterpret_cast<uintptr_t>(cuda::current_stream(0)));
+#endif
+  for (size_t i = 1; i < h.size(); ++i) CHECK(h[i].time_us >= h[i - 1].time_us);
+
+  // Allocations inside ops can be named by the op, after the thread's context.
+  mt::Tensor x = mt::zeros({100}, {.device = kCuda0});
+  cuda::record_memory_history(true, 1000, 0);
+  {
+    cuda::MemoryContext phase("phase");
+    mt::NameAllocationsByOp by_op;
+    mt::Tensor y = mt::silu(x);
+  }
+  std::vector<std::string> names;
+  for (const auto& e : cuda::memory_history(0))
+    if (e.kind == cuda::MemoryEvent::Kind::Alloc) names.push_back(e.op);
+  CHECK(names == std::vector<std::string>{"phase / mt::silu"});
+  x = mt::Tensor();
+
+  // Bounded: the last max_events only. Off: nothing more.
+  cuda::record_memory_history(true, 3, 0);
+  for (int i = 0; i < 4; ++i) a->deallocate(a->allocate(512), 512);
+  CHECK(cuda::memory_history(0).size() == 3);
+  cuda::record_memory_history(false, 3, 0);
+  a->deallocate(a->allocate(512), 512);
+  CHECK(cuda::memory_history(0).empty());
+}
+
+TEST_CASE("caching allocator (gpu): a snapshot shows blocks allocated, cached and in a graph pool" *
+          doctest::skip(no_gpu())) {
+  cuda::empty_cache(0);
+  mt::Tensor x = mt::randn({4096}).to(kCuda0);
+  mt::silu(x);  // warm-up; its output is now a cached block
+  cuda::record_memory_history(true, 1000, 0);
+  mt::Tensor y;
+  cuda::Graph g;
+  {
+    cuda::MemoryContext c("graph");
+    g.capture_begin(0);
+    y = mt::silu(x);
+    mt::Tensor t = mt::silu(y);  // a temporary: cached in the pool after
+    (void)t;
+  }
+  g.capture_end();
+  const cuda::MemorySnapshot snap = cuda::memory_snapshot(0);
+  CHECK(snap.device == 0);
+  CHECK(snap.stats.graph_pool_bytes == g.pool_bytes());
+  size_t allocated = 0, cached = 0, pool = 0, reserved = 0;
+  bool found_y = false;
+  for (const auto& b : snap.blocks) {
+    reserved += b.size;
+    if (b.state == cuda::MemoryBlock::State::Allocated) allocated += b.size;
+    if (b.state == cuda::MemoryBlock::State::Cached) cached += b.size;
+    if (b.state == cuda::MemoryBlock::State::Pool) pool += b.size;
+    if (b.address == reinterpret_cast<uintptr_t>(y.data_ptr())) {
+      found_y = true;
+      CHECK(b.state == cuda::MemoryBlock::State::Allocated);
+      CHECK(b.pool != 0);
+      CHECK(b.op == "graph");
+      CHECK(b.size == 16384);
+    }
+  }
+  CHECK(found_y);
+  CHECK(allocated == snap.stats.allocated_bytes);
+  CHECK(reserved == snap.stats.reserved_bytes);
+  CHECK(pool == 16384);    // t's block
+  CHECK(cached >= 16384);  // the warm-up's output
+  for (size_t i = 1; i < snap.blocks.size(); ++i)
+    CHECK(snap.blocks[i].address > snap.blocks[i - 1].address);
+  cuda::record_memory_history(false, 1, 0);
 }

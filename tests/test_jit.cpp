@@ -773,6 +773,77 @@ TEST_SUITE("jit") {
     CHECK(fs::exists(paths[1]));
   }
 
+  TEST_CASE("jit cache: the history records hits, compiles, writes, evictions, corrupt entries" *
+            doctest::skip(no_nvrtc())) {
+    TempDir dir;
+    KernelCache cache({.dir = dir.path, .event_log = true});
+    const std::string key20 = cache_key(tiny_request(20)), key21 = cache_key(tiny_request(21));
+    cache.get(tiny_request(20));  // compiled and written, not recorded in memory: off
+    CHECK(cache.history().empty());
+    cache.record_history(true, 100);
+    cache.get(tiny_request(20));  // memory hit
+    cache.clear_memory();
+    cache.get(tiny_request(20));  // disk hit
+    cache.get(tiny_request(21));  // compile, write
+    const uint64_t entry = fs::file_size(cache.path_for(key20));
+    cache.set_max_bytes(entry + entry / 2);  // room for one: 20, the older, goes
+    write_bytes(cache.path_for(key21), "garbage");
+    cache.clear_memory();
+    cache.get(tiny_request(21));  // corrupt: deleted, compiled and written again
+    const auto kinds = [](const std::vector<CacheEvent>& events) {
+      std::vector<std::string> out;
+      for (const auto& e : events) out.push_back(event_name(e.kind));
+      return out;
+    };
+    const std::vector<CacheEvent> h = cache.history();
+    CHECK(kinds(h) == std::vector<std::string>{"memory_hit", "disk_hit", "compile", "write",
+                                               "eviction", "corrupt", "compile", "write"});
+    REQUIRE(h.size() == 8);
+    CHECK(h[0].key == key20);
+    CHECK(h[0].name == "tiny.cu");
+    CHECK(h[2].key == key21);
+    CHECK(h[4].key == key20);
+    CHECK(h[4].name.empty());
+    CHECK(h[4].bytes == entry);
+    CHECK(h[5].key == key21);
+    CHECK(h[5].bytes == 7);
+    for (size_t i = 1; i < h.size(); ++i) CHECK(h[i].time_s >= h[i - 1].time_s);
+
+    // The disk events of every KernelCache on the directory, from events.log, memory hits
+    // left out; another cache object (another process) reads the same.
+    const std::vector<std::string> disk = {"compile",  "write",   "disk_hit", "compile", "write",
+                                           "eviction", "corrupt", "compile",  "write"};
+    CHECK(kinds(cache.disk_log()) == disk);
+    KernelCache other({.dir = dir.path});
+    CHECK(kinds(other.disk_log()) == disk);
+    // Malformed lines are skipped.
+    {
+      std::ofstream log(dir.sub("events.log"), std::ios::app | std::ios::binary);
+      log << "garbage\n1.5 compile nothex 10 x.cu\n2.5 frob " << key20 << " 10 x.cu\n"
+          << "nan disk_hit " << key20 << " 10 x.cu\n3.5 disk_hit " << key20 << " 10 x.cu\n"
+          << "4.5 disk_hit " << key20;  // torn: no newline
+    }
+    const std::vector<CacheEvent> log = other.disk_log();
+    REQUIRE(log.size() == disk.size() + 1);
+    CHECK(log.front().time_s == 3.5);  // sorted by time
+    CHECK(log.front().name == "x.cu");
+
+    // The ring keeps the last max_events; turning recording off clears and stops it.
+    cache.record_history(true, 2);
+    for (int i = 0; i < 3; ++i) cache.get(tiny_request(21));
+    CHECK(cache.history().size() == 2);
+    cache.record_history(false);
+    cache.get(tiny_request(21));
+    CHECK(cache.history().empty());
+    // A cache without `log` writes none; clear deletes the log with the entries.
+    TempDir quiet;
+    KernelCache q({.dir = quiet.path});
+    q.get(tiny_request(22));
+    CHECK(files_in(quiet.path).size() == 1);
+    cache.clear();
+    CHECK(files_in(dir.path).empty());
+  }
+
   TEST_CASE("jit cache: a directory that cannot be written still gives the compiled result" *
             doctest::skip(no_nvrtc())) {
     TempDir dir;

@@ -1,23 +1,33 @@
-// The minitensor command: doctor, ops, dump, demo, bench, cache.
+// The minitensor command: doctor, ops, dump, demo, bench, memory, cache.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
+
+#include <unistd.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
+#include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
+#include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
 #include "tools/bench/matmul.h"
+#include "tools/bench/memory_plot.h"
 #include "tools/bench/mlp.h"
 #include "tools/bench/plot.h"
 #include "tools/bench/silu.h"
@@ -543,6 +553,129 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   return 0;
 }
 
+// ---- bench graph -------------------------------------------------------------------------
+
+struct GraphCliOptions {
+  std::string device = "cuda";
+  int kernels = 1000, elements = 4096, repeats = 21;
+};
+
+int bench_graph_cmd(const GraphCliOptions& g, const BenchOutput& o) {
+  Device dev = bench_device(g.device, "bench graph");
+  const bench::GraphBenchResult r = bench::bench_graph(dev, g.kernels, g.elements, g.repeats);
+  const std::string where = fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name);
+  const double ratio = r.eager_us / r.graph_us;
+  if (!o.plot.empty()) {
+    bench::BarPlot plot{.title = fmt::format("silu on {} float32, {} back to back, on {}",
+                                             r.elements, r.kernels, where),
+                        .value_label = "us a kernel (median)"};
+    plot.bars.push_back({"eager: mt::silu called N times", r.eager_us});
+    plot.bars.push_back({"one CUDA graph of the same N kernels", r.graph_us});
+    write_plot(o.plot, bench::svg(plot));
+  }
+  if (o.json) {
+    print_json({{"bench", "graph"},
+                {"device", dev.str()},
+                {"where", where},
+                {"kernels", r.kernels},
+                {"elements", r.elements},
+                {"eager_us", r.eager_us},
+                {"graph_us", r.graph_us},
+                {"eager_over_graph", ratio},
+                {"graph_nodes", r.graph_nodes},
+                {"pool_bytes", r.pool_bytes}});
+    return 0;
+  }
+  std::printf(
+      "a tiny kernel (silu on %d float32) %d times back to back on %s: wall clock a kernel, median "
+      "of %d\n"
+      "loops, each ending in a synchronize\n",
+      r.elements, r.kernels, where.c_str(), g.repeats);
+  bench::print_table(
+      {"path", "us a kernel"},
+      {{"eager: mt::silu called N times", fmt::format("{:.3f}", r.eager_us)},
+       {fmt::format("one CUDA graph of the same N kernels ({} nodes, pool {} B), replayed",
+                    r.graph_nodes, r.pool_bytes),
+        fmt::format("{:.3f}", r.graph_us)}});
+  std::printf("eager / graph: %.2fx\n", ratio);
+  return 0;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+struct MemoryCliOptions {
+  std::string device = "cuda", plot, shape = "256x64x256";
+  int steps = 4;
+  bool graph = true;
+};
+
+// Records the caching allocator's history over a few steps of examples/mlp.h's MLP
+// (each phase under a MemoryContext), then captures its forward pass in a CUDA graph and
+// replays it, empties the cache, and draws the events (docs/memory.md).
+int memory_cmd(const MemoryCliOptions& m, bool json) {
+  Device dev(m.device);
+  MT_CHECK(dev.is_cuda(), "[memory] draws the CUDA caching allocator: use --device cuda (got {})",
+           dev);
+  MT_CHECK(cuda::is_available(), "[memory] needs a GPU, but CUDA is unavailable: {}",
+           cuda::unavailable_reason());
+  const mlp::Shape shape = *parse_mlp_shape(m.shape);  // checked by CLI11
+  cuda::empty_cache(dev.index);
+  manual_seed(0);
+  mlp::Task task = mlp::teacher_task(shape, dev);
+  mlp::Model model = mlp::init(shape, dev);
+  cuda::record_memory_history(true, 100000, dev.index);
+  NameAllocationsByOp by_op;  // "backward / mt::matmul"
+  for (int step = 0; step < m.steps; ++step) {
+    Tensor loss;
+    {
+      cuda::MemoryContext c("forward + loss");
+      loss = mse_loss(mlp::forward(model, task.x), task.target);
+    }
+    {
+      cuda::MemoryContext c("backward");
+      backward(loss);
+    }
+    cuda::MemoryContext c("sgd step");
+    const std::vector<Tensor> params = model.params();
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) sub_(p, p.grad(), 0.05);
+    zero_grad(params);
+  }
+  if (m.graph) {
+    NoGradGuard no_grad;
+    cuda::MemoryContext c("graph: forward");
+    cuda::Graph g;
+    g.capture_begin(dev.index);
+    Tensor y = mlp::forward(model, task.x);
+    g.capture_end();
+    for (int i = 0; i < 2; ++i) g.replay();
+    cuda::synchronize(dev.index);
+  }
+  cuda::empty_cache(dev.index);
+  const std::vector<cuda::MemoryEvent> events = cuda::memory_history(dev.index);
+  cuda::record_memory_history(false, 1, dev.index);
+  const std::string where = fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name);
+  if (!m.plot.empty())
+    write_plot(
+        m.plot,
+        bench::svg_memory_timeline(
+            events,
+            fmt::format("caching allocator on {}: MLP {} x {} steps{}", where, m.shape, m.steps,
+                        m.graph ? ", then its forward as a CUDA graph, then empty_cache" : "")));
+  std::map<std::string, size_t> counts;
+  for (const auto& e : events) ++counts[cuda::memory_event_name(e.kind)];
+  if (json) {
+    Json j = Json::object();
+    for (const auto& [k, v] : counts) j[k] = v;
+    print_json({{"device", dev.str()}, {"where", where}, {"events", events.size()}, {"counts", j}});
+    return 0;
+  }
+  std::printf("%zu allocator events on %s:", events.size(), where.c_str());
+  for (const auto& [k, v] : counts) std::printf(" %s %zu", k.c_str(), v);
+  std::printf("\n");
+  return 0;
+}
+
 // ---- cache -----------------------------------------------------------------------------
 
 int cache_cmd(const std::string& what, bool json) {
@@ -569,17 +702,108 @@ int cache_cmd(const std::string& what, bool json) {
     }
     return 0;
   }
+  // Most recently used first, with the disk hits that events.log recorded for each entry
+  // (loads by any process since the log began; Note [Kernel cache history]).
+  std::map<std::string, uint64_t> hits;
+  for (const auto& ev : cache.disk_log())
+    if (ev.kind == jit::CacheEvent::Kind::DiskHit) ++hits[ev.key];
   if (json) {
     Json out = Json::array();
-    for (const auto& e : entries)
-      out.push_back({{"key", e.key}, {"name", e.name}, {"target", e.target}, {"arch", e.arch}, {"path", e.path},
-                     {"bytes", e.size_bytes}, {"age_s", e.age_s}, {"valid", e.valid}, {"problem", e.problem}});
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      const auto& e = *it;
+      out.push_back({{"key", e.key},
+                     {"name", e.name},
+                     {"target", e.target},
+                     {"arch", e.arch},
+                     {"path", e.path},
+                     {"bytes", e.size_bytes},
+                     {"age_s", e.age_s},
+                     {"disk_hits", hits[e.key]},
+                     {"valid", e.valid},
+                     {"problem", e.problem}});
+    }
     print_json(out);
     return 0;
   }
-  for (const auto& e : entries)
-    std::printf("%s  %-12s %-10s %8llu B  %8.0f s  %s\n", e.key.substr(0, 16).c_str(), mt::quoted(e.name).c_str(), e.target.c_str(),
-                (unsigned long long)e.size_bytes, e.age_s, e.valid ? "ok" : e.problem.c_str());
+  if (!entries.empty())
+    std::printf("%-16s  %-12s %-10s %10s  %9s  %5s  %s\n", "key", "name", "target", "bytes",
+                "last use", "hits", "state");
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const auto& e = *it;
+    std::printf("%s  %-12s %-10s %8llu B  %7.0f s  %5llu  %s\n", e.key.substr(0, 16).c_str(),
+                mt::quoted(e.name).c_str(), e.target.c_str(), (unsigned long long)e.size_bytes,
+                e.age_s, (unsigned long long)hits[e.key], e.valid ? "ok" : e.problem.c_str());
+  }
+  return 0;
+}
+
+// `cache --plot FILE.svg`: the LRU order over time, from this directory's events.log, or
+// (--demo) from a small workload in a fresh temporary directory bounded to about three
+// entries: five kernels accessed A B C A D B E A B C D E, each access after dropping the
+// in-memory copies, so that every access is a disk hit or a compile.
+int cache_plot(const std::string& path, bool demo) {
+  std::vector<jit::CacheEvent> events;
+  std::string title;
+  if (demo) {
+    MT_CHECK(jit::nvrtc_available(), "[cache --plot --demo] needs NVRTC: {}",
+             jit::nvrtc_unavailable_reason());
+    std::string dir = "/tmp/mt-cache-demo-XXXXXX";
+    MT_CHECK(::mkdtemp(dir.data()),
+             "[cache --plot --demo] cannot make a temporary directory in /tmp: {}",
+             std::strerror(errno));
+    const auto archs = jit::nvrtc_supported_archs();
+    const int arch = std::count(archs.begin(), archs.end(), 80) ? 80 : archs.front();
+    auto request = [arch](char k) {
+      jit::CompileRequest r;
+      r.name = fmt::format("lru_{}.cu", k);
+      r.source = fmt::format(
+          "template <typename T>\n__global__ void lru_{0}(T* p) {{ p[threadIdx.x] = T({1}); }}\n",
+          k, int(k));
+      r.name_expressions = {fmt::format("lru_{}<float>", k)};
+      r.arch = arch;
+      return r;
+    };
+    try {
+      jit::KernelCache cache({.dir = dir});
+      cache.record_history(true);
+      const std::string pattern = "ABCADBEABCDE";
+      for (size_t i = 0; i < pattern.size(); ++i) {
+        cache.clear_memory();
+        cache.get(request(pattern[i]));
+        if (i == 0) {  // room for three entries of about this size
+          const uint64_t entry = cache.disk_bytes();
+          cache.set_max_bytes(3 * entry + entry / 2);
+        }
+      }
+      events = cache.history();
+      cache.clear();
+      ::rmdir(dir.c_str());
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      throw;
+    }
+    title = fmt::format("kernel cache, LRU on disk: five kernels, room for three, accessed {}",
+                        "A B C A D B E A B C D E");
+  } else {
+    auto& cache = jit::kernel_cache();
+    MT_CHECK(cache.disk_enabled(),
+             "[cache --plot] there is no disk cache to draw (MT_KERNEL_CACHE=0); try --demo");
+    events = cache.disk_log();
+    MT_CHECK(!events.empty(),
+             "[cache --plot] {} has no events.log yet: run something that compiles kernels, or try "
+             "--demo",
+             cache.config().dir);
+    title = fmt::format("kernel cache {}, LRU on disk", cache.config().dir);
+  }
+  write_plot(path, bench::svg_cache_lru(events, title));
+  size_t hits = 0, misses = 0, evictions = 0;
+  for (const auto& e : events) {
+    hits += e.kind == jit::CacheEvent::Kind::DiskHit;
+    misses += e.kind == jit::CacheEvent::Kind::Compile;
+    evictions += e.kind == jit::CacheEvent::Kind::Eviction;
+  }
+  std::printf("%zu disk hits, %zu misses (compiled), %zu evictions\n", hits, misses, evictions);
   return 0;
 }
 
@@ -662,7 +886,8 @@ int main(int argc, char** argv) {
   dem->add_option("--device", device, "cpu or cuda");
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
   BenchOutput bench_out;
-  auto* ben = app.add_subcommand("bench", "benchmarks: dispatch, silu, matmul, mlp (a table; --json, --plot)");
+  auto* ben = app.add_subcommand(
+      "bench", "benchmarks: dispatch, silu, matmul, mlp, graph (a table; --json, --plot)");
   ben->require_subcommand(1);
   ben->add_flag("--json", bench_out.json, "print JSON on stdout instead of the table");
   ben->add_option("--plot", bench_out.plot, "also draw the results into this SVG file");
@@ -708,11 +933,48 @@ int main(int argc, char** argv) {
   b_mlp->add_option("--max-seconds", mlp_o.opts.max_seconds, "per shape: stop timing after this long (3 timed steps at least)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 86400.0));
-  for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp}) sub->fallthrough();
-  std::string cache_what = "ls";
-  auto* cac = app.add_subcommand("cache", "the NVRTC kernel cache: ls, stats, clear");
+  GraphCliOptions graph_o;
+  auto* b_graph = ben->add_subcommand(
+      "graph", "a tiny kernel back to back: eager launches against one CUDA graph replay");
+  b_graph->add_option("--device", graph_o.device, "cuda (cuda:N)")->capture_default_str();
+  b_graph->add_option("--kernels", graph_o.kernels, "launches per timed loop")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  b_graph->add_option("--elements", graph_o.elements, "float32 elements per kernel")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 28));
+  b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
+  std::string cache_what = "ls", cache_plot_path;
+  bool cache_demo = false;
+  auto* cac = app.add_subcommand(
+      "cache", "the NVRTC kernel cache: ls (most recent first, with hits), stats, clear, --plot");
   cac->add_option("what", cache_what, "ls | stats | clear")->check(CLI::IsMember({"ls", "stats", "clear"}));
   cac->add_flag("--json", json, "machine-readable output");
+  cac->add_option("--plot", cache_plot_path,
+                  "draw the LRU order over time (hits, misses, evictions) into this SVG file");
+  cac->add_flag("--demo", cache_demo,
+                "with --plot: a small workload in a temporary directory, not this cache's log");
+  MemoryCliOptions mem_o;
+  auto* mem = app.add_subcommand(
+      "memory", "the CUDA caching allocator's events over an MLP training loop (--plot FILE.svg)");
+  mem->add_option("--device", mem_o.device, "cuda (cuda:N)")->capture_default_str();
+  mem->add_option("--plot", mem_o.plot, "draw the blocks over time into this SVG file");
+  mem->add_option("--shape", mem_o.shape, "the MLP's BATCHxINxHIDDEN")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_mlp_shape(v) ? std::string()
+                                      : "--shape takes BATCHxINxHIDDEN, got " + mt::quoted(v);
+          },
+          "BATCHxINxHIDDEN"));
+  mem->add_option("--steps", mem_o.steps, "training steps recorded")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  mem->add_flag("!--no-graph", mem_o.graph, "leave out the CUDA graph of the forward pass");
+  mem->add_flag("--json", json, "the event counts as JSON");
   if (int rc = unknown_command(app, std::vector<std::string>(argv + 1, argv + argc))) return rc;
   try {
     app.parse(argc, argv);
@@ -732,6 +994,9 @@ int main(int argc, char** argv) {
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
+    if (*b_graph) return bench_graph_cmd(graph_o, bench_out);
+    if (*mem) return memory_cmd(mem_o, json);
+    if (*cac && !cache_plot_path.empty()) return cache_plot(cache_plot_path, cache_demo);
     if (*cac) return cache_cmd(cache_what, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minitensor: %s\n", e.what());

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,23 @@ namespace mt::jit {
 //    A directory that cannot be used or written is reported once, with the reason.
 // No fsync: a file lost or torn by a power cut fails its checksum and recompiles.
 
+// Note [Kernel cache history]
+// What the cache did is recorded two ways, both for the pictures (`minitensor cache
+// --plot`, docs/memory.md) and for `minitensor cache ls`'s hit counts:
+//  - In memory, per KernelCache, when record_history(true) was called: every event
+//    (memory hit, disk hit, compile, write, write failure, eviction, corrupt entry) in a
+//    ring of the last max_events. Off, get() pays one relaxed atomic load.
+//  - On disk, when the config's `log` is on (the process's cache from the environment):
+//    the disk events, one line each ("<time> <kind> <key> <bytes> <name>"), appended to
+//    <dir>/events.log with O_APPEND, so that lines of several processes interleave whole
+//    (each is far below PIPE_BUF). Memory hits are not logged: they say nothing about the
+//    directory, and they are the frequent ones. When the log passes kLogMaxBytes it is
+//    renamed to events.log.1 (the older one dropped), so the two stay under twice that;
+//    they are not counted against max_bytes and `cache clear` deletes them. A write that
+//    fails is dropped silently: the log is a record, never a reason to fail a compile.
+//    Readers trust nothing in it (a malformed line is skipped), and it lives in the same
+//    0700 directory as the entries.
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -62,6 +80,9 @@ constexpr size_t kHeaderSize = kChecksumAt + 32 + 4 + 32;
 constexpr const char* kSuffix = ".mtk";
 constexpr const char* kTempPrefix = ".tmp-";
 constexpr int64_t kStaleTempSeconds = 3600;
+constexpr const char* kLogName = "events.log";
+constexpr const char* kOldLogName = "events.log.1";
+constexpr uint64_t kLogMaxBytes = uint64_t(256) << 10;
 
 void put_u32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
@@ -310,6 +331,69 @@ bool is_entry_name(std::string_view n) {
          n.find_first_not_of("0123456789abcdef") == kKeySize;
 }
 
+constexpr std::pair<CacheEvent::Kind, const char*> kEventNames[] = {
+    {CacheEvent::Kind::MemoryHit, "memory_hit"},
+    {CacheEvent::Kind::DiskHit, "disk_hit"},
+    {CacheEvent::Kind::Compile, "compile"},
+    {CacheEvent::Kind::Write, "write"},
+    {CacheEvent::Kind::WriteFailure, "write_failure"},
+    {CacheEvent::Kind::Eviction, "eviction"},
+    {CacheEvent::Kind::Corrupt, "corrupt"},
+};
+
+// One log line; the name with every byte outside printable ASCII (and space) as '?'.
+std::string log_line(const CacheEvent& e) {
+  std::string name = e.name.empty() ? "-" : e.name.substr(0, 200);
+  for (char& c : name)
+    if (c <= ' ' || c > '~') c = '?';
+  return fmt::format("{:.6f} {} {} {} {}\n", e.time_s, event_name(e.kind), e.key, e.bytes, name);
+}
+
+void append_log(const std::string& dir, const CacheEvent& e) {
+  const std::string path = dir + "/" + kLogName;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) > kLogMaxBytes)
+    ::rename(path.c_str(), (dir + "/" + kOldLogName).c_str());
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  if (fd < 0) return;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) write_all(fd, log_line(e));
+  ::close(fd);
+}
+
+void parse_log(std::string_view text, std::vector<CacheEvent>& out) {
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    if (eol == std::string_view::npos) break;  // a torn last line
+    std::string_view line = text.substr(0, eol);
+    text.remove_prefix(eol + 1);
+    std::string_view f[5];
+    int n = 0;
+    while (n < 5 && !line.empty()) {
+      const size_t sp = n == 4 ? std::string_view::npos : line.find(' ');
+      f[n++] = line.substr(0, sp);
+      line = sp == std::string_view::npos ? std::string_view() : line.substr(sp + 1);
+    }
+    if (n != 5 || f[2].size() != kKeySize ||
+        f[2].find_first_not_of("0123456789abcdef") != std::string_view::npos)
+      continue;
+    CacheEvent e;
+    const auto* kind = std::find_if(std::begin(kEventNames), std::end(kEventNames),
+                                    [&](const auto& k) { return f[1] == k.second; });
+    if (kind == std::end(kEventNames)) continue;
+    e.kind = kind->first;
+    const std::string t(f[0]);
+    char* end = nullptr;
+    e.time_s = std::strtod(t.c_str(), &end);
+    if (end != t.c_str() + t.size() || !std::isfinite(e.time_s)) continue;
+    if (std::from_chars(f[3].data(), f[3].data() + f[3].size(), e.bytes).ec != std::errc())
+      continue;
+    e.key = std::string(f[2]);
+    e.name = f[4] == "-" ? "" : std::string(f[4]);
+    out.push_back(std::move(e));
+  }
+}
+
 struct DiskFile {
   std::string path, name;
   uint64_t size;
@@ -385,6 +469,7 @@ CacheConfig CacheConfig::from_env() {
   std::string log = "," + env("MT_LOG") + ",";
   std::erase(log, ' ');
   c.log = log.find(",jit,") != std::string::npos;
+  c.event_log = true;
   if (const std::string mb = env("MT_KERNEL_CACHE_MAX_MB"); !mb.empty()) {
     uint64_t v = 0;
     auto [p, ec] = std::from_chars(mb.data(), mb.data() + mb.size(), v);
@@ -413,6 +498,52 @@ void log_get(std::string_view level, const CompileRequest& r, const std::string&
 }
 }  // namespace
 
+const char* event_name(CacheEvent::Kind kind) {
+  for (const auto& [k, name] : kEventNames)
+    if (k == kind) return name;
+  return "unknown";
+}
+
+void KernelCache::note(CacheEvent::Kind kind, const std::string& key, const std::string& name,
+                       uint64_t bytes) {
+  const bool recording = recording_.load(std::memory_order_relaxed);
+  const bool logging = config_.event_log && disk_enabled() && kind != CacheEvent::Kind::MemoryHit;
+  if (!recording && !logging) [[likely]]
+    return;
+  CacheEvent e{kind, now_s(), key, name, bytes};
+  if (logging && foreign_dir(config_.dir).empty() && make_dirs(config_.dir).empty())
+    append_log(config_.dir, e);
+  if (recording) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(e));
+    while (events_.size() > max_events_) events_.pop_front();
+  }
+}
+
+void KernelCache::record_history(bool on, size_t max_events) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.clear();
+  max_events_ = std::max<size_t>(1, max_events);
+  recording_.store(on, std::memory_order_relaxed);
+}
+
+std::vector<CacheEvent> KernelCache::history() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {events_.begin(), events_.end()};
+}
+
+std::vector<CacheEvent> KernelCache::disk_log() const {
+  std::vector<CacheEvent> out;
+  if (!disk_enabled() || !foreign_dir(config_.dir).empty()) return out;
+  for (const char* name : {kOldLogName, kLogName}) {
+    std::string bytes;
+    if (read_entry(config_.dir + "/" + name, bytes).problem.empty()) parse_log(bytes, out);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const CacheEvent& a, const CacheEvent& b) { return a.time_s < b.time_s; });
+  return out;
+}
+
 void KernelCache::count(uint64_t CacheStats::*field, double CacheStats::*ms, double value) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++(stats_.*field);
@@ -433,6 +564,7 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
   if (slot->result) {
     count(&CacheStats::memory_hits);
     if (log_) log_get("memory hit", r, key, -1);
+    note(CacheEvent::Kind::MemoryHit, key, r.name, slot->result->binary.size());
     return slot->result;
   }
   if (disk_enabled()) {
@@ -443,6 +575,7 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
               .count();
       count(&CacheStats::disk_hits, &CacheStats::disk_load_ms, ms);
       if (log_) log_get("disk hit", r, key, ms);
+      note(CacheEvent::Kind::DiskHit, key, r.name, res->binary.size());
       slot->result = std::make_shared<const CompileResult>(std::move(*res));
       return slot->result;
     }
@@ -450,6 +583,7 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
   CompileResult res = compile(r.source, r.name, r.name_expressions, r.options, r.arch, r.headers);
   count(&CacheStats::misses, &CacheStats::compile_ms, res.compile_ms);
   if (log_) log_get("compile", r, key, res.compile_ms);
+  note(CacheEvent::Kind::Compile, key, r.name, res.binary.size());
   if (disk_enabled() && store(key, res, &r)) evict(key);
   slot->result = std::make_shared<const CompileResult>(std::move(res));
   return slot->result;
@@ -501,6 +635,7 @@ std::optional<CompileResult> KernelCache::load(const std::string& key,
     return res;
   }
   count(&CacheStats::corrupt_files);
+  note(CacheEvent::Kind::Corrupt, key, "", bytes.size());
   // A regular file that fails its checks, or an entry that is not one, goes; a file
   // that could not be read (EIO, EACCES) stays and is reported.
   if (e.problem.empty() || e.removable)
@@ -534,6 +669,8 @@ bool KernelCache::store(const std::string& key, const CompileResult& result,
   }
   const bool ok = problem.empty();
   count(ok ? &CacheStats::disk_writes : &CacheStats::write_failures);
+  note(ok ? CacheEvent::Kind::Write : CacheEvent::Kind::WriteFailure, key, result.name,
+       result.binary.size());
   if (!ok) report(problem);
   return ok;
 }
@@ -554,6 +691,7 @@ void KernelCache::evict(const std::string& keep) {
     if (f.name == keep_name || !f.regular) continue;
     if (::unlink(f.path.c_str()) == 0) {
       count(&CacheStats::evictions);
+      note(CacheEvent::Kind::Eviction, f.name.substr(0, kKeySize), "", f.size);
       total -= f.size;
     } else if (errno == ENOENT) {
       total -= f.size;  // another process evicted it
@@ -632,7 +770,9 @@ void KernelCache::clear() {
   std::string first_error;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!is_entry_name(name) && !name.starts_with(kTempPrefix)) continue;
+    if (!is_entry_name(name) && !name.starts_with(kTempPrefix) && name != kLogName &&
+        name != kOldLogName)
+      continue;
     struct stat est;
     const bool is_dir = ::lstat(it->path().c_str(), &est) == 0 && S_ISDIR(est.st_mode);
     if ((is_dir ? ::rmdir(it->path().c_str()) : ::unlink(it->path().c_str())) != 0 &&

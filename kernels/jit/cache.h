@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +44,23 @@ struct CacheConfig {
   // One line a get() through the dispatcher's log sink: "[jit] compile|disk hit|memory hit
   // NAME ..." (MT_LOG=jit; KernelCache::set_log).
   bool log = false;
+  // Append the disk events (disk hit, compile, write, eviction, corrupt entry) to
+  // <dir>/events.log, which every process shares (Note [Kernel cache history]); on in
+  // from_env(), so that `minitensor cache ls` can count hits across processes.
+  bool event_log = false;
 };
+
+// One thing the kernel cache did (Note [Kernel cache history]).
+struct CacheEvent {
+  enum class Kind { MemoryHit, DiskHit, Compile, Write, WriteFailure, Eviction, Corrupt };
+  Kind kind = Kind::MemoryHit;
+  double time_s = 0;   // wall clock, seconds since the Unix epoch (logs of processes merge)
+  std::string key;     // 64 hex digits
+  std::string name;    // "silu.cu"; empty for an eviction (the file is not read)
+  uint64_t bytes = 0;  // the binary (hit, compile, write), the file (eviction, corrupt)
+};
+// "memory_hit", "disk_hit", "compile", "write", "write_failure", "eviction", "corrupt".
+const char* event_name(CacheEvent::Kind kind);
 
 struct CacheStats {
   uint64_t memory_hits = 0;
@@ -116,12 +133,21 @@ class KernelCache {
   // Deletes least recently used files until the total is at most max_bytes; never `keep`.
   void evict(const std::string& keep = {});
 
+  // The event record of this cache object: off by default (off, it costs a relaxed atomic
+  // load per get()); on, the last `max_events` events are kept. Turning it on clears it.
+  void record_history(bool on, size_t max_events = 4096);
+  std::vector<CacheEvent> history() const;
+  // The disk events of every process that used this directory with `event_log` on, oldest
+  // first, from <dir>/events.log (and the rotated events.log.1); malformed lines skipped.
+  std::vector<CacheEvent> disk_log() const;
+
  private:
   struct Slot {
     std::mutex mutex;
     std::shared_ptr<const CompileResult> result;
   };
   void count(uint64_t CacheStats::*field, double CacheStats::*ms = nullptr, double value = 0);
+  void note(CacheEvent::Kind kind, const std::string& key, const std::string& name, uint64_t bytes);
   void report(const std::string& problem);
   bool dir_usable();  // false (and reported) when the directory belongs to another user
 
@@ -131,6 +157,9 @@ class KernelCache {
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
   CacheStats stats_;
   std::string disk_problem_;
+  std::atomic<bool> recording_{false};
+  size_t max_events_ = 4096;
+  std::deque<CacheEvent> events_;  // guarded by mutex_
 };
 
 // The process's cache, configured from the environment on first use.

@@ -1,6 +1,9 @@
 // The CUDA caching allocator: one per device, behind mt::Allocator.
 #ifdef MT_HAVE_CUDA
 
+#include <algorithm>
+#include <chrono>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -9,6 +12,8 @@
 #include <vector>
 
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -26,6 +31,30 @@ namespace {
 // fits, if that block is at most twice the rounded size, so small tensors do not pin big
 // blocks. When cuMemAlloc runs out of memory, every cached block is returned to the
 // driver and the allocation tried once more before the error.
+//
+// Graph pools. While a mt::cuda::Graph captures a device, the allocations made on its
+// capture stream come from a private pool of that graph, never from the free lists
+// above: a replay writes exactly the addresses recorded at capture, so those blocks must
+// belong to nobody else for the graph's whole life. A pool block freed during capture (a
+// temporary) or after it (an output the user dropped) goes back to the pool's own free
+// list, where later allocations of the same capture may take it (the capture stream
+// orders them like any stream); it never goes to the general free lists or the driver
+// while the graph lives. A pool cuMemAlloc during capture runs with the thread's capture
+// mode set to relaxed (Note [CUDA graph capture] in graph.cpp), and an out-of-memory
+// during capture is not retried (the retry synchronizes the context, which a capture
+// forbids). When the graph is destroyed, after its last replay finished, the pool's
+// cached blocks go back to the driver and the blocks still in use (outputs the user
+// holds) join the general allocator, as if allocated on the current stream.
+// Note [Allocator history]
+// memory_snapshot() walks the three maps below under the lock. record_memory_history(true)
+// makes every allocator call append events (runtime/cuda/memory.h) to a bounded ring,
+// under the same lock the call already holds; off, the only cost is testing recording_
+// there, so the dispatch path (which allocates outputs) does not change measurably
+// (`minitensor bench dispatch`). What an allocation is for comes from the thread's
+// MemoryContext, a thread-local pointer: the runtime sits below the dispatcher and does
+// not know op names by itself.
+thread_local const char* t_memory_context = nullptr;
+
 constexpr size_t kSmallSize = size_t(1) << 20;  // requests below this are "small"
 constexpr size_t kSmallRound = 512;
 constexpr size_t kLargeRound = size_t(2) << 20;
@@ -54,22 +83,31 @@ class CachingAllocator final : public Allocator {
     size_t size = round_size(nbytes);
     CUstream stream = current_stream(index_);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (auto fl = free_.find(stream); fl != free_.end()) {
-      auto it = fl->second.lower_bound(size);
-      if (it != fl->second.end() && it->first <= 2 * size) {
-        Block b{it->first, stream};
+    const uint64_t pool_id = routing_pool_ && stream == routing_stream_ ? routing_pool_ : 0;
+    Pool* pool = pool_id ? &pools_.at(pool_id) : nullptr;
+    FreeList* fl = pool ? &pool->free : nullptr;
+    if (!pool)
+      if (auto it = free_.find(stream); it != free_.end()) fl = &it->second;
+    if (fl) {
+      auto it = fl->lower_bound(size);
+      if (it != fl->end() && it->first <= 2 * size) {
+        Block b{it->first, stream, pool_id, recording_ ? context() : std::string()};
         CUdeviceptr p = it->second;
         live_.emplace(p, b);
-        fl->second.erase(it);
+        fl->erase(it);
         ++stats_.cache_hits;
         add_allocated(b.size);
+        if (recording_) {
+          event(MemoryEvent::Kind::CacheHit, p, b.size, stream, pool_id);
+          event(MemoryEvent::Kind::Alloc, p, b.size, stream, pool_id, b.op);
+        }
         return reinterpret_cast<void*>(p);
       }
     }
     ++stats_.cache_misses;
     CUdeviceptr p = driver_alloc(nbytes, size);
     try {
-      live_.emplace(p, Block{size, stream});
+      live_.emplace(p, Block{size, stream, pool_id, recording_ ? context() : std::string()});
     } catch (...) {
       DeviceGuard guard(index_);
       driver().cuMemFree(p);
@@ -77,7 +115,15 @@ class CachingAllocator final : public Allocator {
     }
     ++stats_.driver_allocs;
     stats_.reserved_bytes += size;
+    if (pool) {
+      pool->bytes += size;
+      stats_.graph_pool_bytes += size;
+    }
     add_allocated(size);
+    if (recording_) {
+      event(MemoryEvent::Kind::DriverAlloc, p, size, stream, pool_id);
+      event(MemoryEvent::Kind::Alloc, p, size, stream, pool_id, context());
+    }
     return reinterpret_cast<void*>(p);
   }
 
@@ -88,7 +134,10 @@ class CachingAllocator final : public Allocator {
       auto it = live_.find(reinterpret_cast<CUdeviceptr>(ptr));
       if (it == live_.end()) return;  // not ours: nothing safe to do
       Block b = it->second;
-      free_[b.stream].emplace(b.size, it->first);  // may throw; the erase below cannot
+      // May throw; the erase below cannot.
+      FreeList& fl = b.pool ? pools_.at(b.pool).free : free_[b.stream];
+      fl.emplace(b.size, it->first);
+      if (recording_) event(MemoryEvent::Kind::Free, it->first, b.size, b.stream, b.pool);
       live_.erase(it);
       stats_.allocated_bytes -= b.size;
     } catch (...) {
@@ -109,17 +158,140 @@ class CachingAllocator final : public Allocator {
   }
 
   void empty_cache() {
+    if (is_capturing(index_))
+      detail::refuse_during_capture(index_, "empty_cache",
+                                    "it synchronizes the device; call it before capture_begin "
+                                    "or after capture_end");
     std::lock_guard<std::mutex> lock(mutex_);
+    if (recording_) event(MemoryEvent::Kind::EmptyCache, 0, 0, nullptr, 0);
     if (free_.empty()) return;
     DeviceGuard guard(index_);
     MT_CU_CHECK(driver().cuCtxSynchronize());  // no queued work may still use the blocks
     check(release_cached(), "cuMemFree");
   }
 
+  // Note [Allocator history].
+  MemorySnapshot snapshot() const {
+    MemorySnapshot snap;
+    snap.device = index_;
+    std::lock_guard<std::mutex> lock(mutex_);
+    snap.stats = stats_;
+    auto add = [&](CUdeviceptr p, size_t size, CUstream stream, uint64_t pool,
+                   MemoryBlock::State state, const std::string& op) {
+      snap.blocks.push_back(
+          {uintptr_t(p), size, reinterpret_cast<uintptr_t>(stream), pool, state, op});
+    };
+    for (const auto& [p, b] : live_)
+      add(p, b.size, b.stream, b.pool, MemoryBlock::State::Allocated, b.op);
+    for (const auto& [stream, blocks] : free_)
+      for (const auto& [size, p] : blocks) add(p, size, stream, 0, MemoryBlock::State::Cached, {});
+    for (const auto& [id, pool] : pools_)
+      for (const auto& [size, p] : pool.free)
+        add(p, size, nullptr, id, MemoryBlock::State::Pool, {});
+    std::sort(snap.blocks.begin(), snap.blocks.end(),
+              [](const MemoryBlock& a, const MemoryBlock& b) { return a.address < b.address; });
+    return snap;
+  }
+
+  void record(bool on, size_t max_events) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.clear();
+    max_events_ = std::max<size_t>(1, max_events);
+    t0_ = std::chrono::steady_clock::now();
+    recording_ = on;
+  }
+
+  std::vector<MemoryEvent> history() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {events_.begin(), events_.end()};
+  }
+
+  // Graph pools (Note [Caching allocator]).
+  uint64_t begin_pool(CUstream stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    MT_CHECK(!routing_pool_, "[cuda] cuda:{} already routes allocations to a graph's pool", index_);
+    const uint64_t id = next_pool_++;
+    pools_[id];
+    routing_pool_ = id;
+    routing_stream_ = stream;
+    return id;
+  }
+
+  void end_pool_routing(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (routing_pool_ != id) return;
+    routing_pool_ = 0;
+    routing_stream_ = nullptr;
+  }
+
+  size_t pool_bytes(uint64_t id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(id);
+    return it == pools_.end() ? 0 : it->second.bytes;
+  }
+
+  void release_pool(uint64_t id) noexcept {
+    try {
+      // Both before the lock: current_stream may create the stream (it does not here:
+      // capture_begin used it), is_capturing reads an atomic.
+      const bool capturing = is_capturing(index_);
+      CUstream adopt = current_stream(index_);
+      DeviceGuard guard(index_);
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto pit = pools_.find(id);
+      if (pit == pools_.end()) return;
+      Pool& pool = pit->second;
+      // Cached blocks go to the driver; not while another capture runs on the device
+      // (cuMemFree synchronizes): then they join the general cache.
+      for (auto& [size, p] : pool.free) {
+        if (!capturing && driver().cuMemFree(p) == CUDA_SUCCESS) {
+          ++stats_.driver_frees;
+          stats_.reserved_bytes -= size;
+          if (recording_) event(MemoryEvent::Kind::DriverFree, p, size, nullptr, id);
+        } else {
+          free_[adopt].emplace(size, p);
+        }
+      }
+      for (auto& [p, b] : live_) {
+        if (b.pool != id) continue;
+        b.pool = 0;
+        b.stream = adopt;
+      }
+      stats_.graph_pool_bytes -= pool.bytes;
+      pools_.erase(pit);
+      if (routing_pool_ == id) routing_pool_ = 0, routing_stream_ = nullptr;
+    } catch (...) {
+      // Out of host memory, or the driver gone at exit: the pool's blocks stay reserved.
+    }
+  }
+
  private:
+  using FreeList = std::multimap<size_t, CUdeviceptr>;  // cached blocks by size
   struct Block {
     size_t size;
     CUstream stream;
+    uint64_t pool;   // 0: the general allocator; else the graph pool it belongs to
+    std::string op;  // the MemoryContext at allocation, while recording
+  };
+
+  static std::string context() { return t_memory_context ? t_memory_context : ""; }
+
+  // Appends to the ring (mutex held, recording_ on).
+  void event(MemoryEvent::Kind kind, CUdeviceptr p, size_t size, CUstream stream, uint64_t pool,
+             std::string op = {}) {
+    try {
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+      events_.push_back(
+          {kind, us, uintptr_t(p), size, reinterpret_cast<uintptr_t>(stream), pool, std::move(op)});
+      while (events_.size() > max_events_) events_.pop_front();
+    } catch (...) {
+      // Out of host memory: the event is lost, the allocation is not.
+    }
+  }
+  struct Pool {
+    FreeList free;
+    size_t bytes = 0;  // reserved by the pool: in use plus cached
   };
 
   void add_allocated(size_t size) {
@@ -129,8 +301,9 @@ class CachingAllocator final : public Allocator {
     }
   }
 
-  // Returns every cached block to the driver (mutex held, context current, device
-  // synchronized). The first cuMemFree failure is returned after trying them all.
+  // Returns every cached block of the general free lists to the driver (mutex held,
+  // context current, device synchronized). The first cuMemFree failure is returned after
+  // trying them all.
   CUresult release_cached() {
     CUresult first = CUDA_SUCCESS;
     for (auto& [stream, blocks] : free_) {
@@ -139,6 +312,7 @@ class CachingAllocator final : public Allocator {
         if (r == CUDA_SUCCESS) {
           ++stats_.driver_frees;
           stats_.reserved_bytes -= size;
+          if (recording_) event(MemoryEvent::Kind::DriverFree, p, size, stream, 0);
         } else if (first == CUDA_SUCCESS) {
           first = r;
         }
@@ -148,14 +322,25 @@ class CachingAllocator final : public Allocator {
     return first;
   }
 
-  // cuMemAlloc with one retry after emptying the cache (mutex held).
+  // cuMemAlloc with one retry after emptying the cache (mutex held). During a capture on
+  // this device the call runs in relaxed capture mode and is not retried.
   CUdeviceptr driver_alloc(size_t nbytes, size_t size) {
     DeviceGuard guard(index_);
+    const bool capturing = is_capturing(index_);
     CUdeviceptr p = 0;
-    CUresult r = driver().cuMemAlloc(&p, size);
+    CUresult r;
+    if (capturing) {
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      MT_CU_CHECK(driver().cuThreadExchangeStreamCaptureMode(&mode));
+      r = driver().cuMemAlloc(&p, size);
+      driver().cuThreadExchangeStreamCaptureMode(&mode);  // back to the thread's own mode
+    } else {
+      r = driver().cuMemAlloc(&p, size);
+    }
     size_t released = 0, released_blocks = 0;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && !free_.empty() &&
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && !capturing && !free_.empty() &&
         driver().cuCtxSynchronize() == CUDA_SUCCESS) {
+      if (recording_) event(MemoryEvent::Kind::OomRetry, 0, size, nullptr, 0);
       const size_t reserved_before = stats_.reserved_bytes;
       const uint64_t frees_before = stats_.driver_frees;
       release_cached();
@@ -170,14 +355,17 @@ class CachingAllocator final : public Allocator {
           "[cuda] out of memory on cuda:{}: tried to allocate {} ({} bytes, rounded to {}); "
           "cuMemAlloc failed: {}. The device has {} free of {}. minitensor's allocator holds "
           "{} allocated, {} reserved (peak {}; {} driver allocations, {} cache hits, {} "
-          "misses){}. Free tensors that are no longer needed, or use smaller sizes.",
+          "misses){}. Free tensors that are no longer needed, or use smaller sizes{}.",
           index_, format_bytes(nbytes), nbytes, size, error_text(r), format_bytes(free_mem),
           format_bytes(total_mem), format_bytes(stats_.allocated_bytes),
           format_bytes(stats_.reserved_bytes), format_bytes(stats_.peak_allocated_bytes),
           stats_.driver_allocs, stats_.cache_hits, stats_.cache_misses,
           released_blocks ? fmt::format("; {} cached blocks ({}) were released before retrying",
                                         released_blocks, format_bytes(released))
-                          : std::string());
+                          : std::string(),
+          capturing ? " (a CUDA graph is capturing this device, so the cache was not emptied "
+                      "to retry: call empty_cache before capture_begin)"
+                    : "");
     }
     check(r, "cuMemAlloc");
     return p;
@@ -185,9 +373,17 @@ class CachingAllocator final : public Allocator {
 
   int index_;
   mutable std::mutex mutex_;
-  std::unordered_map<CUdeviceptr, Block> live_;                  // handed out
-  std::map<CUstream, std::multimap<size_t, CUdeviceptr>> free_;  // cached, by stream and size
+  std::unordered_map<CUdeviceptr, Block> live_;  // handed out
+  std::map<CUstream, FreeList> free_;            // cached, by stream and size
+  std::unordered_map<uint64_t, Pool> pools_;     // the graph pools, by id
+  uint64_t routing_pool_ = 0;                    // the pool the capture stream takes from
+  CUstream routing_stream_ = nullptr;
+  uint64_t next_pool_ = 1;
   AllocatorStats stats_;
+  bool recording_ = false;  // Note [Allocator history]; guarded by mutex_ like the rest
+  size_t max_events_ = 100000;
+  std::deque<MemoryEvent> events_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 CachingAllocator& allocator(int index) {
@@ -210,6 +406,32 @@ AllocatorStats allocator_stats(int index) { return allocator(index).stats(); }
 void reset_peak_stats(int index) { allocator(index).reset_peak(); }
 
 void empty_cache(int index) { allocator(index).empty_cache(); }
+
+MemorySnapshot memory_snapshot(int index) { return allocator(index).snapshot(); }
+
+void record_memory_history(bool on, size_t max_events, int index) {
+  allocator(index).record(on, max_events);
+}
+
+std::vector<MemoryEvent> memory_history(int index) { return allocator(index).history(); }
+
+namespace detail {
+uint64_t begin_pool(int index, CUstream stream) { return allocator(index).begin_pool(stream); }
+void end_pool_routing(int index, uint64_t pool) { allocator(index).end_pool_routing(pool); }
+size_t pool_bytes(int index, uint64_t pool) { return allocator(index).pool_bytes(pool); }
+void release_pool(int index, uint64_t pool) noexcept {
+  try {
+    allocator(index).release_pool(pool);
+  } catch (...) {
+  }
+}
+}  // namespace detail
+
+MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) {
+  t_memory_context = what;
+}
+MemoryContext::~MemoryContext() { t_memory_context = prev_; }
+const char* MemoryContext::current() { return t_memory_context; }
 
 }  // namespace mt::cuda
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/graph.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "runtime/tensor.h"
@@ -39,6 +40,23 @@ void copy(const Tensor& dst, const Tensor& src) {
            "[cuda::copy] the shapes differ: dst {} and src {}; expand src first", dst.sizes(),
            src.sizes());
   if (dst.numel() == 0) return;
+  if (dst.is_cuda() != src.is_cuda()) {
+    // Note [CUDA graph capture]: a copy to the host must wait for the stream, which a
+    // capture forbids; a copy from the host would be recorded to read the host memory
+    // again at every replay, long after this call returned.
+    const int index = dst.is_cuda() ? dst.device().index : src.device().index;
+    if (is_capturing(index)) {
+      if (dst.is_cuda())
+        detail::refuse_during_capture(
+            index, "copy from the host",
+            "copy the data into a device tensor before capture_begin, and copy from that "
+            "tensor inside the capture (a device-to-device copy is recorded)");
+      detail::refuse_during_capture(
+          index, "copy to the host",
+          "it waits for results that do not exist until the graph is replayed; read them "
+          "after capture_end and replay (or call .cpu() on the outputs then)");
+    }
+  }
   const bool plain = dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
   if (dst.is_cuda() && src.is_cuda()) {
     MT_CHECK(dst.device() == src.device(),

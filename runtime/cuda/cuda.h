@@ -56,11 +56,15 @@ struct AllocatorStats {
   uint64_t driver_frees = 0;        // cuMemFree calls
   uint64_t cache_hits = 0;          // allocations served from a cached block
   uint64_t cache_misses = 0;        // allocations that went to the driver
+  // Held by the private pools of CUDA graphs (runtime/cuda/graph.h), in use plus cached;
+  // part of reserved_bytes. empty_cache leaves it; destroying the graph returns it.
+  size_t graph_pool_bytes = 0;
 };
 AllocatorStats allocator_stats(int index);
 // Sets peak_allocated_bytes to the current allocated_bytes.
 void reset_peak_stats(int index);
-// Returns every cached (free) block of cuda:index to the driver.
+// Returns every cached (free) block of cuda:index to the driver (not the blocks cached in
+// a CUDA graph's private pool: they go when the graph does).
 void empty_cache(int index);
 
 // Copies between two tensors of the same shape where at least one is on CUDA. Done now:

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/cuda/graph.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -42,7 +43,7 @@ struct Driver {
 
 // Every member of DriverApi is resolved in load(): the static_assert catches a member
 // added without updating the count, load() a count without its MT_RESOLVE line.
-constexpr int kNumDriverEntries = 43;
+constexpr int kNumDriverEntries = 53;
 static_assert(sizeof(DriverApi) == kNumDriverEntries * sizeof(void*),
               "a DriverApi member was added: resolve it in load() and update the count");
 
@@ -198,6 +199,16 @@ bool resolve_entry_points(Driver& d, GetProc get_proc) {
   MT_RESOLVE(cuFuncGetAttribute, 2020);
   MT_RESOLVE(cuFuncSetAttribute, 9000);
   MT_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050);
+  MT_RESOLVE(cuStreamBeginCapture, 10010);  // _v2: with the capture mode
+  MT_RESOLVE(cuStreamEndCapture, 10000);
+  MT_RESOLVE(cuStreamIsCapturing, 10000);
+  MT_RESOLVE(cuThreadExchangeStreamCaptureMode, 10010);
+  MT_RESOLVE(cuGraphInstantiateWithFlags, 11040);
+  MT_RESOLVE(cuGraphLaunch, 10000);
+  MT_RESOLVE(cuGraphExecDestroy, 10000);
+  MT_RESOLVE(cuGraphDestroy, 10000);
+  MT_RESOLVE(cuGraphGetNodes, 10000);
+  MT_RESOLVE(cuGraphNodeGetType, 10000);
 #undef MT_RESOLVE
   if (resolved != kNumDriverEntries) {
     d.reason = fmt::format(
@@ -254,6 +265,8 @@ struct DeviceState {
   std::atomic<CUcontext> context{nullptr};
   std::atomic<CUstream> own_stream{nullptr};
   std::atomic<CUstream> current_stream{nullptr};  // nullptr: own_stream
+  std::atomic<CUstream> capture_stream{nullptr};  // set while a Graph captures
+  std::string refusal;                            // guarded by mutex
 };
 
 DeviceState& device_state(int index) {
@@ -377,7 +390,52 @@ StreamGuard::~StreamGuard() {
   device_state(index_).current_stream.store(prev_, std::memory_order_release);
 }
 
+namespace detail {
+
+CUstream capture_stream(int index) {
+  check_device(index);
+  return device_state(index).capture_stream.load(std::memory_order_acquire);
+}
+
+void set_capture_stream(int index, CUstream s) {
+  check_device(index);
+  DeviceState& st = device_state(index);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.capture_stream.store(s, std::memory_order_release);
+  if (s) st.refusal.clear();  // a new capture; at its end the refusal is kept for capture_end
+}
+
+void refuse_during_capture(int index, const std::string& what, const std::string& fix) {
+  std::string msg = fmt::format(
+      "[cuda] {}: cuda:{} is capturing a CUDA graph (mt::cuda::Graph), and this call would "
+      "break the capture; {}",
+      what, index, fix);
+  DeviceState& st = device_state(index);
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    if (st.refusal.empty() && st.capture_stream.load(std::memory_order_relaxed)) st.refusal = msg;
+  }
+  MT_ERROR("{}", msg);
+}
+
+std::string take_capture_refusal(int index) {
+  DeviceState& st = device_state(index);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return std::exchange(st.refusal, std::string());
+}
+
+}  // namespace detail
+
+bool is_capturing(int index) {
+  if (!is_available()) return false;
+  return detail::capture_stream(index) != nullptr;
+}
+
 void synchronize(int index) {
+  if (is_capturing(index))
+    detail::refuse_during_capture(index, "synchronize",
+                                  "call it after Graph::capture_end (replays are asynchronous: "
+                                  "synchronize after replay to wait for one)");
   DeviceGuard guard(index);
   MT_CU_CHECK(driver().cuStreamSynchronize(current_stream(index)));
 }
@@ -427,6 +485,10 @@ void EventTimer::stop() {
 
 float EventTimer::elapsed_ms() const {
   MT_CHECK(start_ && stop_, "[cuda] EventTimer::elapsed_ms on a moved-from timer");
+  if (is_capturing(index_))
+    detail::refuse_during_capture(index_, "EventTimer::elapsed_ms",
+                                  "time the replay instead: start() and stop() around "
+                                  "Graph::replay, after capture_end");
   DeviceGuard guard(index_);
   float ms = 0;
   MT_CU_CHECK(driver().cuEventSynchronize(stop_));

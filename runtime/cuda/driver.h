@@ -68,6 +68,17 @@ struct DriverApi {
   decltype(&::cuFuncSetAttribute) cuFuncSetAttribute;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor)
       cuOccupancyMaxActiveBlocksPerMultiprocessor;
+  // Stream capture and CUDA graphs (graph.cpp; Note [CUDA graph capture]).
+  decltype(&::cuStreamBeginCapture) cuStreamBeginCapture;
+  decltype(&::cuStreamEndCapture) cuStreamEndCapture;
+  decltype(&::cuStreamIsCapturing) cuStreamIsCapturing;
+  decltype(&::cuThreadExchangeStreamCaptureMode) cuThreadExchangeStreamCaptureMode;
+  decltype(&::cuGraphInstantiateWithFlags) cuGraphInstantiateWithFlags;
+  decltype(&::cuGraphLaunch) cuGraphLaunch;
+  decltype(&::cuGraphExecDestroy) cuGraphExecDestroy;
+  decltype(&::cuGraphDestroy) cuGraphDestroy;
+  decltype(&::cuGraphGetNodes) cuGraphGetNodes;
+  decltype(&::cuGraphNodeGetType) cuGraphNodeGetType;
 };
 
 // The loaded driver. Throws mt::Error("[cuda] CUDA is unavailable: <reason>") where
@@ -84,6 +95,25 @@ std::string error_text(CUresult r);
 namespace detail {
 // Throws unless CUDA is available and 0 <= index < device_count().
 void check_device(int index);
+
+// The capture state of one device (Note [CUDA graph capture] in graph.cpp). A Graph sets
+// the stream it captures on (nullptr when it ends); the runtime's synchronizing calls
+// check it and, while it is set, throw through refuse_during_capture, which also records
+// the first refusal so that capture_end fails with it instead of instantiating a graph
+// with work missing.
+CUstream capture_stream(int index);
+void set_capture_stream(int index, CUstream s);
+[[noreturn]] void refuse_during_capture(int index, const std::string& what, const std::string& fix);
+std::string take_capture_refusal(int index);  // and forget it
+
+// The caching allocator's private pools for CUDA graphs (allocator.cpp). begin_pool
+// makes a pool that serves every allocation on `stream` (the capture stream) until
+// end_pool_routing; release_pool (after the graph's work is done) returns its cached
+// blocks to the driver and hands the blocks still in use to the general allocator.
+uint64_t begin_pool(int index, CUstream stream);
+void end_pool_routing(int index, uint64_t pool);
+size_t pool_bytes(int index, uint64_t pool);
+void release_pool(int index, uint64_t pool) noexcept;
 }  // namespace detail
 
 }  // namespace mt::cuda

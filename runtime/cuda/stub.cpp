@@ -3,6 +3,8 @@
 #ifndef MT_HAVE_CUDA
 
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -46,6 +48,33 @@ EventTimer& EventTimer::operator=(EventTimer&& o) noexcept {
 void EventTimer::start() { unavailable(); }
 void EventTimer::stop() { unavailable(); }
 float EventTimer::elapsed_ms() const { unavailable(); }
+
+struct Graph::Impl {};
+Graph::Graph() = default;
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+void Graph::capture_begin(int) { unavailable(); }
+void Graph::capture_end() { unavailable(); }
+void Graph::replay() { unavailable(); }
+bool Graph::captured() const { return false; }
+int Graph::device_index() const { return -1; }
+size_t Graph::num_nodes() const { return 0; }
+size_t Graph::pool_bytes() const { return 0; }
+bool is_capturing(int) { return false; }
+
+MemorySnapshot memory_snapshot(int) { unavailable(); }
+void record_memory_history(bool, size_t, int) { unavailable(); }
+std::vector<MemoryEvent> memory_history(int) { unavailable(); }
+// Nothing is recorded without a CUDA backend; the guard still nests.
+namespace {
+thread_local const char* t_memory_context = nullptr;
+}
+MemoryContext::MemoryContext(const char* what) : prev_(t_memory_context) {
+  t_memory_context = what;
+}
+MemoryContext::~MemoryContext() { t_memory_context = prev_; }
+const char* MemoryContext::current() { return t_memory_context; }
 
 }  // namespace mt::cuda
 

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 
 exe = sys.argv[1]
 failures = []
@@ -147,6 +148,55 @@ with tempfile.TemporaryDirectory() as scratch:
            stdout_has="entries 1 (1 invalid)")
     expect("cache clear removes it", ["cache", "clear"], 0, env={"MT_KERNEL_CACHE": cache_dir})
     check("the FIFO is gone", os.listdir(cache_dir) == [], repr(os.listdir(cache_dir)))
+
+    # The pictures of docs/memory.md: well-formed SVG (parsed by an XML parser) with the
+    # elements each one promises.
+    def svg_classes(path):
+        root = ET.parse(path).getroot()
+        classes = {}
+        for el in root.iter():
+            for c in el.get("class", "").split():
+                classes[c] = classes.get(c, 0) + 1
+        return root, classes
+
+    lru = scratch + "/lru.svg"
+    code, out, err = expect("cache --plot --demo draws the LRU", ["cache", "--plot", lru, "--demo"], 0,
+                            stdout_has="evictions", timeout=300)
+    if code == 0:
+        root, cls = svg_classes(lru)
+        check("the LRU picture is an SVG with 12 accesses, hits, misses and evictions",
+              root.tag == "{http://www.w3.org/2000/svg}svg" and cls.get("access") == 12 and cls.get("hit", 0) >= 1
+              and cls.get("miss", 0) >= 5 and cls.get("evicted", 0) >= 1 and root.find("{http://www.w3.org/2000/svg}title") is not None,
+              repr(cls))
+    log_dir = scratch + "/logged_cache"
+    os.mkdir(log_dir, 0o700)
+    expect("cache --plot without a log says how to get one", ["cache", "--plot", scratch + "/none.svg"], 1,
+           env={"MT_KERNEL_CACHE": log_dir}, stderr_has="has no events.log yet")
+    key_a, key_b = "a" * 64, "b" * 64
+    with open(log_dir + "/events.log", "w") as f:
+        f.write(f"1.0 compile {key_a} 100 one.cu\n2.0 write {key_a} 100 one.cu\n3.0 compile {key_b} 100 two.cu\n"
+                f"4.0 eviction {key_a} 900 -\n5.0 disk_hit {key_b} 100 two.cu\nnot a line\n")
+    logged = scratch + "/logged.svg"
+    expect("cache --plot draws this directory's events.log", ["cache", "--plot", logged], 0,
+           env={"MT_KERNEL_CACHE": log_dir}, stdout_has="1 disk hits, 2 misses (compiled), 1 evictions")
+    if os.path.exists(logged):
+        root, cls = svg_classes(logged)
+        check("the logged picture has its three accesses", cls.get("access") == 3 and cls.get("evicted") == 1, repr(cls))
+    expect("cache ls has the hits column", ["cache", "ls"], 0, env={"MT_KERNEL_CACHE": log_dir})
+
+    # The allocator's picture needs a GPU: without one, a clear error.
+    doc = expect_json("doctor --json (for the GPU check)", ["doctor", "--json"]) or {}
+    mem_svg = scratch + "/memory.svg"
+    if str(doc.get("cuda driver", "")).startswith("found"):
+        code, out, err = expect("memory --plot draws the allocator", ["memory", "--plot", mem_svg], 0,
+                                stdout_has="allocator events", timeout=300)
+        if code == 0:
+            root, cls = svg_classes(mem_svg)
+            check("the allocator picture has blocks in use, cached, in a graph pool, and empty_cache",
+                  all(cls.get(c, 0) >= 1 for c in ("allocated", "cached", "pool-allocated", "empty-cache")), repr(cls))
+    else:
+        expect("memory --plot without a GPU says it needs one", ["memory", "--plot", mem_svg], 1,
+               stderr_has="[memory] needs a GPU, but CUDA is unavailable")
 
 print(f"cli: {cases} cases, {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
 sys.exit(1 if failures else 0)

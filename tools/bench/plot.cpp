@@ -182,4 +182,6 @@ void write_text_file(const std::string& path, const std::string& text) {
   MT_CHECK(f.good(), "[bench] writing {} failed", path);
 }
 
+std::string xml_escape(std::string_view s) { return esc(s); }
+
 }  // namespace mt::bench

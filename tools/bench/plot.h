@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mt::bench {
@@ -33,6 +34,9 @@ struct BarPlot {
 
 std::string svg(const LinePlot& plot);
 std::string svg(const BarPlot& plot);
+
+// Text for an SVG element or attribute: & < > " escaped.
+std::string xml_escape(std::string_view s);
 
 // Writes text to path; throws mt::Error if it cannot.
 void write_text_file(const std::string& path, const std::string& text);
