@@ -3,6 +3,7 @@
 // dtype each kernel takes.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/math.h"
+#include "kernels/cpu/vec_exp.h"
 #include "minitensor.h"
 #include "tests/helpers.h"
 
@@ -258,6 +260,100 @@ TEST_CASE("cpu exp: within a few ulp of libm from underflow to overflow, inf and
   CHECK(std::isnan(cpu::exp_f32(NAN)));
   CHECK(std::isnan(cpu::exp_f32(-NAN)));
   CHECK(cpu::exp_f32(0.0f) == 1.0f);
+}
+
+// Error of a float32 result in units in the last place of the float64 reference rounded to
+// float32 (the spacing of its binade; 2^-149 for subnormal results).
+static double ulp_error(float got, double want) {
+  if (std::isnan(want)) return std::isnan(got) ? 0 : INFINITY;
+  if (float(want) == got) return 0;
+  const double a = std::abs(double(float(want)));
+  if (std::isinf(a)) return INFINITY;
+  int e = 0;
+  std::frexp(a, &e);
+  const double ulp = a < double(std::numeric_limits<float>::min()) ? std::ldexp(1.0, -149)
+                                                                    : std::ldexp(1.0, e - 24);
+  return std::abs(double(got) - want) / ulp;
+}
+
+// Every exponent of float32, both signs, with steps through the mantissas, subnormals and
+// the specials.
+static std::vector<float> float_sweep() {
+  std::vector<float> xs;
+  for (uint32_t bits = 0; bits < 0x7f800000u; bits += 4099) {
+    const float f = std::bit_cast<float>(bits);
+    xs.push_back(f);
+    xs.push_back(-f);
+  }
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.72f, -88.72f, 89.0f, -103.9f, -104.0f,
+                  -108.0f, -150.0f, -1e10f, 1e10f, std::numeric_limits<float>::denorm_min(),
+                  -std::numeric_limits<float>::denorm_min()})
+    xs.push_back(v);
+  return xs;
+}
+
+TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against float64 over every "
+          "exponent, subnormals, +-inf and NaN, AVX-512 and portable") {
+  const std::vector<float> xs = float_sweep();
+  const int64_t n = int64_t(xs.size());
+  std::vector<float> y(xs.size()), ones(xs.size(), 1.0f);
+  struct Op {
+    const char* name;
+    void (*loop)(float*, const float*, int64_t);
+    double (*ref)(double);
+    double avx512_ulp;  // bound on the AVX-512 loop's error
+  };
+  const Op ops[] = {
+      {"exp", cpu::exp_f32_loop, [](double x) { return std::exp(x); }, 1},
+      {"sigmoid", cpu::sigmoid_f32_loop, [](double x) { return 1 / (1 + std::exp(-x)); }, 3},
+      {"silu", cpu::silu_f32_loop, [](double x) { return x / (1 + std::exp(-x)); }, 4},
+  };
+  const bool had = cpu::set_vec_exp_enabled(true);
+  for (bool vec : {true, false}) {
+    cpu::set_vec_exp_enabled(vec);
+    if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here: the portable loops only
+    CAPTURE(vec);
+    for (const Op& op : ops) {
+      CAPTURE(op.name);
+      op.loop(y.data(), xs.data(), n);
+      double worst = 0, worst_normal = 0;
+      float at = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const double want = op.ref(double(xs[i]));  // NaN for NaN, and for silu(-inf)
+        const double e = ulp_error(y[i], want);
+        if (e > worst) worst = e, at = xs[i];
+        if (std::abs(want) >= 1e-36 || want == 0) worst_normal = std::max(worst_normal, e);
+      }
+      MESSAGE(op.name << (vec ? " AVX-512" : " portable") << ": max error " << worst
+                      << " ulp (at x = " << at << "), " << worst_normal
+                      << " ulp where |result| >= 1e-36");
+      if (vec)
+        CHECK(worst <= op.avx512_ulp);  // subnormal results too
+      else
+        CHECK(worst_normal <= 4);  // the portable loops flush results below about 1e-36
+    }
+    // The fused backward, g = 1: the error against the size of the terms of
+    // s (1 + x (1 - s)), which cancel near x = -1.28.
+    cpu::silu_backward_f32_loop(y.data(), ones.data(), xs.data(), n);
+    double worst = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double x = xs[i], s = 1 / (1 + std::exp(-x));
+      if (std::isinf(x)) {
+        CHECK(std::isnan(y[i]));  // inf * 0 in x (1 - s) or in s (1 + x)
+        continue;
+      }
+      const double want = s * (1 + x * (1 - s)), scale = s * (1 + std::abs(x) * (1 - s));
+      if (std::isnan(x)) {
+        CHECK(std::isnan(y[i]));
+      } else if (scale >= 1e-36) {
+        worst = std::max(worst, std::abs(double(y[i]) - want) / (scale * 0x1p-24));
+      }
+    }
+    MESSAGE("silu_backward" << (vec ? " AVX-512" : " portable") << ": max error " << worst
+                            << " ulp of s (1 + |x| (1 - s))");
+    CHECK(worst <= 6);
+  }
+  cpu::set_vec_exp_enabled(had);
 }
 
 TEST_CASE("cpu sigmoid and silu: saturate cleanly at +-1000, inf and nan") {

@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
     for (const mt::bench::SiluCpuRow& r : rows)
       j["silu"].push_back({{"op", r.op}, {"threads", r.threads}, {"n", r.n}, {"seconds", r.seconds},
                            {"gbps", r.gbps}, {"copy_gbps", r.copy_gbps},
-                           {"ratio", r.gbps / r.copy_gbps}});
+                           {"ratio", r.gbps / r.copy_gbps}, {"portable_seconds", r.portable_seconds},
+                           {"portable_ratio", r.copy_seconds / r.portable_seconds}});
     for (const mt::bench::MatmulRow& r : mm)
       j["matmul"].push_back({{"size", r.size}, {"path", r.path}, {"threads", r.threads},
                              {"seconds", r.seconds}, {"gflops", r.gflops}});
@@ -64,11 +65,14 @@ int main(int argc, char** argv) {
   }
   std::printf("CPU: %s; kernels' threads as listed; cblas %s\n\n", model.c_str(),
               mt::cpu::have_blas() ? "available" : "not built in");
-  std::printf("%-9s %7s %10s %12s %9s %10s %7s\n", "op", "threads", "elements", "median_us", "GB/s",
-              "copy_GB/s", "ratio");
+  // portable: the loop of kernels/cpu/math.h, timed in the same sweep where the AVX-512 one
+  // (kernels/cpu/vec_exp.h) is the default; nan where the CPU has no AVX-512.
+  std::printf("%-9s %7s %10s %12s %9s %10s %7s %12s %9s\n", "op", "threads", "elements", "median_us",
+              "GB/s", "copy_GB/s", "ratio", "portable_us", "p_ratio");
   for (const mt::bench::SiluCpuRow& r : rows)
-    std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f\n", r.op.c_str(), r.threads,
-                (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps);
+    std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f %12.1f %9.2f\n", r.op.c_str(), r.threads,
+                (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps,
+                r.portable_seconds * 1e6, r.copy_seconds / r.portable_seconds);
   std::printf("\n%-8s %-8s %7s %10s %9s\n", "matmul", "path", "threads", "median_ms", "GFLOP/s");
   for (const mt::bench::MatmulRow& r : mm)
     std::printf("%-8lld %-8s %7d %10.2f %9.1f\n", (long long)r.size, r.path.c_str(),

@@ -528,12 +528,12 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
       json_rows.push_back({{"batch", r.shape.batch}, {"in", r.shape.in}, {"hidden", r.shape.hidden}, {"out", r.shape.out},
                            {"steps", r.steps}, {"ms_median", r.ms_median}, {"ms_min", r.ms_min}, {"ms_max", r.ms_max},
                            {"loss_first", r.loss_first}, {"loss_last", r.loss_last}});
-    print_json({{"bench", "mlp"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr}, {"rows", json_rows}});
+    print_json({{"bench", "mlp"}, {"sgd", opts.sgd == mlp::Sgd::Foreach ? "foreach" : "loop"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr}, {"rows", json_rows}});
     return 0;
   }
   std::printf("two-layer MLP with SiLU (output dim = in), one SGD training step: forward, mse_loss, backward,\n"
-              "update under NoGradGuard, zero grads; median ms per step after warm-up, on %s\n",
-              where.c_str());
+              "update under NoGradGuard (%s), zero grads; median ms per step after warm-up, on %s\n",
+              opts.sgd == mlp::Sgd::Foreach ? "one foreach_add_" : "a sub_ a parameter", where.c_str());
   std::vector<std::vector<std::string>> table;
   for (const auto& r : rows)
     table.push_back({label(r.shape), fmt::format("{}", r.shape.out), fmt::format("{}", r.steps),
@@ -693,6 +693,12 @@ int main(int argc, char** argv) {
   MlpCliOptions mlp_o;
   auto* b_mlp = ben->add_subcommand("mlp", "ms per training step of examples/mlp.h's two-layer MLP (64/32/64, 4096/1024/4096)");
   b_mlp->add_option("--device", mlp_o.device, "cpu or cuda (cuda:N)")->capture_default_str();
+  b_mlp->add_option("--sgd", mlp_o.opts.sgd,
+                    "the update: foreach (one mt::foreach_add_ over all parameters) or loop (one "
+                    "mt::sub_ a parameter)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, mlp::Sgd>{{"foreach", mlp::Sgd::Foreach}, {"loop", mlp::Sgd::Loop}}))
+      ->default_str("foreach");
   b_mlp->add_option("--shape", mlp_o.shapes, "BATCHxINxHIDDEN, repeatable (output dim = IN)")
       ->capture_default_str()
       ->check(CLI::Validator(

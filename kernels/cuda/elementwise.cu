@@ -148,3 +148,38 @@ __global__ void binary_op_strided(T* out, const T* x, const T* y, long long n, m
   else
     binary_strided_loop<T, Op, unsigned long long>(out, x, y, n, s, layout);
 }
+
+// Multi-tensor apply (Note [Multi-tensor apply] in layout.h): self[t] = f(self[t], other[t])
+// for every pair of the table, block b on chunk table.block_chunk[b] of pair
+// table.block_tensor[b]. Each pair is contiguous with one dtype T; a chunk moves in 16-byte
+// packs when both of its pointers are aligned (chunks start at multiples of a pack).
+template <typename T, typename Op>
+__global__ void foreach_binary_op(mt::ForeachTable table, mt::OpScalars s) {
+  using C = mt::compute_t<T>;
+  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+  const Op f{};
+  const int t = table.block_tensor[blockIdx.x];
+  const long long start = (long long)table.block_chunk[blockIdx.x] * mt::kForeachChunk;
+  const long long left = table.numel[t] - start;
+  const long long n = left < mt::kForeachChunk ? left : mt::kForeachChunk;
+  T* x = static_cast<T*>(table.self[t]) + start;
+  const T* y = static_cast<const T*>(table.other[t]) + start;
+  long long done = 0;
+  if ((((unsigned long long)x | (unsigned long long)y) & 15) == 0) {
+    using P = mt::Pack16<T>;
+    const long long npack = n / P::size;
+    P* xp = reinterpret_cast<P*>(x);
+    const P* yp = reinterpret_cast<const P*>(y);
+    for (long long i = threadIdx.x; i < npack; i += blockDim.x) {
+      P u = xp[i];
+      const P v = yp[i];
+      MT_UNROLL
+      for (int k = 0; k < P::size; ++k)
+        u.v[k] = mt::store_compute<T>(f(mt::load_compute(u.v[k]), mt::load_compute(v.v[k]), a, b));
+      xp[i] = u;
+    }
+    done = npack * P::size;
+  }
+  for (long long i = done + threadIdx.x; i < n; i += blockDim.x)
+    x[i] = mt::store_compute<T>(f(mt::load_compute(x[i]), mt::load_compute(y[i]), a, b));
+}
