@@ -301,12 +301,14 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
     const char* name;
     void (*loop)(float*, const float*, int64_t);
     double (*ref)(double);
-    double avx512_ulp;  // bound on the AVX-512 loop's error
+    // Bound on the AVX-512 loop's error: measured 0.80, 2.14 and 2.69 here; a sweep 40 times
+    // denser (every 97th float) gave 0.88, 2.71 and 3.37.
+    double avx512_ulp;
   };
   const Op ops[] = {
       {"exp", cpu::exp_f32_loop, [](double x) { return std::exp(x); }, 1},
       {"sigmoid", cpu::sigmoid_f32_loop, [](double x) { return 1 / (1 + std::exp(-x)); }, 3},
-      {"silu", cpu::silu_f32_loop, [](double x) { return x / (1 + std::exp(-x)); }, 4},
+      {"silu", cpu::silu_f32_loop, [](double x) { return x / (1 + std::exp(-x)); }, 3.5},
   };
   const bool had = cpu::set_vec_exp_enabled(true);
   for (bool vec : {true, false}) {
@@ -314,7 +316,7 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
     if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here: the portable loops only
     CAPTURE(vec);
     for (const Op& op : ops) {
-      CAPTURE(op.name);
+      CAPTURE(std::string(op.name));
       op.loop(y.data(), xs.data(), n);
       double worst = 0, worst_normal = 0;
       float at = 0;
@@ -324,9 +326,9 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
         if (e > worst) worst = e, at = xs[i];
         if (std::abs(want) >= 1e-36 || want == 0) worst_normal = std::max(worst_normal, e);
       }
-      MESSAGE(op.name << (vec ? " AVX-512" : " portable") << ": max error " << worst
-                      << " ulp (at x = " << at << "), " << worst_normal
-                      << " ulp where |result| >= 1e-36");
+      MESSAGE(fmt::format("{} {}: max error {:.3g} ulp (at x = {}), {:.3g} ulp where |result| >= "
+                          "1e-36",
+                          op.name, vec ? "AVX-512" : "portable", worst, at, worst_normal));
       if (vec)
         CHECK(worst <= op.avx512_ulp);  // subnormal results too
       else
@@ -349,9 +351,9 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
         worst = std::max(worst, std::abs(double(y[i]) - want) / (scale * 0x1p-24));
       }
     }
-    MESSAGE("silu_backward" << (vec ? " AVX-512" : " portable") << ": max error " << worst
-                            << " ulp of s (1 + |x| (1 - s))");
-    CHECK(worst <= 6);
+    MESSAGE(fmt::format("silu_backward {}: max error {:.3g} ulp of s (1 + |x| (1 - s))",
+                        vec ? "AVX-512" : "portable", worst));
+    CHECK(worst <= (vec ? 4 : 20));  // the portable loop's 1 - s cancels for x > 0
   }
   cpu::set_vec_exp_enabled(had);
 }

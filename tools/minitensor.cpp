@@ -248,7 +248,7 @@ void write_plot(const std::string& path, const std::string& svg_text) {
   std::fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
-int bench_dispatch(const BenchOutput& o) {
+int bench_dispatch(const BenchOutput& o, int64_t iters) {
   Library lib(Library::Kind::Def, "bench");
   lib.def("noop(Tensor x) -> Tensor");
   lib.impl("noop", DispatchKey::CPU, noop);
@@ -262,7 +262,7 @@ int bench_dispatch(const BenchOutput& o) {
   Tensor x = zeros({1});
   Tensor xg = zeros({1}, {.requires_grad = true});
   Tensor (*volatile direct)(const Tensor&) = &noop;
-  const int64_t n = 2000000;
+  const int64_t n = iters;  // calls a timed loop of the no-op rows; silu and add take n / 20
   double t_direct = bench::ns_per_call([&] { Tensor r = direct(x); (void)r; }, n);
   double t_cpu = bench::ns_per_call([&] { Tensor r = op(x); (void)r; }, n);
   double t_ag = bench::ns_per_call([&] { Tensor r = ag(xg); (void)r; }, n);
@@ -667,6 +667,13 @@ int main(int argc, char** argv) {
   ben->add_flag("--json", bench_out.json, "print JSON on stdout instead of the table");
   ben->add_option("--plot", bench_out.plot, "also draw the results into this SVG file");
   auto* b_dispatch = ben->add_subcommand("dispatch", "ns per call through the dispatcher, against a direct call");
+  int64_t dispatch_iters = 2000000;
+  b_dispatch
+      ->add_option("--iters", dispatch_iters,
+                   "calls in each timed loop of the no-op rows (silu and add: a 20th); fewer for "
+                   "valgrind --tool=callgrind (docs/host-cost.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(20), int64_t(1) << 40));
   SweepOptions silu_o, matmul_o;
   auto* b_silu = ben->add_subcommand("silu", "SiLU forward and fused backward over sizes, against a copy of the same bytes");
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
@@ -734,7 +741,7 @@ int main(int argc, char** argv) {
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
     if (*dem) return demo(device);
-    if (*b_dispatch) return bench_dispatch(bench_out);
+    if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters);
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
