@@ -248,7 +248,7 @@ void write_plot(const std::string& path, const std::string& svg_text) {
   std::fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
-int bench_dispatch(const BenchOutput& o, int64_t iters) {
+int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only) {
   Library lib(Library::Kind::Def, "bench");
   lib.def("noop(Tensor x) -> Tensor");
   lib.impl("noop", DispatchKey::CPU, noop);
@@ -263,15 +263,20 @@ int bench_dispatch(const BenchOutput& o, int64_t iters) {
   Tensor xg = zeros({1}, {.requires_grad = true});
   Tensor (*volatile direct)(const Tensor&) = &noop;
   const int64_t n = iters;  // calls a timed loop of the no-op rows; silu and add take n / 20
-  double t_direct = bench::ns_per_call([&] { Tensor r = direct(x); (void)r; }, n);
-  double t_cpu = bench::ns_per_call([&] { Tensor r = op(x); (void)r; }, n);
-  double t_ag = bench::ns_per_call([&] { Tensor r = ag(xg); (void)r; }, n);
+  // --only ROW times that row alone (the others print nan), so that an instruction count
+  // of the whole process under callgrind is that row's.
+  auto timed = [&](const char* row, auto&& f, int64_t calls) {
+    return only.empty() || only == row ? bench::ns_per_call(f, calls) : std::nan("");
+  };
+  double t_direct = timed("direct", [&] { Tensor r = direct(x); (void)r; }, n);
+  double t_cpu = timed("cpu", [&] { Tensor r = op(x); (void)r; }, n);
+  double t_ag = timed("autograd", [&] { Tensor r = ag(xg); (void)r; }, n);
   auto handle = dispatcher().find_or_throw("bench::noop");
-  double t_boxed = bench::ns_per_call([&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
+  double t_boxed = timed("boxed", [&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
   Tensor one = ones({1}, {.requires_grad = true});
-  double t_silu = bench::ns_per_call([&] { Tensor r = silu(one); (void)r; }, n / 20);
+  double t_silu = timed("silu", [&] { Tensor r = silu(one); (void)r; }, n / 20);
   Tensor a = ones({1}), b = ones({1});
-  double t_add = bench::ns_per_call([&] { Tensor r = add(a, b); (void)r; }, n / 20);
+  double t_add = timed("add", [&] { Tensor r = add(a, b); (void)r; }, n / 20);
   struct Row { const char* name; double ns; };
   Row rows[] = {{"direct C++ call of the no-op kernel", t_direct},
                 {"unboxed dispatch, CPU kernel only", t_cpu},
@@ -674,6 +679,10 @@ int main(int argc, char** argv) {
                    "valgrind --tool=callgrind (docs/host-cost.md)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(20), int64_t(1) << 40));
+  std::string dispatch_only;
+  b_dispatch
+      ->add_option("--only", dispatch_only, "time one row only (for callgrind's counts)")
+      ->check(CLI::IsMember({"direct", "cpu", "autograd", "boxed", "silu", "add"}));
   SweepOptions silu_o, matmul_o;
   auto* b_silu = ben->add_subcommand("silu", "SiLU forward and fused backward over sizes, against a copy of the same bytes");
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
@@ -741,7 +750,7 @@ int main(int argc, char** argv) {
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
     if (*dem) return demo(device);
-    if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters);
+    if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters, dispatch_only);
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
