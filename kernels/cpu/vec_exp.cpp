@@ -136,7 +136,7 @@ struct SigmoidParts {
 [[gnu::always_inline]] inline V silu_backward16(V g, V x) {
   const SigmoidParts s = sigmoid_parts(x);
   const V zr = _mm512_mul_ps(s.z, s.rcp);
-  const V sig = _mm512_mask_mov_ps(s.rcp, s.neg, zr);      // sigmoid(x)
+  const V sig = _mm512_mask_mov_ps(s.rcp, s.neg, zr);        // sigmoid(x)
   const V one_minus = _mm512_mask_mov_ps(zr, s.neg, s.rcp);  // 1 - sigmoid(x)
   return _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_fmadd_ps(x, one_minus, vset(1.0f)));
 }

@@ -65,14 +65,13 @@ void check_foreach_add(const TensorList& self, const TensorList& other, double a
 }  // namespace
 
 void register_foreach() {
-  auto op = custom_op(
-      "mt::foreach_add_",
-      [](const TensorList& self, const TensorList& other, double alpha) {
-        check_foreach_add(self, other, alpha);
-        for (size_t i = 0; i < self.size(); ++i)
-          cpu::binary(cpu::BinaryOp::Add, self[i], other[i], self[i], alpha);
-      },
-      {.schema = "(Tensor(a!)[] self, Tensor[] other, *, float alpha=1.0) -> ()"});
+  auto op = custom_op("mt::foreach_add_",
+                      [](const TensorList& self, const TensorList& other, double alpha) {
+                        check_foreach_add(self, other, alpha);
+                        for (size_t i = 0; i < self.size(); ++i)
+                          cpu::binary(cpu::BinaryOp::Add, self[i], other[i], self[i], alpha);
+                      },
+                      {.schema = "(Tensor(a!)[] self, Tensor[] other, *, float alpha=1.0) -> ()"});
   op.register_kernel(DeviceType::CUDA,
                      [](const TensorList& self, const TensorList& other, double alpha) {
                        check_foreach_add(self, other, alpha);
@@ -86,8 +85,7 @@ void register_foreach() {
 
 }  // namespace ops
 
-void foreach_add_(const std::vector<Tensor>& self, const std::vector<Tensor>& other,
-                  double alpha) {
+void foreach_add_(const std::vector<Tensor>& self, const std::vector<Tensor>& other, double alpha) {
   MT_BUILTIN_OP("mt::foreach_add_",
                 void(const std::vector<Tensor>&, const std::vector<Tensor>&, double));
   op(self, other, alpha);
