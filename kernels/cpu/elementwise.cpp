@@ -13,13 +13,13 @@
 namespace mt::cpu {
 namespace {
 
-// The float32 loop of a kIsaClones row (exp, sigmoid, silu), compiled per ISA.
+// The float32 loop of a kIsaClones row without one of its own, compiled per ISA.
 template <typename F>
 MT_ISA_CLONES void isa_f32_loop(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = F{}(x[i]);
 }
 
-// The float32 loop of a kIsaClones row: exp, sigmoid and silu have their own, AVX-512 where
+// The float32 loop of a kIsaClones row: exp, sigmoid, silu and gelu have their own, AVX-512 where
 // the CPU has it (kernels/cpu/vec_exp.h); another row gets its ISA clones.
 template <typename F>
 void f32_row_loop(ew::Fn fn, float* o, const float* x, int64_t n) {
@@ -27,6 +27,7 @@ void f32_row_loop(ew::Fn fn, float* o, const float* x, int64_t n) {
     case ew::Fn::Exp: return exp_f32_loop(o, x, n);
     case ew::Fn::Sigmoid: return sigmoid_f32_loop(o, x, n);
     case ew::Fn::Silu: return silu_f32_loop(o, x, n);
+    case ew::Fn::Gelu: return gelu_f32_loop(o, x, n);
     default: return isa_f32_loop<F>(o, x, n);
   }
 }

@@ -31,6 +31,9 @@ MT_ISA_CLONES void sigmoid_portable(float* o, const float* x, int64_t n) {
 MT_ISA_CLONES void silu_portable(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = silu_of(x[i]);
 }
+void gelu_portable(float* o, const float* x, int64_t n) {  // libm's tanh: scalar anyway
+  for (int64_t i = 0; i < n; ++i) o[i] = gelu_of(x[i]);
+}
 // exp_f32_sat: a NaN x makes s a number, but x * (1 - s) is NaN.
 MT_ISA_CLONES void silu_backward_portable(float* o, const float* g, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) {
@@ -141,6 +144,21 @@ struct SigmoidParts {
   return _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_fmadd_ps(x, one_minus, vset(1.0f)));
 }
 
+// GELU's tanh form is x sigmoid(w) with w = 2 sqrt(2/pi) (x + 0.044715 x^3), since
+// (1 + tanh(u)) / 2 = sigmoid(2u): the same parts as silu with w for the argument, and no
+// 1 + tanh(u) to cancel for negative x. Where w < -150 the product is x times 0 (NaN for
+// x = -inf, as the tanh form gives).
+[[gnu::always_inline]] inline V gelu16(V x) {
+  const V w = _mm512_mul_ps(
+      x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), vset(0.07135481627260025f), vset(1.5957691216057308f)));
+  const SigmoidParts s = sigmoid_parts(w);
+  V y = _mm512_mul_ps(x, s.rcp);
+  y = _mm512_mask_mul_ps(y, s.neg, y, s.p);
+  y = _mm512_mask_scalef_ps(y, s.neg, y, s.n);
+  const __mmask16 far = _mm512_cmp_ps_mask(w, vset(-150.0f), _CMP_LT_OQ);
+  return _mm512_mask_mul_ps(y, far, x, _mm512_setzero_ps());
+}
+
 // Runs f over 16 lanes at a time, the tail under a mask (masked loads do not fault past it).
 template <typename F>
 [[gnu::always_inline]] inline void unary_loop(float* o, const float* x, int64_t n, F f) {
@@ -159,6 +177,7 @@ template <typename F>
 void exp_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, exp16); }
 void sigmoid_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, sigmoid16); }
 void silu_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, silu16); }
+void gelu_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, gelu16); }
 void silu_backward_avx512(float* o, const float* g, const float* x, int64_t n) {
   int64_t i = 0;
   for (; i < n; i += 16) {
@@ -202,6 +221,9 @@ void sigmoid_f32_loop(float* o, const float* x, int64_t n) {
 }
 void silu_f32_loop(float* o, const float* x, int64_t n) {
   MT_VEC_OR_PORTABLE(silu_avx512, silu_portable, o, x, n);
+}
+void gelu_f32_loop(float* o, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(gelu_avx512, gelu_portable, o, x, n);
 }
 void silu_backward_f32_loop(float* o, const float* g, const float* x, int64_t n) {
   MT_VEC_OR_PORTABLE(silu_backward_avx512, silu_backward_portable, o, g, x, n);

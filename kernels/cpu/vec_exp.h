@@ -1,4 +1,4 @@
-// float32 loops of the exp-bound CPU ops (exp, sigmoid, SiLU and its fused backward) with an
+// float32 loops of the exp-bound CPU ops (exp, sigmoid, SiLU and its fused backward, GELU) with an
 // AVX-512 exp of their own (Note [AVX-512 exp] in vec_exp.cpp), used where the CPU has
 // AVX-512 (F, DQ); elsewhere the portable loops of kernels/cpu/math.h run (ISA clones).
 // Each loop runs over n contiguous elements; o may be x (or g).
@@ -19,6 +19,7 @@ bool set_vec_exp_enabled(bool enabled);
 void exp_f32_loop(float* o, const float* x, int64_t n);
 void sigmoid_f32_loop(float* o, const float* x, int64_t n);
 void silu_f32_loop(float* o, const float* x, int64_t n);
+void gelu_f32_loop(float* o, const float* x, int64_t n);
 void silu_backward_f32_loop(float* o, const float* g, const float* x, int64_t n);
 
 }  // namespace mt::cpu
