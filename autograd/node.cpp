@@ -26,7 +26,25 @@ struct Tape {
   }
 };
 
-MT_TLS Tape t_tape;
+// The thread's tape, reached through an initial-exec pointer: a thread_local Tape itself
+// (it has a destructor) went through its guard variable, which takes the general-dynamic
+// model, two calls to __tls_get_addr each record_node (callgrind, docs/host-cost.md). The
+// owner is made on the thread's first recording and destroyed when the thread ends, as the
+// allocator's block cache is (runtime/storage.cpp; Note [Thread-local variables in a shared
+// library] in runtime/tls.h).
+MT_TLS Tape* t_tape = nullptr;
+struct TapeOwner {
+  Tape tape;
+  TapeOwner() { t_tape = &tape; }
+  ~TapeOwner() { t_tape = nullptr; }
+};
+thread_local TapeOwner t_tape_owner;
+
+Tape& this_thread_tape() {
+  if (Tape* t = t_tape) [[likely]]
+    return *t;
+  return t_tape_owner.tape;  // the first use on this thread constructs it
+}
 
 std::string meta_str(const Shape& s, DType t) { return fmt::format("{} {}", s, t); }
 
@@ -87,7 +105,8 @@ void record_node(const std::shared_ptr<Node>& n, std::string_view name,
   MT_ASSERT(n->inputs.size() == inputs.size(), "node {} has {} input slots for {} inputs", name,
             n->inputs.size(), inputs.size());
   n->name = name;
-  n->sequence_nr = t_tape.next_sequence_nr++;
+  Tape& tape = this_thread_tape();
+  n->sequence_nr = tape.next_sequence_nr++;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = *inputs[i];
     InputSlot& s = n->inputs[i];
@@ -106,7 +125,7 @@ void record_node(const std::shared_ptr<Node>& n, std::string_view name,
       s.leaf = t.impl_ptr();
     }
   }
-  t_tape.append(n);
+  tape.append(n);
 }
 
 std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs,
@@ -133,7 +152,7 @@ void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t 
 
 std::vector<std::shared_ptr<Node>> tape_entries() {
   std::vector<std::shared_ptr<Node>> out;
-  for (auto& w : t_tape.entries)
+  for (auto& w : this_thread_tape().entries)
     if (auto n = w.lock()) out.push_back(std::move(n));
   return out;
 }

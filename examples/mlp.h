@@ -37,15 +37,27 @@ inline mt::Tensor forward(const Model& m, const mt::Tensor& x) {
   return mt::add(mt::matmul(h, m.w2), m.b2);
 }
 
-// One training step: forward, mse_loss, backward, p -= lr * p.grad under NoGradGuard,
+// How the SGD update runs: one foreach_add_ over every parameter (one launch on CUDA), or
+// one sub_ a parameter (kept for `minitensor bench mlp --sgd loop`, the A/B of the two).
+enum class Sgd { Foreach, Loop };
+
+// One training step: forward, mse_loss, backward, p += -lr * p.grad under NoGradGuard,
 // then the grads cleared. Returns the loss (on the device: reading it waits for the step).
-inline mt::Tensor train_step(Model& m, const mt::Tensor& x, const mt::Tensor& target, double lr) {
+inline mt::Tensor train_step(Model& m, const mt::Tensor& x, const mt::Tensor& target, double lr,
+                             Sgd sgd = Sgd::Foreach) {
   mt::Tensor loss = mt::mse_loss(forward(m, x), target);
   mt::backward(loss);
   const std::vector<mt::Tensor> params = m.params();
   {
-    mt::NoGradGuard no_grad;
-    for (const mt::Tensor& p : params) mt::sub_(p, p.grad(), lr);
+    mt::NoGradGuard no_grad;  // the parameters require grad: an in-place update is not recorded
+    if (sgd == Sgd::Foreach) {
+      std::vector<mt::Tensor> grads;
+      grads.reserve(params.size());
+      for (const mt::Tensor& p : params) grads.push_back(p.grad());
+      mt::foreach_add_(params, grads, -lr);
+    } else {
+      for (const mt::Tensor& p : params) mt::sub_(p, p.grad(), lr);
+    }
   }
   mt::zero_grad(params);
   return loss;

@@ -41,7 +41,7 @@ inline constexpr unsigned kFloat = 0;        // float only: integer inputs need 
 inline constexpr unsigned kInt = 1;          // int64 computes in int64 (bool through int64)
 inline constexpr unsigned kKeepDtype = 2;    // the result has x's dtype (else int -> float32)
 inline constexpr unsigned kPositive = 4;     // defined and smooth for x > 0: tests sample there
-inline constexpr unsigned kIsaClones = 8;    // float32 loop compiled per ISA (Note [ISA clones])
+inline constexpr unsigned kIsaClones = 8;    // float32 loop of its own (kernels/cpu/vec_exp.h)
 inline constexpr unsigned kOwnKernels = 16;  // own op file and CUDA kernels (kernels/ops/<name>)
 
 // clang-format off
@@ -58,9 +58,7 @@ inline constexpr unsigned kOwnKernels = 16;  // own op file and CUDA kernels (ke
   X(Tanh,    "tanh",     Unary,  kFloat,            [](auto x) { return std::tanh(x); /* libm: accurate near 0 */ }) \
   X(Relu,    "relu",     Unary,  kInt | kKeepDtype, [](auto x) { return x < 0 ? decltype(x)(0) : x; /* keeps NaN */ }) \
   X(Silu,    "silu",     Unary,  kIsaClones | kKeepDtype | kOwnKernels, [](auto x) { return ::mt::cpu::silu_of(x); }) \
-  X(Gelu,    "gelu",     Unary,  kFloat,            [](auto x) { /* tanh approximation */                   \
-      using C = decltype(x);                                                                                  \
-      return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x))); })     \
+  X(Gelu,    "gelu",     Unary,  kIsaClones,        [](auto x) { return ::mt::cpu::gelu_of(x); /* tanh form */ }) \
   X(Pow,     "pow",      Scalar, kInt,              [](auto x, auto p) { return ::mt::cpu::pow_of(x, p); })  \
   X(AddS,    "add",      Scalar, kInt | kKeepDtype, [](auto x, auto s) { return decltype(x)(x + s); })       \
   X(SubS,    "sub",      Scalar, kInt | kKeepDtype, [](auto x, auto s) { return decltype(x)(x - s); })       \

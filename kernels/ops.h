@@ -39,6 +39,11 @@ const Tensor& add_(const Tensor& self, const Tensor& other, double alpha = 1);
 const Tensor& sub_(const Tensor& self, const Tensor& other, double alpha = 1);
 const Tensor& mul_(const Tensor& self, const Tensor& other);
 const Tensor& mul_(const Tensor& self, double other);
+// self[i] += alpha * other[i] for every pair (PyTorch's _foreach_add_): lists of one length,
+// each pair of one shape and on one device; on CUDA one launch for the whole list. An
+// optimizer step: call it under mt::NoGradGuard when the parameters require grad.
+void foreach_add_(const std::vector<Tensor>& self, const std::vector<Tensor>& other,
+                  double alpha = 1);
 
 // Reductions. Empty dims reduce over everything.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

@@ -46,6 +46,7 @@ void initialize_library() {
   ops::register_matmul();
   ops::register_loss();
   ops::register_softmax();
+  ops::register_foreach();
   gpu::install_device_hooks();
 }
 }  // namespace detail

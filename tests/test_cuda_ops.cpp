@@ -335,3 +335,56 @@ TEST_CASE("cuda ops (gpu): long reductions go over chunks and partials, short on
     check_close(sum(xg), sum(x64), DType::Float32, "sum all");
   }
 }
+
+namespace {
+// Runs foreach_add_ over the same lists on the CPU and on cuda:0 and compares every tensor.
+void check_foreach_against_cpu(const std::vector<Tensor>& self_cpu,
+                               const std::vector<Tensor>& other_cpu, double alpha) {
+  std::vector<Tensor> self_gpu, other_gpu;
+  for (const Tensor& t : self_cpu) self_gpu.push_back(t.to(kGpu));
+  for (const Tensor& t : other_cpu) other_gpu.push_back(t.to(kGpu));
+  std::vector<uint32_t> versions;
+  for (const Tensor& t : self_gpu) versions.push_back(t.version());
+  foreach_add_(self_cpu, other_cpu, alpha);
+  foreach_add_(self_gpu, other_gpu, alpha);
+  for (size_t i = 0; i < self_cpu.size(); ++i) {
+    CAPTURE(i);
+    CHECK(self_gpu[i].version() == versions[i] + 1);
+    const std::vector<double> want = self_cpu[i].to_vector<double>();
+    const std::vector<double> got = self_gpu[i].cpu().to_vector<double>();
+    REQUIRE(got.size() == want.size());
+    size_t bad = 0;
+    for (size_t k = 0; k < got.size(); ++k)
+      bad += std::abs(got[k] - want[k]) > 1e-2 * (1 + std::abs(want[k]));
+    CHECK(bad == 0);
+  }
+}
+}  // namespace
+
+TEST_CASE("cuda ops (gpu): foreach_add_ over 150 tensors, across chunks and tables, matches the "
+          "CPU" * doctest::skip(no_gpu())) {
+  // More pairs than one table holds (64), a tensor of several chunks (16384 elements each),
+  // empty and odd sizes: several multi-tensor launches.
+  std::vector<Tensor> self, other;
+  for (int i = 0; i < 150; ++i) {
+    const int64_t n = i == 3 ? 3 * 16384 + 5 : i == 7 ? 0 : (i * 37) % 300 + 1;
+    self.push_back(randn({n}));
+    other.push_back(randn({n}));
+  }
+  self.push_back(randn({400, 16384}));  // 400 chunks: more blocks than one table holds (320)
+  other.push_back(randn({400, 16384}));
+  check_foreach_against_cpu(self, other, -0.25);
+}
+
+TEST_CASE("cuda ops (gpu): foreach_add_ with mixed dtypes, views, int64 and bool, in one list" *
+          doctest::skip(no_gpu())) {
+  std::vector<Tensor> self = {randn({5, 7}), randn({6}).to(DType::BFloat16),
+                              randn({4, 3}).transpose(0, 1), full({9}, 3.0, {.dtype = DType::Int64}),
+                              full({4}, 1.0, {.dtype = DType::Bool}), randn({3}).to(DType::Float64)};
+  std::vector<Tensor> other = {randn({5, 7}).to(DType::Float16), randn({6}).to(DType::BFloat16),
+                               randn({3, 4}), full({9}, -2.0, {.dtype = DType::Int64}),
+                               full({4}, 0.0, {.dtype = DType::Bool}), randn({3})};
+  check_foreach_against_cpu(self, other, 2.0);
+  CHECK(error_of([&] { foreach_add_({randn({2}).to(kGpu)}, {randn({2})}); })
+            .starts_with("[foreach_add_] pair 0: self is on cuda:0 and other on cpu"));
+}

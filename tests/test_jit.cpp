@@ -57,6 +57,8 @@ namespace mt {
 using ::mt::kMaxKernelDims;
 using ::mt::kMaxKernelOperands;
 using ::mt::StridedLayout;
+using ::mt::ForeachTable;
+using ::mt::kForeachChunk;
 }  // namespace mt
 // Warp shuffles exist only on the GPU: reduce_rows compiles here but is not run.
 template <typename T>
@@ -1300,6 +1302,83 @@ TEST_SUITE("jit") {
       emu::unary_op<long long, emu::mt::op::Abs>(out.data(), x.data(), n, OpScalars{0, 0}, 0);
     });
     for (int64_t i = 0; i < n; ++i) CHECK(out[size_t(i)] == std::abs(i - 4));
+  }
+
+  TEST_CASE("jit: foreach_tables cuts a list into tables of at most 64 pairs and 320 chunks") {
+    // Pointers are only carried, never read here: the numbers stand for device addresses.
+    auto tables_of = [](const std::vector<int64_t>& n) {
+      std::vector<void*> s(n.size());
+      std::vector<const void*> o(n.size());
+      for (size_t i = 0; i < n.size(); ++i)
+        s[i] = reinterpret_cast<void*>(0x1000 * (i + 1)), o[i] = reinterpret_cast<const void*>(0x100000 * (i + 1));
+      std::vector<std::vector<std::pair<long long, int>>> got;  // per launch: (numel, chunk) a block
+      foreach_tables(s, o, n, [&](const mt::ForeachTable& t, int blocks) {
+        got.emplace_back();
+        for (int b = 0; b < blocks; ++b) {
+          const int k = t.block_tensor[b];
+          CHECK(t.self[k] == s[size_t(reinterpret_cast<uintptr_t>(t.self[k]) / 0x1000 - 1)]);
+          CHECK(reinterpret_cast<uintptr_t>(t.other[k]) / 0x100000 == reinterpret_cast<uintptr_t>(t.self[k]) / 0x1000);
+          got.back().emplace_back(t.numel[k], t.block_chunk[b]);
+        }
+      });
+      return got;
+    };
+    const long long C = mt::kForeachChunk;
+    auto small = tables_of({5, 0, C, C + 1});  // an empty pair takes no block
+    REQUIRE(small.size() == 1);
+    CHECK(small[0] == std::vector<std::pair<long long, int>>{{5, 0}, {C, 0}, {C + 1, 0}, {C + 1, 1}});
+    auto many = tables_of(std::vector<int64_t>(130, 7));  // 64 + 64 + 2 pairs
+    REQUIRE(many.size() == 3);
+    CHECK((many[0].size() == 64 && many[1].size() == 64 && many[2].size() == 2));
+    auto big = tables_of({3, 400 * C});  // 401 chunks: 320 blocks, then 81
+    REQUIRE(big.size() == 2);
+    CHECK(big[0].size() == 320);
+    CHECK(big[1].size() == 81);
+    CHECK(big[1].front() == std::pair<long long, int>{400 * C, 319});
+    CHECK(big[1].back() == std::pair<long long, int>{400 * C, 399});
+    CHECK(tables_of({0, 0}).empty());
+  }
+
+  TEST_CASE_TEMPLATE("jit emu: foreach_binary_op adds alpha * other into every self of a list",
+                     T, float, mt::Half, long long) {
+    // Sizes around a chunk and a pack, an empty pair, one pair off its 16-byte alignment,
+    // and more pairs than a table holds (two launches). Small integers: exact in every T.
+    std::vector<int64_t> n = {1, 7, 8, 0, mt::kForeachChunk + 9, 2 * mt::kForeachChunk, 33};
+    for (int i = 0; i < 62; ++i) n.push_back(i % 5 + 1);
+    auto x0 = [](size_t i, int64_t k) { return double((int64_t(i) + k) % 11 - 5); };
+    auto y0 = [](size_t i, int64_t k) { return double((3 * k + int64_t(i)) % 7 - 3); };
+    std::vector<HostArray<T>> xs, ys;
+    std::vector<void*> ps;
+    std::vector<const void*> po;
+    for (size_t i = 0; i < n.size(); ++i) {
+      xs.emplace_back(size_t(n[i]) + 2);  // one element of slack at each end
+      ys.emplace_back(size_t(n[i]) + 2);
+      for (int64_t k = 0; k < n[i] + 2; ++k)
+        xs[i][size_t(k)] = T(float(x0(i, k))), ys[i][size_t(k)] = T(float(y0(i, k)));
+      const size_t shift = i == 6 ? 1 : 0;  // pair 6 is misaligned for every T
+      ps.push_back(as_emu(xs[i].data() + shift));
+      po.push_back(as_emu(ys[i].data() + shift));
+    }
+    const double alpha = -2;
+    int launches = 0;
+    foreach_tables(ps, po, n, [&](mt::ForeachTable& table, int blocks) {
+      ++launches;
+      emu::launch({mt::jit::Dim3(unsigned(blocks)), mt::jit::Dim3(256)}, [&] {
+        emu::foreach_binary_op<emu_t<T>, emu::mt::op::Add>(table, emu::mt::OpScalars{alpha, 0});
+      });
+    });
+    CHECK(launches == 2);
+    for (size_t i = 0; i < n.size(); ++i) {
+      CAPTURE(i);
+      const int64_t shift = i == 6 ? 1 : 0;
+      int64_t first_bad = -1;
+      for (int64_t k = 0; k < n[i] + 2 && first_bad < 0; ++k) {
+        const bool written = k >= shift && k < n[i] + shift;
+        const double want = written ? x0(i, k) + alpha * y0(i, k) : x0(i, k);
+        if (to_double(xs[i][size_t(k)]) != want) first_bad = k;
+      }
+      CHECK(first_bad == -1);
+    }
   }
 
   TEST_CASE("jit emu: reduce_cols sums and takes the max with its first index, over chunks") {

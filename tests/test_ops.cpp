@@ -428,6 +428,38 @@ std::map<std::string, OpEntry> build_table() {
                        inplace_ref([](double x, double y, double al) { return x - al * y; })};
   table["mt::mul_"] = {inplace_samples(false),
                        inplace_ref([](double x, double y, double) { return x * y; })};
+  // foreach_add_: lists of pairs of one shape each; mixed dtypes, layouts and sizes in one
+  // list, a pair of int64 (alpha an integer there), alpha by default and not.
+  auto foreach_sample = [](std::string label, std::vector<std::pair<Tensor, Tensor>> pairs,
+                           std::optional<double> alpha) {
+    std::vector<Tensor> self, other;
+    for (auto& [s, o] : pairs) self.push_back(s), other.push_back(o);
+    Stack args{self, other};
+    if (alpha) args.push_back(*alpha);
+    return Sample{std::move(label), args};
+  };
+  table["mt::foreach_add_"] = {
+      {foreach_sample("[3, 4], [4], 0-d float64", {{make({3, 4}), make({3, 4})}, {make({4}), make({4})}, {make({}), make({})}}, std::nullopt),
+       foreach_sample("float32 params, alpha -0.5",
+                      {{make({2, 3}, F32), make({2, 3}, F32)}, {make({7}, F32), make({7}, F32)}, {make({0}, F32), make({0}, F32)}}, -0.5),
+       foreach_sample("float32 self, float64 and float16 others; transposed; int64",
+                      {{make({3, 4}, F32), make({3, 4})},
+                       {make({5}, F32), make({5}, F16)},
+                       {make({3, 4}, F64, -2, 2, Layout::Transposed), make({3, 4}, F64, -2, 2, Layout::Stepped)},
+                       {make({4}, I64, -5, 5), make({4}, I64, -5, 5)}},
+                      3.0),
+       foreach_sample("bfloat16 and float16 params", {{make({6}, BF16), make({6}, BF16)}, {make({2, 3}, F16), make({2, 3}, F16)}}, 2.0),
+       foreach_sample("big [40, 65] float32 and [129] float32",
+                      {{make({40, 65}, F32), make({40, 65}, F32)}, {make({129}, F32), make({129}, F32)}}, -1.5)},
+      [](const std::vector<Dense>& t, const Stack& a) {
+        const size_t k = a[0].to_tensor_list().size();
+        const double alpha = arg_double(a, 2, 1);
+        std::vector<Dense> out;
+        for (size_t i = 0; i < k; ++i)
+          out.push_back(zip(t[i], t[k + i], [&](double x, double y) { return x + alpha * y; }));
+        return out;
+      },
+      false};
   table["mt::copy_"] = {
       {{"[3, 4] from [3, 4]", {make({3, 4}), make({3, 4})}},
        {"[3, 4] from [4]", {make({3, 4}), make({4})}},
@@ -874,10 +906,24 @@ Tol tol_for(DType t) {
   }
 }
 
+// The tensors of a stack, list elements in order.
 std::vector<Tensor> tensors_of(const Stack& s) {
   std::vector<Tensor> out;
-  for (const Value& v : s)
+  for (const Value& v : s) {
     if (v.is_tensor()) out.push_back(v.to_tensor());
+    if (v.is_tensor_list())
+      for (const Tensor& t : v.to_tensor_list()) out.push_back(t);
+  }
+  return out;
+}
+
+// The tensors an op writes: its Tensor(a!) arguments, list elements in order.
+std::vector<Tensor> written_tensors(const OperatorHandle& op, const Stack& args) {
+  std::vector<Tensor> out;
+  const FunctionSchema& s = op.schema();
+  for (size_t i = 0; i < args.size() && i < s.arguments.size(); ++i)
+    if (s.arguments[i].alias && s.arguments[i].alias->is_write)
+      for (const Tensor& t : tensors_of({args[i]})) out.push_back(t);
   return out;
 }
 
@@ -910,11 +956,13 @@ void check_values(const OperatorHandle& op, const OpEntry& e, const Sample& s) {
   for (const Tensor& t : tensors_of(s.args)) ins.push_back(dense(t));
   std::vector<Dense> want = e.reference(ins, s.args);
   bool inplace = op.schema().is_mutable();
-  Tensor self = inplace ? s.args[0].to_tensor() : Tensor();
-  uint32_t version = inplace ? self.version() : 0;
+  const std::vector<Tensor> written = written_tensors(op, s.args);
+  std::vector<uint32_t> versions;
+  for (const Tensor& t : written) versions.push_back(t.version());
   Stack out = s.args;
   op.call_boxed(&out);
-  std::vector<Tensor> got = tensors_of(out);
+  // An op that returns nothing (foreach_add_) has its results in the tensors it writes.
+  std::vector<Tensor> got = op.schema().returns.empty() ? written : tensors_of(out);
   REQUIRE(got.size() == want.size());
   for (size_t o = 0; o < got.size(); ++o) {
     CAPTURE(o);
@@ -922,9 +970,14 @@ void check_values(const OperatorHandle& op, const OpEntry& e, const Sample& s) {
     CHECK_MESSAGE(why.empty(), why);
   }
   if (inplace) {
-    CHECK_MESSAGE(got[0].is_same(self), "an in-place op returns self");
-    CHECK_MESSAGE(self.version() > version, "an in-place op bumps self's version counter");
-    CHECK(compare(self, want[0]).empty());
+    REQUIRE(!written.empty());
+    if (!op.schema().returns.empty()) {
+      CHECK_MESSAGE(got[0].is_same(written[0]), "an in-place op returns self");
+      CHECK(compare(written[0], want[0]).empty());
+    }
+    for (size_t w = 0; w < written.size(); ++w)
+      CHECK_MESSAGE(written[w].version() > versions[w],
+                    "an in-place op bumps the version counter of every tensor it writes (", w, ")");
   }
 }
 
@@ -1019,8 +1072,14 @@ void poison_gpu(const std::vector<Dense>& outputs) {
 
 Stack stack_on_gpu(const Stack& args, int64_t shift) {
   Stack g = args;
-  for (Value& v : g)
+  for (Value& v : g) {
     if (v.is_tensor()) v = on_gpu(v.to_tensor(), shift);
+    if (v.is_tensor_list()) {
+      std::vector<Tensor> ts;
+      for (const Tensor& t : v.to_tensor_list()) ts.push_back(on_gpu(t, shift));
+      v = ts;
+    }
+  }
   return g;
 }
 
@@ -1047,8 +1106,9 @@ Stack check_values_gpu(const std::string& name, const OperatorHandle& op, const 
     CAPTURE(shift);
     Stack args = stack_on_gpu(s.args, shift);
     if (shift == 0) first = args;
-    Tensor self = inplace ? args[0].to_tensor() : Tensor();
-    const uint32_t version = inplace ? self.version() : 0;
+    const std::vector<Tensor> written = written_tensors(op, args);
+    std::vector<uint32_t> versions;
+    for (const Tensor& t : written) versions.push_back(t.version());
     poison_gpu(want);
     Stack out = args;
     const std::string refusal = expected_gpu_refusal(name, s.args);
@@ -1063,7 +1123,7 @@ Stack check_values_gpu(const std::string& name, const OperatorHandle& op, const 
       return {};
     }
     op.call_boxed(&out);
-    std::vector<Tensor> got = tensors_of(out);
+    std::vector<Tensor> got = op.schema().returns.empty() ? written : tensors_of(out);
     REQUIRE(got.size() == want.size());
     for (size_t o = 0; o < got.size(); ++o) {
       CAPTURE(o);
@@ -1073,9 +1133,14 @@ Stack check_values_gpu(const std::string& name, const OperatorHandle& op, const 
       CHECK_MESSAGE(why.empty(), why);
     }
     if (inplace) {
-      CHECK_MESSAGE(got[0].is_same(self), "an in-place op returns self");
-      CHECK_MESSAGE(self.version() > version, "an in-place op bumps self's version counter");
-      CHECK(compare(self.cpu(), want[0]).empty());
+      REQUIRE(!written.empty());
+      if (!op.schema().returns.empty()) {
+        CHECK_MESSAGE(got[0].is_same(written[0]), "an in-place op returns self");
+        CHECK(compare(written[0].cpu(), want[0]).empty());
+      }
+      for (size_t w = 0; w < written.size(); ++w)
+        CHECK_MESSAGE(written[w].version() > versions[w],
+                      "an in-place op bumps the version counter of every tensor it writes");
     }
   }
   return first;
@@ -1097,8 +1162,14 @@ void check_ops_gpu(const std::vector<std::string>& names) {
     std::vector<Stack> gpu_small;
     for (const Stack& a : small) {
       Stack g = a;
-      for (Value& v : g)
+      for (Value& v : g) {
         if (v.is_tensor()) v = v.to_tensor().to(kGpu);
+        if (v.is_tensor_list()) {
+          std::vector<Tensor> ts;
+          for (const Tensor& t : v.to_tensor_list()) ts.push_back(t.to(kGpu));
+          v = ts;
+        }
+      }
       gpu_small.push_back(g);
     }
     OpCheckReport report = opcheck(op, gpu_small);
@@ -1121,6 +1192,7 @@ const std::map<std::string, std::vector<std::string>>& families() {
        {"mt::add", "mt::sub", "mt::mul", "mt::div", "mt::add.Scalar", "mt::sub.Scalar",
         "mt::mul.Scalar", "mt::div.Scalar"}},
       {"in place", {"mt::add_", "mt::sub_", "mt::mul_", "mt::copy_", "mt::fill_"}},
+      {"foreach", {"mt::foreach_add_"}},
       {"views",
        {"mt::view", "mt::reshape", "mt::squeeze", "mt::squeeze.dim", "mt::unsqueeze",
         "mt::transpose", "mt::permute", "mt::expand"}},
@@ -1170,6 +1242,9 @@ TEST_CASE("ops table: every registered mt:: op has samples, and every entry is a
 TEST_CASE("ops unary: values, opcheck and double backward") { check_family("unary"); }
 TEST_CASE("ops binary: values, opcheck and double backward") { check_family("binary"); }
 TEST_CASE("ops in place: values, version bumps and opcheck") { check_family("in place"); }
+TEST_CASE("ops foreach: values of every pair, version bumps and opcheck") {
+  check_family("foreach");
+}
 TEST_CASE("ops views: values, opcheck and double backward") { check_family("views"); }
 TEST_CASE("ops slice and select: values, opcheck and double backward") {
   check_family("slice and select");
@@ -1267,6 +1342,71 @@ TEST_CASE("ops float16 and bfloat16: computed in float32, rounded once") {
     CHECK(compare(softmax(a, 1), reference("mt::softmax", {a, int64_t(1)})).empty());
     CHECK(compare(exp(a), reference("mt::exp", {a})).empty());
   }
+}
+
+TEST_CASE("ops foreach_add_: bad lists name the op and the pair, on CPU and Fake, and write nothing") {
+  Tensor a = make({2, 3}, F32), b = make({4}, F32), c = make({2}, I64, -5, 5);
+  const std::vector<double> a0 = a.to_vector<double>(), b0 = b.to_vector<double>();
+  auto both = [](std::vector<Tensor> s, std::vector<Tensor> o, double alpha) {
+    const std::string real = error_of([&] { foreach_add_(s, o, alpha); });
+    std::vector<Tensor> fs, fo;
+    for (const Tensor& t : s) fs.push_back(fake_like(t));
+    for (const Tensor& t : o) fo.push_back(fake_like(t));
+    CHECK(error_of([&] { foreach_add_(fs, fo, alpha); }) == real);
+    return real;
+  };
+  CHECK(both({a, b}, {a}, 1) ==
+        "[foreach_add_] self has 2 tensors but other has 1; the lists must have one length "
+        "(pair i is self[i] += alpha * other[i])");
+  CHECK(error_of([] { foreach_add_({}, {}); }).starts_with("[foreach_add_] the lists are empty"));
+  CHECK(both({b, a}, {b, make({3}, F32)}, 1) ==
+        "[foreach_add_] pair 1: other has shape [3] but self has shape [2, 3]; the tensors of a "
+        "pair must have one shape (mt::add_ broadcasts, foreach_add_ does not)");
+  CHECK(both({a, c}, {a, make({2}, F32)}, 1) ==
+        "[foreach_add_] pair 1: result type float32 can't be cast to the desired output type "
+        "int64 (self's dtype): foreach_add_ writes into self. Convert self first");
+  CHECK(both({c}, {c}, 0.5) ==
+        "[foreach_add_] pair 0: alpha 0.5 is not an integer, so the result can't be written into "
+        "self of dtype int64; use an integer alpha or a floating self");
+  CHECK(error_of([&] { foreach_add_({a, b, a}, {a, b, a}); }) ==
+        "[foreach_add_] self[0] and self[2] are the same tensor; each tensor may be written once "
+        "a call (add their others first)");
+  // Every check runs before the first write: pair 0 was fine, and is unchanged.
+  CHECK(a.to_vector<double>() == a0);
+  CHECK(b.to_vector<double>() == b0);
+  CHECK(a.version() == 0);
+}
+
+TEST_CASE("ops foreach_add_: an optimizer op, refused on tensors that require grad while grad "
+          "mode is on, fine under NoGradGuard") {
+  Tensor w = make({3}, F32).requires_grad_(true), v = make({2, 2}, F32).requires_grad_(true);
+  Tensor gw = make({3}, F32), gv = make({2, 2}, F32);
+  const std::vector<double> w0 = w.to_vector<double>();
+  CHECK(error_of([&] { foreach_add_({w, v}, {gw, gv}, -0.1); }) ==
+        "[autograd] 'mt::foreach_add_' modifies its inputs in place, and one of them requires "
+        "grad; in-place ops cannot be recorded on the tape. Run it under mt::NoGradGuard (as an "
+        "optimizer step does), or use the out-of-place op");
+  CHECK(w.to_vector<double>() == w0);
+  {
+    NoGradGuard no_grad;
+    const uint32_t vw = w.version(), vv = v.version(), vg = gw.version();
+    foreach_add_({w, v}, {gw, gv}, -0.1);
+    CHECK(w.version() == vw + 1);
+    CHECK(v.version() == vv + 1);
+    CHECK(gw.version() == vg);  // other is only read
+  }
+  const std::vector<double> wn = w.to_vector<double>(), g = gw.to_vector<double>();
+  for (size_t i = 0; i < wn.size(); ++i) CHECK(wn[i] == doctest::Approx(w0[i] - 0.1 * g[i]));
+  CHECK(w.requires_grad());
+  CHECK(w.is_leaf());
+  // A tensor saved for backward and then stepped is caught by its version, as with add_.
+  Tensor x = make({3}, F32).requires_grad_(true);
+  Tensor y = sum(mul(x, w));
+  {
+    NoGradGuard no_grad;
+    foreach_add_({w}, {gw}, 1.0);
+  }
+  CHECK(error_of([&] { backward(y); }).find("modified by an in-place") != std::string::npos);
 }
 
 TEST_CASE("ops errors: shape mismatches name the op and the shapes, on CPU and Fake") {

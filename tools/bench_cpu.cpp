@@ -2,10 +2,14 @@
 //  - SiLU forward (8 bytes/element moved) and the fused backward (12 bytes/element)
 //    on float32 from 2^12 to 2^26 elements, against a memcpy of the same bytes
 //    measured in the same run on the same threads;
+//  - exp, sigmoid and gelu on 2^16 float32 elements (in cache, on the last thread count): the
+//    AVX-512 loops (kernels/cpu/vec_exp.h) against the portable ones, alternated;
 //  - matmul GFLOP/s on square float32 products, through cblas and the blocked kernel;
 // each with 1 and 2 threads. Median of repeats; plain text, or --json.
 // Usage: bench_cpu [--json] [--max-log2 N] [--threads a,b,...]
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_exp.h"
 #include "minitensor.h"
 #include "tools/bench/matmul.h"
 #include "tools/bench/silu.h"
@@ -46,15 +51,45 @@ int main(int argc, char** argv) {
   const std::vector<mt::bench::MatmulRow> mm =
       mt::bench::matmul_cpu_sweep({256, 512, 1024}, thread_counts, false, quiet);
 
+  // The other exp-bound ops, AVX-512 against portable (nan where there is no AVX-512).
+  struct UnaryRow {
+    const char* op;
+    double seconds, portable_seconds;
+  };
+  std::vector<UnaryRow> unary_rows;
+  {
+    const int64_t n = int64_t(1) << 16;
+    mt::Tensor x = mt::mul(mt::randn({n}), 3.0), y = mt::empty({n});
+    const bool vec = mt::cpu::vec_exp_active();
+    for (auto [name, op] : {std::pair{"exp", mt::cpu::UnaryOp::Exp},
+                            std::pair{"sigmoid", mt::cpu::UnaryOp::Sigmoid},
+                            std::pair{"gelu", mt::cpu::UnaryOp::Gelu}}) {
+      auto pass = [&] { mt::cpu::unary(op, x, y); };
+      const double s = mt::bench::cpu_median_seconds(pass);
+      double p = std::nan("");
+      if (vec) {
+        mt::cpu::set_vec_exp_enabled(false);
+        p = mt::bench::cpu_median_seconds(pass);
+        mt::cpu::set_vec_exp_enabled(true);
+      }
+      unary_rows.push_back({name, s, p});
+    }
+  }
+
   const std::string model = mt::bench::cpu_model();
   if (json) {
     // Built by nlohmann::json, so the CPU model is escaped; NaN prints as null.
     nlohmann::ordered_json j = {{"cpu", model}, {"silu", nlohmann::ordered_json::array()},
+                                {"unary", nlohmann::ordered_json::array()},
                                 {"matmul", nlohmann::ordered_json::array()}};
     for (const mt::bench::SiluCpuRow& r : rows)
       j["silu"].push_back({{"op", r.op}, {"threads", r.threads}, {"n", r.n}, {"seconds", r.seconds},
                            {"gbps", r.gbps}, {"copy_gbps", r.copy_gbps},
-                           {"ratio", r.gbps / r.copy_gbps}});
+                           {"ratio", r.gbps / r.copy_gbps}, {"portable_seconds", r.portable_seconds},
+                           {"portable_ratio", r.copy_seconds / r.portable_seconds}});
+    for (const UnaryRow& r : unary_rows)
+      j["unary"].push_back({{"op", r.op}, {"n", 65536}, {"seconds", r.seconds},
+                            {"portable_seconds", r.portable_seconds}});
     for (const mt::bench::MatmulRow& r : mm)
       j["matmul"].push_back({{"size", r.size}, {"path", r.path}, {"threads", r.threads},
                              {"seconds", r.seconds}, {"gflops", r.gflops}});
@@ -64,11 +99,19 @@ int main(int argc, char** argv) {
   }
   std::printf("CPU: %s; kernels' threads as listed; cblas %s\n\n", model.c_str(),
               mt::cpu::have_blas() ? "available" : "not built in");
-  std::printf("%-9s %7s %10s %12s %9s %10s %7s\n", "op", "threads", "elements", "median_us", "GB/s",
-              "copy_GB/s", "ratio");
+  // portable: the loop of kernels/cpu/math.h, timed in the same sweep where the AVX-512 one
+  // (kernels/cpu/vec_exp.h) is the default; nan where the CPU has no AVX-512.
+  std::printf("%-9s %7s %10s %12s %9s %10s %7s %12s %9s\n", "op", "threads", "elements", "median_us",
+              "GB/s", "copy_GB/s", "ratio", "portable_us", "p_ratio");
   for (const mt::bench::SiluCpuRow& r : rows)
-    std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f\n", r.op.c_str(), r.threads,
-                (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps);
+    std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f %12.1f %9.2f\n", r.op.c_str(), r.threads,
+                (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps,
+                r.portable_seconds * 1e6, r.copy_seconds / r.portable_seconds);
+  std::printf("\n%-9s %10s %12s %12s %9s\n", "op", "elements", "median_us", "portable_us",
+              "speedup");
+  for (const UnaryRow& r : unary_rows)
+    std::printf("%-9s %10d %12.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
+                r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
   std::printf("\n%-8s %-8s %7s %10s %9s\n", "matmul", "path", "threads", "median_ms", "GFLOP/s");
   for (const mt::bench::MatmulRow& r : mm)
     std::printf("%-8lld %-8s %7d %10.2f %9.1f\n", (long long)r.size, r.path.c_str(),

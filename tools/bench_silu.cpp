@@ -128,6 +128,30 @@ int main(int argc, char** argv) {
   double us_launch = host_us_per_call(10000, [&] {
     gpu::launch_silu_fwd(0, stream, DType::Float32, hx.data_ptr(), hg.data_ptr(), 4096);
   });
+  // The floor under the raw launch: cuLaunchKernel itself, of the kernel launch_silu_fwd
+  // picks for these aligned pointers (silu_fwd_vec<float, 2>) with its grid, arguments
+  // packed once, the context already current. The gap to the row above is what the
+  // launcher adds (context check, stream lookup, argument packing, launch shape).
+  const jit::Kernel& bare = jit::get_kernel(0, jit::builtin_spec("silu.cu"),
+                                            jit::silu_name_expression(jit::SiluKernel::FwdVec,
+                                                                      DType::Float32));
+  const jit::LaunchShape bare_shape = jit::vec_launch_shape(
+      (4096 / 4 + jit::kSiluUnroll - 1) / jit::kSiluUnroll);
+  const void* bare_x = hx.data_ptr();
+  void* bare_y = hg.data_ptr();
+  long long bare_n = 4096;
+  void* bare_args[] = {&bare_x, &bare_y, &bare_n};
+  double us_bare = 0;
+  {
+    cuda::DeviceGuard guard(0);
+    us_bare = host_us_per_call(10000, [&] {
+      cuda::check(cuda::driver().cuLaunchKernel(
+                      bare.function(), bare_shape.grid.x, bare_shape.grid.y, bare_shape.grid.z,
+                      bare_shape.block.x, bare_shape.block.y, bare_shape.block.z, 0, stream,
+                      bare_args, nullptr),
+                  "cuLaunchKernel");
+    });
+  }
 
   std::printf("\n| dtype | pass | n | ms | GB/s | %% of copy | copy ms | unfused ms | speedup vs unfused |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -148,6 +172,7 @@ int main(int argc, char** argv) {
               us_silu, us_bwd);
   std::printf("| mt::silu, input requires grad | %.2f |\n| raw launch_silu_fwd | %.2f |\n", us_grad,
               us_launch);
+  std::printf("| bare cuLaunchKernel of silu_fwd_vec<float, 2> | %.2f |\n", us_bare);
   std::printf("\n| JIT (fresh process, first mt::silu incl. launch+sync) | ms |\n|---|---|\n");
   std::printf("| empty cache dir (NVRTC cold compile) | %.1f |\n| warm disk cache | %.1f |\n",
               cold_ms, warm_ms);
@@ -168,7 +193,8 @@ int main(int argc, char** argv) {
          {{"silu", us_silu},
           {"silu_backward", us_bwd},
           {"silu_requires_grad", us_grad},
-          {"raw_launch", us_launch}}},
+          {"raw_launch", us_launch},
+          {"bare_culaunchkernel", us_bare}}},
         {"jit_ms", {{"cold", cold_ms}, {"warm_disk", warm_ms}}}};
     const std::string j =
         doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";

@@ -78,6 +78,10 @@ fi
 if want mlp && [ -x build-gpu/examples/mlp_train ]; then
   step mlp-train 60 "$OUT/mlp.log" bash -c \
       'build-gpu/examples/mlp_train --device cuda --steps 200 --every 50 && build-gpu/examples/mlp_train --device cpu --steps 200 --every 50'
+  # The SGD update as one foreach_add_ (one multi-tensor launch) against a sub_ a parameter,
+  # alternated, three rounds (docs/gpu.md, "The optimizer step").
+  step mlp-sgd 90 "$OUT/mlp_sgd.log" bash -c \
+      'for r in 1 2 3; do for s in loop foreach; do echo "round $r sgd $s"; build-gpu/tools/minitensor bench mlp --device cuda --shape 64x32x64 --shape 4096x1024x4096 --sgd $s --steps 200; done; done'
 fi
 
 if want silu && [ -x build-gpu/tools/bench_silu ]; then
@@ -167,7 +171,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train bench+torch mlp+torch libtorch-build dispatch scenarios attention memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch mlp+torch libtorch-build dispatch scenarios attention memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -179,6 +183,7 @@ fi
   echo
   echo "tutorial:"; grep -E "cuda:0|2\^24|checks passed|CHECKS FAILED|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tutorial.log" 2>/dev/null
   echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
+  echo "mlp sgd foreach/loop:"; grep -E "^round|^64/32|^4096/1024" "$OUT/mlp_sgd.log" 2>/dev/null
   echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
   echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null

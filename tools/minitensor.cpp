@@ -258,7 +258,7 @@ void write_plot(const std::string& path, const std::string& svg_text) {
   std::fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
-int bench_dispatch(const BenchOutput& o) {
+int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only) {
   Library lib(Library::Kind::Def, "bench");
   lib.def("noop(Tensor x) -> Tensor");
   lib.impl("noop", DispatchKey::CPU, noop);
@@ -272,16 +272,21 @@ int bench_dispatch(const BenchOutput& o) {
   Tensor x = zeros({1});
   Tensor xg = zeros({1}, {.requires_grad = true});
   Tensor (*volatile direct)(const Tensor&) = &noop;
-  const int64_t n = 2000000;
-  double t_direct = bench::ns_per_call([&] { Tensor r = direct(x); (void)r; }, n);
-  double t_cpu = bench::ns_per_call([&] { Tensor r = op(x); (void)r; }, n);
-  double t_ag = bench::ns_per_call([&] { Tensor r = ag(xg); (void)r; }, n);
+  const int64_t n = iters;  // calls a timed loop of the no-op rows; silu and add take n / 20
+  // --only ROW times that row alone (the others print nan), so that an instruction count
+  // of the whole process under callgrind is that row's.
+  auto timed = [&](const char* row, auto&& f, int64_t calls) {
+    return only.empty() || only == row ? bench::ns_per_call(f, calls) : std::nan("");
+  };
+  double t_direct = timed("direct", [&] { Tensor r = direct(x); (void)r; }, n);
+  double t_cpu = timed("cpu", [&] { Tensor r = op(x); (void)r; }, n);
+  double t_ag = timed("autograd", [&] { Tensor r = ag(xg); (void)r; }, n);
   auto handle = dispatcher().find_or_throw("bench::noop");
-  double t_boxed = bench::ns_per_call([&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
+  double t_boxed = timed("boxed", [&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
   Tensor one = ones({1}, {.requires_grad = true});
-  double t_silu = bench::ns_per_call([&] { Tensor r = silu(one); (void)r; }, n / 20);
+  double t_silu = timed("silu", [&] { Tensor r = silu(one); (void)r; }, n / 20);
   Tensor a = ones({1}), b = ones({1});
-  double t_add = bench::ns_per_call([&] { Tensor r = add(a, b); (void)r; }, n / 20);
+  double t_add = timed("add", [&] { Tensor r = add(a, b); (void)r; }, n / 20);
   struct Row { const char* name; double ns; };
   Row rows[] = {{"direct C++ call of the no-op kernel", t_direct},
                 {"unboxed dispatch, CPU kernel only", t_cpu},
@@ -538,12 +543,12 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
       json_rows.push_back({{"batch", r.shape.batch}, {"in", r.shape.in}, {"hidden", r.shape.hidden}, {"out", r.shape.out},
                            {"steps", r.steps}, {"ms_median", r.ms_median}, {"ms_min", r.ms_min}, {"ms_max", r.ms_max},
                            {"loss_first", r.loss_first}, {"loss_last", r.loss_last}});
-    print_json({{"bench", "mlp"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr}, {"rows", json_rows}});
+    print_json({{"bench", "mlp"}, {"sgd", opts.sgd == mlp::Sgd::Foreach ? "foreach" : "loop"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr}, {"rows", json_rows}});
     return 0;
   }
   std::printf("two-layer MLP with SiLU (output dim = in), one SGD training step: forward, mse_loss, backward,\n"
-              "update under NoGradGuard, zero grads; median ms per step after warm-up, on %s\n",
-              where.c_str());
+              "update under NoGradGuard (%s), zero grads; median ms per step after warm-up, on %s\n",
+              opts.sgd == mlp::Sgd::Foreach ? "one foreach_add_" : "a sub_ a parameter", where.c_str());
   std::vector<std::vector<std::string>> table;
   for (const auto& r : rows)
     table.push_back({label(r.shape), fmt::format("{}", r.shape.out), fmt::format("{}", r.steps),
@@ -892,6 +897,17 @@ int main(int argc, char** argv) {
   ben->add_flag("--json", bench_out.json, "print JSON on stdout instead of the table");
   ben->add_option("--plot", bench_out.plot, "also draw the results into this SVG file");
   auto* b_dispatch = ben->add_subcommand("dispatch", "ns per call through the dispatcher, against a direct call");
+  int64_t dispatch_iters = 2000000;
+  b_dispatch
+      ->add_option("--iters", dispatch_iters,
+                   "calls in each timed loop of the no-op rows (silu and add: a 20th); fewer for "
+                   "valgrind --tool=callgrind (docs/host-cost.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(20), int64_t(1) << 40));
+  std::string dispatch_only;
+  b_dispatch
+      ->add_option("--only", dispatch_only, "time one row only (for callgrind's counts)")
+      ->check(CLI::IsMember({"direct", "cpu", "autograd", "boxed", "silu", "add"}));
   SweepOptions silu_o, matmul_o;
   auto* b_silu = ben->add_subcommand("silu", "SiLU forward and fused backward over sizes, against a copy of the same bytes");
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
@@ -918,6 +934,12 @@ int main(int argc, char** argv) {
   MlpCliOptions mlp_o;
   auto* b_mlp = ben->add_subcommand("mlp", "ms per training step of examples/mlp.h's two-layer MLP (64/32/64, 4096/1024/4096)");
   b_mlp->add_option("--device", mlp_o.device, "cpu or cuda (cuda:N)")->capture_default_str();
+  b_mlp->add_option("--sgd", mlp_o.opts.sgd,
+                    "the update: foreach (one mt::foreach_add_ over all parameters) or loop (one "
+                    "mt::sub_ a parameter)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, mlp::Sgd>{{"foreach", mlp::Sgd::Foreach}, {"loop", mlp::Sgd::Loop}}))
+      ->default_str("foreach");
   b_mlp->add_option("--shape", mlp_o.shapes, "BATCHxINxHIDDEN, repeatable (output dim = IN)")
       ->capture_default_str()
       ->check(CLI::Validator(
@@ -990,7 +1012,7 @@ int main(int argc, char** argv) {
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
     if (*dem) return demo(device);
-    if (*b_dispatch) return bench_dispatch(bench_out);
+    if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters, dispatch_only);
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);

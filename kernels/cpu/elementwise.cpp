@@ -7,27 +7,37 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/math.h"
+#include "kernels/cpu/vec_exp.h"
 #include "kernels/elementwise_table.h"
 
 namespace mt::cpu {
 namespace {
 
-// The float32 loop of a kIsaClones row (exp, sigmoid, silu), compiled per ISA.
+// The float32 loop of a kIsaClones row without one of its own, compiled per ISA.
 template <typename F>
 MT_ISA_CLONES void isa_f32_loop(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = F{}(x[i]);
 }
 
-// exp_f32_sat: a NaN x makes s a number, but x * (1 - s) is NaN.
-template <typename C>
-[[gnu::always_inline]] inline void silu_backward_loop(C* o, const C* g, const C* x, int64_t n) {
-  MT_SIMD for (int64_t i = 0; i < n; ++i) {
-    C s = C(1) / (C(1) + exp_f32_sat(-x[i]));
-    o[i] = g[i] * s * (C(1) + x[i] * (C(1) - s));
+// The float32 loop of a kIsaClones row: exp, sigmoid, silu and gelu have their own, AVX-512 where
+// the CPU has it (kernels/cpu/vec_exp.h); another row gets its ISA clones.
+template <typename F>
+void f32_row_loop(ew::Fn fn, float* o, const float* x, int64_t n) {
+  switch (fn) {
+    case ew::Fn::Exp: return exp_f32_loop(o, x, n);
+    case ew::Fn::Sigmoid: return sigmoid_f32_loop(o, x, n);
+    case ew::Fn::Silu: return silu_f32_loop(o, x, n);
+    case ew::Fn::Gelu: return gelu_f32_loop(o, x, n);
+    default: return isa_f32_loop<F>(o, x, n);
   }
 }
-MT_ISA_CLONES void silu_backward_f32_loop(float* o, const float* g, const float* x, int64_t n) {
-  silu_backward_loop<float>(o, g, x, n);
+
+// The float64 SiLU backward (float32 has silu_backward_f32_loop).
+inline void silu_backward_loop(double* o, const double* g, const double* x, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) {
+    double s = 1.0 / (1.0 + std::exp(-x[i]));
+    o[i] = g[i] * s * (1.0 + x[i] * (1.0 - s));
+  }
 }
 
 // Calls body.operator()<arity, flags>(cpu functor) with row fn's entries as constants.
@@ -58,8 +68,8 @@ void run_row(ew::Fn fn, const Loop& it, DType t, double scalar) {
           MT_ASSERT(false, "[{}] has no integer form", ew::row(fn).name);
         } else if constexpr (A == ew::Arity::Unary && (kFlags & ew::kIsaClones) &&
                              std::is_same_v<C, float>) {
-          for_each_block<float>(it, [](float* o, const float* const* in, int64_t n) {
-            isa_f32_loop<F>(o, in[0], n);
+          for_each_block<float>(it, [fn](float* o, const float* const* in, int64_t n) {
+            f32_row_loop<F>(fn, o, in[0], n);
           });
         } else {
           [[maybe_unused]] const C s = C(scalar);
@@ -185,7 +195,7 @@ void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out) {
       });
     } else if constexpr (std::is_floating_point_v<C>) {
       for_each_block<C>(it, [&](C* o, const C* const* in, int64_t n) {
-        silu_backward_loop<C>(o, in[0], in[1], n);
+        silu_backward_loop(o, in[0], in[1], n);
       });
     }
   });

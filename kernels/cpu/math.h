@@ -76,6 +76,12 @@ inline C silu_of(C x) {
   return x / (C(1) + exp_f32_sat(-x));
 }
 
+// GELU in the tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename C>
+inline C gelu_of(C x) {
+  return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+}
+
 // x^p: libm for the floating types; for int64 by squaring (p >= 0), wrapping like
 // PyTorch's int64 pow on overflow.
 inline float pow_of(float x, float p) { return std::pow(x, p); }

@@ -97,13 +97,14 @@ __global__ void unary_op_strided(T* out, const T* x, long long n, mt::OpScalars 
     unary_strided_loop<T, Op, unsigned long long>(out, x, n, s, layout);
 }
 
-// out[i] = f(x[i], y[i]), all contiguous; `vec` as in unary_op.
+// out[i] = f(x[i], y[i]) for i = first, first + step, ... below n (a thread's share of
+// binary_op's grid or of a foreach block's chunk); in 16-byte packs when `vec` (every pointer
+// aligned), then the n % pack tail element by element. out may be x.
 template <typename T, typename Op>
-__global__ void binary_op(T* out, const T* x, const T* y, long long n, mt::OpScalars s, int vec) {
-  using C = mt::compute_t<T>;
-  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+__device__ __forceinline__ void binary_span(T* out, const T* x, const T* y, long long n,
+                                            mt::compute_t<T> a, mt::compute_t<T> b,
+                                            long long first, long long step, bool vec) {
   const Op f{};
-  const long long stride = mt::grid_stride();
   long long done = 0;
   if (vec) {
     using P = mt::Pack16<T>;
@@ -111,7 +112,7 @@ __global__ void binary_op(T* out, const T* x, const T* y, long long n, mt::OpSca
     const P* xp = reinterpret_cast<const P*>(x);
     const P* yp = reinterpret_cast<const P*>(y);
     P* op = reinterpret_cast<P*>(out);
-    for (long long i = mt::global_thread_index(); i < npack; i += stride) {
+    for (long long i = first; i < npack; i += step) {
       P u = xp[i];
       const P v = yp[i];
       MT_UNROLL
@@ -121,8 +122,15 @@ __global__ void binary_op(T* out, const T* x, const T* y, long long n, mt::OpSca
     }
     done = npack * P::size;
   }
-  for (long long i = done + mt::global_thread_index(); i < n; i += stride)
+  for (long long i = done + first; i < n; i += step)
     out[i] = mt::store_compute<T>(f(mt::load_compute(x[i]), mt::load_compute(y[i]), a, b));
+}
+
+// out[i] = f(x[i], y[i]), all contiguous; `vec` as in unary_op.
+template <typename T, typename Op>
+__global__ void binary_op(T* out, const T* x, const T* y, long long n, mt::OpScalars s, int vec) {
+  binary_span<T, Op>(out, x, y, n, mt::scalar_as<T>(s.a), mt::scalar_as<T>(s.b),
+                     mt::global_thread_index(), mt::grid_stride(), vec != 0);
 }
 
 template <typename T, typename Op, typename Index>
@@ -147,4 +155,20 @@ __global__ void binary_op_strided(T* out, const T* x, const T* y, long long n, m
     binary_strided_loop<T, Op, unsigned>(out, x, y, n, s, layout);
   else
     binary_strided_loop<T, Op, unsigned long long>(out, x, y, n, s, layout);
+}
+
+// Multi-tensor apply (Note [Multi-tensor apply] in layout.h): self[t] = f(self[t], other[t])
+// for every pair of the table, block b on chunk table.block_chunk[b] of pair
+// table.block_tensor[b]. Each pair is contiguous with one dtype T; a chunk moves in 16-byte
+// packs when both of its pointers are aligned (chunks start at multiples of a pack).
+template <typename T, typename Op>
+__global__ void foreach_binary_op(mt::ForeachTable table, mt::OpScalars s) {
+  const int t = table.block_tensor[blockIdx.x];
+  const long long start = (long long)table.block_chunk[blockIdx.x] * mt::kForeachChunk;
+  const long long left = table.numel[t] - start;
+  T* x = static_cast<T*>(table.self[t]) + start;
+  const T* y = static_cast<const T*>(table.other[t]) + start;
+  binary_span<T, Op>(x, x, y, left < mt::kForeachChunk ? left : mt::kForeachChunk,
+                     mt::scalar_as<T>(s.a), mt::scalar_as<T>(s.b), threadIdx.x, blockDim.x,
+                     (((unsigned long long)x | (unsigned long long)y) & 15) == 0);
 }

@@ -17,4 +17,22 @@ struct StridedLayout {
   long long strides[kMaxKernelOperands][kMaxKernelDims];
 };
 
+// Note [Multi-tensor apply]
+// A foreach op (mt::foreach_add_) runs over a list of tensor pairs in one launch: the
+// host cuts each pair into chunks of kForeachChunk elements and gives every block one
+// chunk, through this table passed by value as the kernel's parameter (CUDA's 4 KiB
+// limit on a launch's parameters: this struct is 3,136 bytes). A list with more tensors
+// or chunks than fit takes several launches, one a table. A tensor index fits a byte.
+constexpr int kForeachMaxTensors = 64;
+constexpr int kForeachMaxBlocks = 320;
+constexpr long long kForeachChunk = 16384;  // elements; a multiple of every 16-byte pack
+
+struct ForeachTable {
+  void* self[kForeachMaxTensors];  // written in place
+  const void* other[kForeachMaxTensors];
+  long long numel[kForeachMaxTensors];
+  int block_chunk[kForeachMaxBlocks];  // block b works on chunk block_chunk[b] ...
+  unsigned char block_tensor[kForeachMaxBlocks];  // ... of pair block_tensor[b]
+};
+
 }  // namespace mt

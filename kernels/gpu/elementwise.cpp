@@ -3,6 +3,8 @@
 // out's dtype, one launch.
 #include <array>
 #include <cmath>
+#include <span>
+#include <vector>
 
 #include "kernels/gpu/gpu_kernels.h"
 #include "kernels/gpu/launch.h"
@@ -15,6 +17,9 @@ namespace {
 using detail::span_of;
 
 jit::KernelTable<ew::kNumFns * kNumDTypes * 2> g_kernels;
+jit::KernelTable<ew::kNumFns * kNumDTypes> g_foreach_kernels;
+static_assert(sizeof(ForeachTable) + sizeof(double) * 2 <= 4096,
+              "a foreach launch's parameters must fit CUDA's 4 KiB limit");
 
 struct Scalars {
   double a = 0, b = 0;  // mt::OpScalars in elementwise.cu
@@ -99,6 +104,28 @@ void run(ew::Fn fn, const Tensor& out, std::initializer_list<Tensor> inputs, Sca
   if (via_int64) mt::detail::copy_impl(out, dst);
 }
 
+// The multi-tensor launches of pairs idx (contiguous, of dtype t, on one device).
+void foreach_launch(ew::Fn fn, DType t, std::span<const Tensor> self, std::span<const Tensor> other,
+                    std::span<const size_t> idx, Scalars s) {
+  if (idx.empty()) return;
+  const int dev = self[idx[0]].device().index;
+  const jit::Kernel& k = g_foreach_kernels.get(dev, int(fn) * kNumDTypes + int(t), "elementwise.cu",
+                                               [&] { return foreach_name_expression(fn, t); });
+  CUstream_st* stream = detail::stream_of(self[idx[0]]);
+  std::vector<void*> ps(idx.size());
+  std::vector<const void*> po(idx.size());
+  std::vector<int64_t> n(idx.size());
+  for (size_t j = 0; j < idx.size(); ++j) {
+    ps[j] = self[idx[j]].data_ptr();
+    po[j] = other[idx[j]].data_ptr();
+    n[j] = self[idx[j]].numel();
+  }
+  jit::foreach_tables(ps, po, n, [&](ForeachTable& table, int blocks) {
+    void* args[] = {&table, &s};
+    k.launch(jit::Dim3(unsigned(blocks)), jit::Dim3(256), 0, stream, args);
+  });
+}
+
 void check_integral(std::string_view op, const Tensor& out, double v, const char* what) {
   MT_CHECK(is_floating(out.dtype()) || v == std::trunc(v),
            "[{}] {} must be an integer when the output is {}, got {}; pass a floating out", op,
@@ -139,6 +166,34 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
 
 void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out) {
   binary(BinaryOp::SquaredDiff, a, b, out);
+}
+
+void foreach_binary_(BinaryOp op, std::span<const Tensor> self, std::span<const Tensor> other,
+                     double alpha) {
+  const ew::Row& r = ew::row(op);
+  MT_ASSERT(r.arity == ew::Arity::Binary && self.size() == other.size(),
+            "[foreach] {} takes pairs", r.name);
+  // Pairs that the fused kernel takes, grouped by dtype; the others (strided, bool) go
+  // through the elementwise kernel one pair at a time, as PyTorch's slow path does.
+  std::vector<size_t> fused[kNumDTypes];
+  std::vector<Tensor> converted(self.size());
+  for (size_t i = 0; i < self.size(); ++i) {
+    detail::check_cuda(self[i], "foreach_add_");
+    detail::check_cuda(other[i], "foreach_add_");
+    const DType t = self[i].dtype();
+    if (t == DType::Bool || !self[i].is_contiguous() || !other[i].is_contiguous()) {
+      binary(op, self[i], other[i], self[i], alpha);
+      continue;
+    }
+    converted[i] = detail::converted(other[i], t);
+    fused[int(t)].push_back(i);
+  }
+  if (op == BinaryOp::Add || op == BinaryOp::Sub) {
+    for (int t = 0; t < kNumDTypes; ++t)
+      if (!fused[t].empty()) check_integral(r.name, self[fused[t][0]], alpha, "alpha");
+  }
+  for (int t = 0; t < kNumDTypes; ++t)
+    foreach_launch(op, DType(t), self, converted, fused[t], {alpha, 0});
 }
 
 }  // namespace mt::gpu

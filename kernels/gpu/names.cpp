@@ -16,6 +16,13 @@ bool ew_has_kernel(ew::Fn fn, DType t) {
          (is_floating(t) || (t == DType::Int64 && ew::row(fn).int_ok()));
 }
 
+std::string foreach_name_expression(ew::Fn fn, DType t) {
+  const ew::Row& r = ew::row(fn);
+  MT_ASSERT(r.arity == ew::Arity::Binary && r.has_device_functor(),
+            "[{}] has no binary functor for foreach_binary_op", r.name);
+  return fmt::format("foreach_binary_op<{}, mt::op::{}>", jit::kernel_type_name(t), r.id);
+}
+
 DType reduce_out_dtype(ReduceKind kind, DType in) {
   return kind == ReduceKind::Sum && in == DType::Bool ? DType::Int64 : in;
 }
@@ -44,6 +51,10 @@ std::vector<jit::EmbeddedKernelFile> all_kernel_files() {
       for (bool strided : {false, true})
         ew.name_expressions.push_back(ew_name_expression(r.fn, DType(t), strided));
     }
+  for (ew::Fn fn : kForeachFns)
+    for (int t = 0; t < kNumDTypes; ++t)
+      if (ew_has_kernel(fn, DType(t)))
+        ew.name_expressions.push_back(foreach_name_expression(fn, DType(t)));
   for (ReduceKind kind : {ReduceKind::Sum, ReduceKind::Max})
     for (int t = 0; t < kNumDTypes; ++t) {
       const DType dt = DType(t);

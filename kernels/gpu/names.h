@@ -16,6 +16,11 @@ namespace mt::gpu {
 std::string ew_name_expression(ew::Fn fn, DType t, bool strided);
 // Whether the row has an instantiation for dtype t: every float, int64 for kInt rows.
 bool ew_has_kernel(ew::Fn fn, DType t);
+// "foreach_binary_op<float, mt::op::Add>": the multi-tensor kernel of a Binary row
+// (Note [Multi-tensor apply]); instantiated for the rows foreach ops use (Add), every
+// float dtype and int64.
+std::string foreach_name_expression(ew::Fn fn, DType t);
+inline constexpr ew::Fn kForeachFns[] = {ew::Fn::Add};
 
 enum class ReduceKind { Sum, Max };
 // "reduce_rows<float, float, mt::SumR, false>": In is the input dtype (the original one

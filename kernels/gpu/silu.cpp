@@ -7,10 +7,6 @@
 #include "kernels/jit/builtin.h"
 #include "runtime/error.h"
 
-#if MT_HAVE_CUDA
-#include "runtime/cuda/driver.h"
-#endif
-
 namespace mt::gpu {
 namespace {
 
@@ -35,14 +31,6 @@ jit::LaunchShape vec_shape(DType t, int64_t n) {
   const int64_t packs = n / int64_t(16 / dtype_size(t));
   return jit::vec_launch_shape((packs + jit::kSiluUnroll - 1) / jit::kSiluUnroll);
 }
-
-#if MT_HAVE_CUDA
-using DeviceGuard = cuda::DeviceGuard;
-#else
-struct DeviceGuard {
-  explicit DeviceGuard(int) {}
-};
-#endif
 
 }  // namespace
 
@@ -94,8 +82,10 @@ void silu(const Tensor& x, const Tensor& out) {
   detail::check_cuda(x, "silu");
   const int64_t n = x.numel();
   if (n == 0) return;
+  // No DeviceGuard here: Kernel::launch makes the device's context current for the launch
+  // (and current_stream for a stream it creates), so a guard here only added a second
+  // cuCtxGetCurrent a call.
   const int dev = x.device().index;
-  DeviceGuard guard(dev);
   if (x.is_contiguous() && out.is_contiguous()) {
     launch_silu_fwd(dev, detail::stream_of(x), x.dtype(), x.data_ptr(), out.data_ptr(), n);
   } else {
@@ -116,8 +106,10 @@ void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out) {
   Tensor g = detail::converted(grad, x.dtype());
   const int64_t n = x.numel();
   if (n == 0) return;
+  // No DeviceGuard here: Kernel::launch makes the device's context current for the launch
+  // (and current_stream for a stream it creates), so a guard here only added a second
+  // cuCtxGetCurrent a call.
   const int dev = x.device().index;
-  DeviceGuard guard(dev);
   if (x.is_contiguous() && g.is_contiguous() && out.is_contiguous()) {
     launch_silu_bwd(dev, detail::stream_of(x), x.dtype(), g.data_ptr(), x.data_ptr(),
                     out.data_ptr(), n);

@@ -65,6 +65,41 @@ LaunchShape vec_launch_shape(int64_t work_items);
 // True when every pointer is 16-byte aligned (the vec kernels' condition).
 bool aligned16(std::initializer_list<const void*> ptrs);
 
+// Cuts pairs of n[i] elements (self[i], other[i]: device pointers) into the tables of
+// the multi-tensor kernels (Note [Multi-tensor apply] in kernels/cuda/layout.h) and calls
+// launch(table, blocks) for each full table and the last one: one call for up to
+// kForeachMaxTensors pairs and kForeachMaxBlocks chunks. Empty pairs take no block.
+template <typename Launch>
+void foreach_tables(std::span<void* const> self, std::span<const void* const> other,
+                    std::span<const int64_t> n, Launch&& launch) {
+  ForeachTable table;
+  int ntensors = 0, nblocks = 0;
+  auto flush = [&] {
+    if (nblocks > 0) launch(table, nblocks);
+    ntensors = nblocks = 0;
+  };
+  auto add_tensor = [&](size_t i) {
+    table.self[ntensors] = self[i];
+    table.other[ntensors] = other[i];
+    table.numel[ntensors++] = n[i];
+  };
+  for (size_t i = 0; i < self.size(); ++i) {
+    if (n[i] == 0) continue;
+    if (ntensors == kForeachMaxTensors) flush();
+    add_tensor(i);
+    const int64_t chunks = (n[i] + kForeachChunk - 1) / kForeachChunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (nblocks == kForeachMaxBlocks) {  // full: launch it, then the pair's other chunks
+        flush();
+        add_tensor(i);
+      }
+      table.block_tensor[nblocks] = static_cast<unsigned char>(ntensors - 1);
+      table.block_chunk[nblocks++] = int(c);
+    }
+  }
+  flush();
+}
+
 // The SM count of cuda:device (queried once).
 int sm_count(int device);
 

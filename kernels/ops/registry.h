@@ -49,6 +49,7 @@ void register_reduce();
 void register_matmul();
 void register_loss();
 void register_softmax();
+void register_foreach();
 
 // Helpers shared by op files.
 DType float_result(DType t);  // int64/bool inputs of float ops compute in float32

@@ -21,7 +21,7 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
     const double spent = std::chrono::duration<double>(Clock::now() - warm_begin).count();
     if (i >= std::max(1, opts.warmup) && spent >= opts.min_warmup_seconds) break;
     if (i >= 1 && spent > opts.max_seconds / 2) break;
-    loss = mlp::train_step(model, task.x, task.target, opts.lr);
+    loss = mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
     sync();
   }
   std::vector<double> ms;
@@ -31,7 +31,7 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
          (int(ms.size()) < opts.steps &&
           std::chrono::duration<double>(Clock::now() - begin).count() < opts.max_seconds)) {
     auto t0 = Clock::now();
-    loss = mlp::train_step(model, task.x, task.target, opts.lr);
+    loss = mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
     sync();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!first_loss.defined()) first_loss = loss;

@@ -21,6 +21,7 @@ struct MlpOptions {
   int min_steps = 3;         // timed steps, at least (even past max_seconds)
   double max_seconds = 10;   // stop timing a shape after this much (slow CPU shapes)
   double lr = 1e-3;
+  mlp::Sgd sgd = mlp::Sgd::Foreach;  // the update: one foreach_add_, or a sub_ a parameter
 };
 
 struct MlpRow {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_exp.h"
 
 #ifdef MT_HAVE_CUDA
 #include "kernels/gpu/silu.h"
@@ -39,13 +40,25 @@ std::vector<SiluCpuRow> silu_cpu_sweep(int min_log2, int max_log2, const std::ve
       progress.step(fmt::format("{} thread(s), 2^{}", t, lg));
       const int64_t n = int64_t(1) << lg;
       Tensor xs = x.narrow(0, 0, n), gs = g.narrow(0, 0, n), ys = y.narrow(0, 0, n);
-      double fwd = cpu_median_seconds([&] { cpu::unary(cpu::UnaryOp::Silu, xs, ys); }, 5, min_seconds);
+      auto fwd_pass = [&] { cpu::unary(cpu::UnaryOp::Silu, xs, ys); };
+      auto bwd_pass = [&] { cpu::silu_backward(gs, xs, ys); };
+      // The portable loops, timed in between (the A/B of kernels/cpu/vec_exp.h).
+      auto portable = [&](auto pass) {
+        if (!cpu::vec_exp_active()) return std::nan("");
+        cpu::set_vec_exp_enabled(false);
+        const double s = cpu_median_seconds(pass, 5, min_seconds);
+        cpu::set_vec_exp_enabled(true);
+        return s;
+      };
+      double fwd = cpu_median_seconds(fwd_pass, 5, min_seconds);
       double cf = cpu_median_seconds([&] { parallel_copy(cdst.data(), csrc.data(), n * 4); }, 5, min_seconds);
-      double bwd = cpu_median_seconds([&] { cpu::silu_backward(gs, xs, ys); }, 5, min_seconds);
+      double fwd_portable = portable(fwd_pass);
+      double bwd = cpu_median_seconds(bwd_pass, 5, min_seconds);
       double cb = cpu_median_seconds([&] { parallel_copy(cdst.data(), csrc.data(), n * 6); }, 5, min_seconds);
+      double bwd_portable = portable(bwd_pass);
       const double dn = double(n);
-      rows.push_back({"silu_fwd", t, n, fwd, 8 * dn / fwd / 1e9, cf, 8 * dn / cf / 1e9});
-      rows.push_back({"silu_bwd", t, n, bwd, 12 * dn / bwd / 1e9, cb, 12 * dn / cb / 1e9});
+      rows.push_back({"silu_fwd", t, n, fwd, 8 * dn / fwd / 1e9, cf, 8 * dn / cf / 1e9, fwd_portable});
+      rows.push_back({"silu_bwd", t, n, bwd, 12 * dn / bwd / 1e9, cb, 12 * dn / cb / 1e9, bwd_portable});
     }
   }
   return rows;

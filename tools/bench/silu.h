@@ -18,6 +18,9 @@ struct SiluCpuRow {
   int64_t n;
   double seconds, gbps;
   double copy_seconds, copy_gbps;  // memcpy moving the same bytes
+  // The portable loop (kernels/cpu/math.h) where the AVX-512 one runs by default
+  // (kernels/cpu/vec_exp.h), timed in the same sweep; NaN where there is no AVX-512.
+  double portable_seconds;
 };
 
 // float32, n = 2^min_log2, 2^(min_log2+2), ... 2^max_log2, for each thread count (the

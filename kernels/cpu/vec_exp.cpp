@@ -1,0 +1,232 @@
+// The float32 loops of exp, sigmoid, SiLU and SiLU's backward: AVX-512 where the CPU has it,
+// the portable ISA-clone loops (kernels/cpu/math.h) elsewhere.
+#include "kernels/cpu/vec_exp.h"
+
+#include <atomic>
+
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(MT_NO_ISA_CLONES)
+#define MT_HAVE_AVX512_EXP 1
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports at every use (GCC bug 105593); the value is never read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#else
+#define MT_HAVE_AVX512_EXP 0
+#endif
+
+namespace mt::cpu {
+namespace {
+
+// ---- the portable loops: one per op, compiled per ISA (Note [ISA clones]) ----------------
+
+MT_ISA_CLONES void exp_portable(float* o, const float* x, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = exp_f32(x[i]);
+}
+MT_ISA_CLONES void sigmoid_portable(float* o, const float* x, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = sigmoid_of(x[i]);
+}
+MT_ISA_CLONES void silu_portable(float* o, const float* x, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = silu_of(x[i]);
+}
+void gelu_portable(float* o, const float* x, int64_t n) {  // libm's tanh: scalar anyway
+  for (int64_t i = 0; i < n; ++i) o[i] = gelu_of(x[i]);
+}
+// exp_f32_sat: a NaN x makes s a number, but x * (1 - s) is NaN.
+MT_ISA_CLONES void silu_backward_portable(float* o, const float* g, const float* x, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + exp_f32_sat(-x[i]));
+    o[i] = g[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+#if MT_HAVE_AVX512_EXP
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,fma")
+
+// Note [AVX-512 exp]
+// glibc's expf is scalar, and the portable exp_f32 of math.h, vectorized by GCC, pays for
+// what GCC cannot use under the project's flags (-std=c++20 turns off FMA contraction) and
+// for a full division. These loops are written with AVX-512 intrinsics instead:
+//  - e^t for t <= 0 (the sigmoid-like ops need only e^-|x|): Cody-Waite reduction
+//    t = n ln2 + r, |r| <= ln2/2, with n = round(t log2 e); e^r = 1 + r (1 + r P(r)) with P
+//    Cephes' expf polynomial, all in FMAs; 2^n applied by vscalefps, which goes into
+//    subnormals and to zero as the true result rounds (t is clamped at -150).
+//  - z = e^-|x| is in (0, 1], so 1 + z is in [1, 2]: its reciprocal is vrcp14ps (relative
+//    error below 2^-14) and one Newton step (below 2^-27); no division, no overflow.
+//  - sigmoid(x) = 1/(1+z) for x >= 0 and z/(1+z) below, and 1 - sigmoid(x) the other one,
+//    so neither loses digits to cancellation; silu(x) = x sigmoid(x), for x < 0 computed as
+//    (x r P) 2^n, so a subnormal result is rounded once.
+//  - exp itself: n from x clamped to [-104, 89] (below rounds to 0, above is inf), the
+//    same polynomial, scalef for 2^n.
+// NaN in gives NaN out (the clamps are ordered so that vminps/vmaxps pass a NaN x on), and
+// the infinities give what x / (1 + exp(-x)) gives in IEEE arithmetic, as the portable and
+// CUDA kernels do: silu(+inf) = inf, silu(-inf) = NaN, sigmoid(+-inf) = 1, 0.
+// Max error against float64 over tests/test_cpu_kernels.cpp's sweep (every float32 exponent,
+// subnormals, +-inf, NaN): see the test for the bound it checks.
+using V = __m512;
+
+inline V vset(float v) { return _mm512_set1_ps(v); }
+
+// e^r for |r| <= ln2/2: 1 + r + r^2 P(r), as 1 + r (1 + r P(r)).
+[[gnu::always_inline]] inline V exp_reduced(V r) {
+  V p = vset(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, vset(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, vset(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, vset(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, vset(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, vset(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, r, vset(1.0f));
+  return _mm512_fmadd_ps(p, r, vset(1.0f));
+}
+
+// t = n ln2 + r: n = round(t log2 e) (adding and taking away 1.5 * 2^23 rounds to an
+// integer; one uop less than vrndscaleps), r by Cody-Waite in two steps (ln2's high part
+// has 9 significant bits, so n * hi is exact for |n| < 2^15).
+[[gnu::always_inline]] inline V reduce(V t, V& n) {
+  n = _mm512_sub_ps(_mm512_fmadd_ps(t, vset(1.44269504088896341f), vset(12582912.0f)),
+                    vset(12582912.0f));
+  V r = _mm512_fnmadd_ps(n, vset(0.693359375f), t);
+  return _mm512_fnmadd_ps(n, vset(-2.12194440e-4f), r);
+}
+
+// The parts every sigmoid-like op needs, for 16 lanes of x: z = e^-|x| as p 2^n, the
+// reciprocal of 1 + z, and the mask of the negative lanes.
+struct SigmoidParts {
+  V p, n, z, rcp;
+  __mmask16 neg;
+};
+[[gnu::always_inline]] inline SigmoidParts sigmoid_parts(V x) {
+  SigmoidParts s;
+  // -|x|, clamped at -150 (e^-150 is far below the smallest subnormal; silu's x z needs
+  // z right down to there): max(c, NaN) is NaN (vmaxps returns its second operand then).
+  const V t = _mm512_max_ps(vset(-150.0f), _mm512_or_ps(x, vset(-0.0f)));
+  s.p = exp_reduced(reduce(t, s.n));
+  s.z = _mm512_scalef_ps(s.p, s.n);
+  const V d = _mm512_add_ps(s.z, vset(1.0f));
+  const V r0 = _mm512_rcp14_ps(d);
+  s.rcp = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(d, r0, vset(1.0f)), r0);
+  s.neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return s;
+}
+
+[[gnu::always_inline]] inline V exp16(V x) {
+  // min(c, NaN) and max(c, NaN) are NaN: the clamps pass a NaN on.
+  const V t = _mm512_max_ps(vset(-104.0f), _mm512_min_ps(vset(89.0f), x));
+  V n;
+  const V p = exp_reduced(reduce(t, n));
+  return _mm512_scalef_ps(p, n);
+}
+
+[[gnu::always_inline]] inline V sigmoid16(V x) {
+  const SigmoidParts s = sigmoid_parts(x);
+  return _mm512_mask_mul_ps(s.rcp, s.neg, s.rcp, s.z);  // 1/(1+z), or z/(1+z) below 0
+}
+
+[[gnu::always_inline]] inline V silu16(V x) {
+  const SigmoidParts s = sigmoid_parts(x);
+  // Below -150, x z is 0 (rounded); with x itself it would be x times the clamped z.
+  V y = _mm512_mul_ps(_mm512_max_ps(vset(-150.0f), x), s.rcp);
+  y = _mm512_mask_mul_ps(y, s.neg, y, s.p);
+  y = _mm512_mask_scalef_ps(y, s.neg, y, s.n);  // x z / (1 + z), rounded once
+  // -inf * 0 is NaN in x / (1 + e^-x); here it would be -inf * 2^-150 = -inf.
+  const __mmask16 minus_inf = _mm512_fpclass_ps_mask(x, 0x10);
+  return _mm512_mask_mov_ps(y, minus_inf, vset(__builtin_nanf("")));
+}
+
+[[gnu::always_inline]] inline V silu_backward16(V g, V x) {
+  const SigmoidParts s = sigmoid_parts(x);
+  const V zr = _mm512_mul_ps(s.z, s.rcp);
+  const V sig = _mm512_mask_mov_ps(s.rcp, s.neg, zr);        // sigmoid(x)
+  const V one_minus = _mm512_mask_mov_ps(zr, s.neg, s.rcp);  // 1 - sigmoid(x)
+  return _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_fmadd_ps(x, one_minus, vset(1.0f)));
+}
+
+// GELU's tanh form is x sigmoid(w) with w = 2 sqrt(2/pi) (x + 0.044715 x^3), since
+// (1 + tanh(u)) / 2 = sigmoid(2u): the same parts as silu with w for the argument, and no
+// 1 + tanh(u) to cancel for negative x. Where w < -150 the product is x times 0 (NaN for
+// x = -inf, as the tanh form gives).
+[[gnu::always_inline]] inline V gelu16(V x) {
+  const V w = _mm512_mul_ps(
+      x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), vset(0.07135481627260025f), vset(1.5957691216057308f)));
+  const SigmoidParts s = sigmoid_parts(w);
+  V y = _mm512_mul_ps(x, s.rcp);
+  y = _mm512_mask_mul_ps(y, s.neg, y, s.p);
+  y = _mm512_mask_scalef_ps(y, s.neg, y, s.n);
+  const __mmask16 far = _mm512_cmp_ps_mask(w, vset(-150.0f), _CMP_LT_OQ);
+  return _mm512_mask_mul_ps(y, far, x, _mm512_setzero_ps());
+}
+
+// Runs f over 16 lanes at a time, the tail under a mask (masked loads do not fault past it).
+template <typename F>
+[[gnu::always_inline]] inline void unary_loop(float* o, const float* x, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {  // two vectors in flight: the chains are long
+    const V a = f(_mm512_loadu_ps(x + i)), b = f(_mm512_loadu_ps(x + i + 16));
+    _mm512_storeu_ps(o + i, a);
+    _mm512_storeu_ps(o + i + 16, b);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(o + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+void exp_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, exp16); }
+void sigmoid_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, sigmoid16); }
+void silu_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, silu16); }
+void gelu_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, gelu16); }
+void silu_backward_avx512(float* o, const float* g, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const V gv = _mm512_maskz_loadu_ps(m, g + i), xv = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(o + i, m, silu_backward16(gv, xv));
+  }
+}
+
+#pragma GCC pop_options
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+}
+#else
+bool cpu_has_avx512() { return false; }
+#endif
+
+const bool g_has_avx512 = cpu_has_avx512();
+std::atomic<bool> g_enabled{true};
+
+}  // namespace
+
+bool vec_exp_active() { return g_has_avx512 && g_enabled.load(std::memory_order_relaxed); }
+
+bool set_vec_exp_enabled(bool enabled) { return g_enabled.exchange(enabled); }
+
+#if MT_HAVE_AVX512_EXP
+#define MT_VEC_OR_PORTABLE(avx512, portable, ...) \
+  return vec_exp_active() ? avx512(__VA_ARGS__) : portable(__VA_ARGS__)
+#else
+#define MT_VEC_OR_PORTABLE(avx512, portable, ...) return portable(__VA_ARGS__)
+#endif
+
+void exp_f32_loop(float* o, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(exp_avx512, exp_portable, o, x, n);
+}
+void sigmoid_f32_loop(float* o, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(sigmoid_avx512, sigmoid_portable, o, x, n);
+}
+void silu_f32_loop(float* o, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(silu_avx512, silu_portable, o, x, n);
+}
+void gelu_f32_loop(float* o, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(gelu_avx512, gelu_portable, o, x, n);
+}
+void silu_backward_f32_loop(float* o, const float* g, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(silu_backward_avx512, silu_backward_portable, o, g, x, n);
+}
+
+}  // namespace mt::cpu
