@@ -7,6 +7,7 @@ namespace mt {
 namespace {
 
 thread_local CallTrace* t_trace = nullptr;
+thread_local CallObserver* t_observer = nullptr;
 thread_local int t_depth = 0;
 
 std::vector<std::string> strs(const Stack& s, size_t from) {
@@ -23,6 +24,21 @@ void install_trace_fallback() {
   static Library lib(Library::Kind::Impl, "_", DispatchKey::Trace);
   lib.fallback([](const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
     CallTrace* trace = t_trace;
+    CallObserver* observer = t_observer;
+    if (observer) {
+      const size_t base = stack->size() - op.schema().arguments.size();
+      const int depth = t_depth;
+      ks = ks | observer->before(op, depth, std::span<Value>(stack->data() + base, stack->size() - base));
+      const Stack args(stack->begin() + std::ptrdiff_t(base), stack->end());
+      ++t_depth;
+      struct Leave {
+        ~Leave() { --t_depth; }
+      } leave;
+      op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
+      observer->after(op, depth, args,
+                      std::span<const Value>(stack->data() + base, stack->size() - base));
+      return;
+    }
     if (!trace) return op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
     size_t n = op.schema().arguments.size();
     size_t base = stack->size() - n;
@@ -45,6 +61,12 @@ TraceCallsGuard::TraceCallsGuard(CallTrace* out) : prev_(t_trace), include_(Disp
   t_trace = out;
 }
 TraceCallsGuard::~TraceCallsGuard() { t_trace = prev_; }
+
+ObserveCallsGuard::ObserveCallsGuard(CallObserver* observer)
+    : prev_(t_observer), include_(DispatchKey::Trace) {
+  t_observer = observer;
+}
+ObserveCallsGuard::~ObserveCallsGuard() { t_observer = prev_; }
 
 std::string TracedCall::str() const {
   return fmt::format("{}{}({}) -> ({})", std::string(size_t(2 * depth), ' '), op,

@@ -110,7 +110,7 @@ with tempfile.TemporaryDirectory() as scratch:
     expect("MT_TRACE=bogus,dispatch traces and warns", ["doctor"], 0, env={"MT_TRACE": "bogus, dispatch"},
            stderr_has="keys=")
     expect("MT_LOG=registrations (a typo) warns", ["ops"], 0, env={"MT_LOG": "registrations"},
-           stderr_has="MT_LOG: ignoring unknown word 'registrations' (known: registration)")
+           stderr_has="MT_LOG: ignoring unknown word 'registrations' (known: registration, compile)")
 
     # Every --json output parses, also with a cache path holding a tab, a CR and a non-UTF-8 byte.
     odd = scratch.encode() + b"/tab\there\rcr\xffbyte"

@@ -33,4 +33,21 @@ struct MlpRow {
 
 MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts);
 
+// The same step eager and through mt::compile, side by side: two models from one seed,
+// their steps alternating, each timed on its own (median ms). Also the first call of the
+// compiled step (capture, planning, kernels), in a fresh Compiled and in a second one
+// (kernels then come from the memory cache), and whether both models end bitwise equal.
+struct MlpCompileRow {
+  mlp::Shape shape;
+  std::string device;
+  int steps;
+  double eager_ms, compiled_ms;
+  double first_call_ms, second_compile_ms;
+  size_t nodes, fusion_groups;
+  bool bitwise_equal;
+  double max_param_diff;
+};
+
+MlpCompileRow bench_mlp_compile(const mlp::Shape& shape, Device device, const MlpOptions& opts);
+
 }  // namespace mt::bench
