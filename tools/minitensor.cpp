@@ -575,7 +575,14 @@ int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts,
   const std::string where = dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
                                           : fmt::format("cpu ({}, {} threads)", cpu_model(), cpu::num_threads());
   auto label = [](const mlp::Shape& s) { return fmt::format("{}/{}/{}", s.batch, s.in, s.hidden); };
+  // The user's x * sigmoid(x), compiled into one kernel, against mt::silu.
+  const int lo = dev.is_cuda() ? 20 : 16, hi = dev.is_cuda() ? 26 : 20;
+  const std::vector<bench::CompiledSiluRow> silu_rows = bench::bench_compiled_silu(dev, lo, hi);
   if (o.json) {
+    Json silu_json = Json::array();
+    for (const auto& r : silu_rows)
+      silu_json.push_back({{"log2n", r.log2n}, {"silu_ms", r.silu_ms}, {"compiled_ms", r.compiled_ms},
+                           {"eager_ms", r.eager_ms}, {"fusion_groups", r.fusion_groups}, {"max_diff", r.max_diff}});
     Json json_rows = Json::array();
     for (const auto& r : rows)
       json_rows.push_back({{"batch", r.shape.batch}, {"in", r.shape.in}, {"hidden", r.shape.hidden},
@@ -584,7 +591,8 @@ int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts,
                            {"second_compile_ms", r.second_compile_ms}, {"nodes", r.nodes},
                            {"fusion_groups", r.fusion_groups}, {"bitwise_equal", r.bitwise_equal},
                            {"max_param_diff", r.max_param_diff}});
-    print_json({{"bench", "mlp --compile"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr}, {"rows", json_rows}});
+    print_json({{"bench", "mlp --compile"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr},
+                {"rows", json_rows}, {"silu", silu_json}});
     return 0;
   }
   std::printf("examples/mlp.h's training step, eager and through mt::compile (steps alternating, each\n"
@@ -600,6 +608,17 @@ int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts,
   bench::print_table({"batch/in/hidden", "steps", "eager ms", "compiled ms", "speedup", "1st call ms",
                       "2nd compile ms", "nodes/fused", "params vs eager"},
                      table);
+  std::printf("\na user's unfused x * sigmoid(x) through mt::compile, against mt::silu and the same\n"
+              "expression eager (float32; median ms)\n");
+  std::vector<std::vector<std::string>> silu_table;
+  for (const auto& r : silu_rows)
+    silu_table.push_back({fmt::format("2^{}", r.log2n), fmt::format("{:.4f}", r.silu_ms),
+                          fmt::format("{:.4f}", r.compiled_ms), fmt::format("{:.3f}", r.compiled_ms / r.silu_ms),
+                          fmt::format("{:.4f}", r.eager_ms), fmt::format("{}", r.fusion_groups),
+                          fmt::format("{:.2g}", r.max_diff)});
+  bench::print_table({"n", "mt::silu ms", "compiled ms", "compiled/silu", "eager x*sigmoid(x) ms",
+                      "fused groups", "max diff"},
+                     silu_table);
   return 0;
 }
 

@@ -121,4 +121,30 @@ MlpCompileRow bench_mlp_compile(const mlp::Shape& shape, Device device, const Ml
   return r;
 }
 
+std::vector<CompiledSiluRow> bench_compiled_silu(Device device, int lo, int hi) {
+  check_device(device, "bench mlp --compile");
+  const GraphFn user = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{mt::mul(in[0], mt::sigmoid(in[0]))};
+  };
+  Compiled compiled = mt::compile(user, {.name = "x * sigmoid(x)"});
+  std::vector<CompiledSiluRow> rows;
+  for (int k = lo; k <= hi; ++k) {
+    manual_seed(uint64_t(k));
+    const Tensor x = randn({int64_t(1) << k}).to(device);
+    CompiledSiluRow r{};
+    r.log2n = k;
+    auto time = [&](const std::function<void()>& f) {
+      if (device.is_cuda()) return cuda_median_ms(device.index, {.warmup = 5, .repeats = 30}, f);
+      return 1e3 * cpu_median_seconds(f, 5, 0.2, 200);
+    };
+    r.silu_ms = time([&] { Tensor y = mt::silu(x); });
+    r.compiled_ms = time([&] { compiled(x); });
+    r.eager_ms = time([&] { user({x}); });
+    r.fusion_groups = compiled.num_fusion_groups();
+    r.max_diff = mt::max(mt::abs(compiled(x)[0].cpu() - mt::silu(x).cpu())).item<double>();
+    rows.push_back(r);
+  }
+  return rows;
+}
+
 }  // namespace mt::bench

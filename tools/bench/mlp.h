@@ -50,4 +50,15 @@ struct MlpCompileRow {
 
 MlpCompileRow bench_mlp_compile(const mlp::Shape& shape, Device device, const MlpOptions& opts);
 
+// A user's unfused x * sigmoid(x) through mt::compile (one fused kernel) against the
+// built-in mt::silu and the same expression eager (two kernels), float32, 2^lo..2^hi
+// elements; median ms (CUDA events, L2 flushed; CPU steady_clock).
+struct CompiledSiluRow {
+  int log2n;
+  double silu_ms, compiled_ms, eager_ms;
+  size_t fusion_groups;
+  double max_diff;  // compiled against mt::silu
+};
+std::vector<CompiledSiluRow> bench_compiled_silu(Device device, int lo, int hi);
+
 }  // namespace mt::bench
