@@ -156,6 +156,10 @@ TEST_SUITE("compile") {
               .starts_with("[compile] capturing the function failed (in 'mt::add'):\n[compile] "
                            "argument 1 of 'mt::add' is a fake tensor that the function did not get "
                            "as an input"));
+    CHECK(error_of([] { capture([](const Tensors& in) { return one(in[0] + randn({3})); }, {randn({3})}); })
+              .find("argument 1 of 'mt::add' was made by mt::randn while the function was "
+                    "captured; its values (random draws, ranges) cannot be part of the graph") !=
+          std::string::npos);
     Tensor param = randn({3}).requires_grad_();
     CHECK(error_of([&] { capture([&](const Tensors& in) { return one(in[0] * param); }, {randn({3})}); })
               .find("[compile] 'mt::mul' got a real tensor that requires grad and is not an input") !=

@@ -57,9 +57,11 @@ class Capturer final : public CallObserver, public detail::FakeFactoryObserver {
   }
 
   // ---- FakeFactoryObserver ----
-  void made(const Tensor& t, std::optional<double> fill, const Tensor* source) override {
+  void made(const Tensor& t, const char* factory, std::optional<double> fill,
+            const Tensor* source) override {
     Made& m = made_[t.impl()];
     m.t = t;
+    m.factory = factory;
     if (fill) m.fill = fill;
     if (source) m.source = *source;
   }
@@ -157,6 +159,12 @@ class Capturer final : public CallObserver, public detail::FakeFactoryObserver {
       ids_[t.impl()] = id;
       return id;
     }
+    const std::string& f = m->second.factory;
+    MT_CHECK(f == "empty" || f == "full" || f == "fake_empty" || f == "fake_like",
+             "[compile] {} was made by mt::{} while the function was captured; its values "
+             "(random draws, ranges) cannot be part of the graph. Make it outside the function and "
+             "pass it as an input",
+             where, f);
     // A factory call (mt::zeros, ones_like, empty, ...) made under FakeMode: a node of its own.
     GraphNode node;
     node.fill = m->second.fill;
@@ -198,6 +206,7 @@ class Capturer final : public CallObserver, public detail::FakeFactoryObserver {
  private:
   struct Made {
     Tensor t;
+    std::string factory;
     std::optional<double> fill;
     Tensor source;
   };
