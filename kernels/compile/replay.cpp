@@ -85,10 +85,12 @@ struct Step {
   std::optional<double> fill;
   std::vector<int> release;  // values not needed after this step
   std::string label;
+  Stack stack;  // reused from call to call (its capacity stays)
 };
 
 struct Plan {
-  Graph graph;
+  Graph graph;  // as captured (printed)
+  Graph exec;   // as run: clones forwarded (Note [Clone forwarding])
   std::vector<FusionGroup> groups;
   std::vector<Step> steps;
   std::vector<std::pair<int, Tensor>> constants;
@@ -101,6 +103,7 @@ struct Plan {
   std::vector<Tensor> static_inputs, static_grads_in, static_outputs;
   std::vector<std::pair<int, Tensor>> static_grads_out;
   std::vector<bool> input_written;
+  std::vector<Tensor> vals;  // one slot a value, reused from call to call
   std::string str() const;
 };
 
@@ -150,6 +153,57 @@ Step make_step(const Graph& g, const GraphNode& n) {
   return s;
 }
 
+// Note [Clone forwarding]
+// Capture sees fake gradients, which have no storage, so the engine cannot tell that a
+// fresh gradient is referenced nowhere else and steals it into .grad as it does in eager
+// mode (autograd/engine.cpp, accumulate_leaf): it clones instead, and the graph has a
+// clone per leaf. The plan drops a clone whose input is a fresh contiguous intermediate
+// that nothing else reads (the condition eager mode checks with use counts) and passes the
+// input on in its place: the values are the same bits, one copy fewer.
+std::vector<bool> forward_clones(Graph& g) {
+  std::vector<int> uses(g.values.size(), 0);
+  for (const GraphNode& n : g.nodes)
+    for (const GraphArg& a : n.args) {
+      if (a.kind == GraphArg::Kind::Tensor) ++uses[size_t(a.value)];
+      for (int id : a.list) ++uses[size_t(id)];
+    }
+  for (int id : g.outputs)
+    if (id >= 0) uses[size_t(id)] += 2;
+  for (auto [input, id] : g.grads)
+    if (id >= 0) uses[size_t(id)] += 2;
+  std::vector<int> to(g.values.size());
+  for (size_t v = 0; v < to.size(); ++v) to[v] = int(v);
+  std::vector<bool> dropped(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    GraphNode& n = g.nodes[i];
+    if (n.is_factory() || n.op.name().str() != "mt::clone" || n.args.empty() ||
+        n.args[0].kind != GraphArg::Kind::Tensor || n.outputs.size() != 1 || n.outputs[0] < 0)
+      continue;
+    const int v = n.args[0].value;
+    const GraphValue& in = g.values[size_t(v)];
+    if (uses[size_t(v)] != 1 || in.kind != GraphValue::Kind::Intermediate || in.alias_root != v ||
+        in.strides != contiguous_strides(in.sizes))
+      continue;
+    to[size_t(n.outputs[0])] = v;
+    dropped[i] = true;
+  }
+  auto fix = [&](int& id) {
+    if (id >= 0) id = to[size_t(id)];
+  };
+  for (GraphNode& n : g.nodes) {
+    for (GraphArg& a : n.args) {
+      if (a.kind == GraphArg::Kind::Tensor) fix(a.value);
+      for (int& id : a.list) fix(id);
+    }
+    for (int& id : n.mutated) fix(id);
+  }
+  for (int& id : g.outputs) fix(id);
+  for (auto& [input, id] : g.grads) fix(id);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (dropped[i]) g.nodes[i].args.clear(), g.nodes[i].outputs.clear();
+  return dropped;
+}
+
 // The guard of a call: everything the captured graph depends on, as numbers.
 std::vector<int64_t> guard_of(const std::vector<Tensor>& inputs) {
   std::vector<int64_t> g;
@@ -190,7 +244,9 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
                                 const CompileOptions& opts) {
   auto plan = std::make_unique<Plan>();
   plan->graph = capture(fn, inputs, {.input_names = opts.input_names});
-  const Graph& g = plan->graph;
+  plan->exec = plan->graph;
+  const std::vector<bool> dropped = forward_clones(plan->exec);
+  const Graph& g = plan->exec;
   for (const Tensor& t : inputs)
     if (t.defined() && t.is_cuda()) plan->cuda = true, plan->device = t.device().index;
   const bool fuse = opts.fuse.value_or(plan->cuda);
@@ -201,6 +257,7 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
     for (int n : plan->groups[k].nodes) group_of[size_t(n)] = int(k);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const int k = group_of[i];
+    if (dropped[i]) continue;
     if (k < 0) {
       plan->steps.push_back(make_step(g, g.nodes[i]));
     } else if (plan->groups[size_t(k)].nodes.back() == int(i)) {  // the group runs at its root
@@ -265,8 +322,9 @@ std::string Plan::str() const {
 
 // Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads).
 std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
-  const Graph& g = p.graph;
-  std::vector<Tensor> vals(g.values.size());
+  const Graph& g = p.exec;
+  std::vector<Tensor>& vals = p.vals;
+  vals.assign(g.values.size(), Tensor());
   for (size_t i = 0; i < inputs.size(); ++i) vals[size_t(g.inputs[i])] = inputs[i];
   for (const GraphValue& v : g.values)
     if (v.kind == GraphValue::Kind::InputGrad) vals[size_t(&v - g.values.data())] = inputs[size_t(v.input)].grad();
@@ -276,7 +334,8 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
     switch (s.kind) {
       case Step::Kind::Kernel:
       case Step::Kind::Dispatch: {
-        Stack stack = s.args;
+        Stack& stack = s.stack;
+        stack.assign(s.args.begin(), s.args.end());
         for (const auto& [slot, v] : s.tensors) stack[slot] = Value(vals[size_t(v)]);
         for (const auto& [slot, l] : s.lists) {
           std::vector<Tensor> ts;
@@ -323,6 +382,8 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> outs;
   outs.reserve(g.outputs.size());
   for (int v : g.outputs) outs.push_back(v >= 0 ? vals[size_t(v)] : Tensor());
+  std::fill(vals.begin(), vals.end(), Tensor());
+  for (Step& s : p.steps) s.stack.clear();
   return outs;
 }
 
@@ -360,7 +421,7 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
       p.cuda_graph->capture_end();
       p.static_outputs = outs;
       p.static_grads_out.clear();
-      for (auto [input, v] : p.graph.grads) p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
+      for (auto [input, v] : p.exec.grads) p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
       p.graph_state = 2;
       if (logging)
         log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool)", opts.name,
@@ -434,9 +495,9 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
           plan->steps.size(), plan->groups.size(), plan->graph.str());
       for (const FusionGroup& fg : plan->groups) {
         std::vector<std::string> names;
-        for (int n : fg.nodes) names.push_back(plan->graph.nodes[size_t(n)].op_name());
+        for (int n : fg.nodes) names.push_back(plan->exec.nodes[size_t(n)].op_name());
         text += fmt::format("fusion group {}: {} -> {}\n{}\n", fg.name, fmt::join(names, ", "),
-                            plan->graph.values[size_t(fg.output)].name, fg.body);
+                            plan->exec.values[size_t(fg.output)].name, fg.body);
         text += fg.kernel().cuda_source();
       }
       text += "plan:\n" + plan->str();
