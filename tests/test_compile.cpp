@@ -268,6 +268,9 @@ TEST_SUITE("compile") {
       }
     }
     CHECK(step.compile_count() == 1);
+    // the clones capture adds in place of eager's stolen gradients are not run
+    CHECK(step.plan_str().find("mt::clone") == std::string::npos);
+    CHECK(step.graph_str().find("mt::clone(") != std::string::npos);
     // forward, the engine's backward calls, and the four updates are one graph
     const std::string s = step.graph_str();
     CHECK(s.find("mt::silu_backward(") != std::string::npos);

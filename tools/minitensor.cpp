@@ -272,8 +272,11 @@ int compile_demo(const std::string& device_name) {
   for (const FusionGroup& fg : fusion_groups(g)) {
     std::vector<std::string> ops;
     for (int n : fg.nodes) ops.push_back(g.nodes[size_t(n)].op_name());
+    std::string body = fg.body;
+    for (size_t at = body.find('\n'); at != std::string::npos; at = body.find('\n', at + 3))
+      body.replace(at, 1, "\n  ");
     std::printf("%s: %s\n  %s\n", fg.name.c_str(), fmt::format("{}", fmt::join(ops, ", ")).c_str(),
-                fg.body.c_str());
+                body.c_str());
   }
   std::printf("\n== 4. five steps, eager and compiled (mt::compile; replay without the dispatcher)\n\n");
   std::vector<Tensor> eager = make_inputs(), compiled_in = make_inputs();
