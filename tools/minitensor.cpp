@@ -579,7 +579,7 @@ int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts,
                                           : fmt::format("cpu ({}, {} threads)", cpu_model(), cpu::num_threads());
   auto label = [](const mlp::Shape& s) { return fmt::format("{}/{}/{}", s.batch, s.in, s.hidden); };
   // The user's x * sigmoid(x), compiled into one kernel, against mt::silu.
-  const int lo = dev.is_cuda() ? 20 : 16, hi = dev.is_cuda() ? 26 : 20;
+  const int lo = dev.is_cuda() ? 20 : 16, hi = dev.is_cuda() ? 26 : 18;
   const std::vector<bench::CompiledSiluRow> silu_rows = bench::bench_compiled_silu(dev, lo, hi);
   if (o.json) {
     Json silu_json = Json::array();

@@ -135,7 +135,7 @@ std::vector<CompiledSiluRow> bench_compiled_silu(Device device, int lo, int hi) 
     r.log2n = k;
     auto time = [&](const std::function<void()>& f) {
       if (device.is_cuda()) return cuda_median_ms(device.index, {.warmup = 5, .repeats = 30}, f);
-      return 1e3 * cpu_median_seconds(f, 5, 0.2, 200);
+      return 1e3 * cpu_median_seconds(f, 5, 0.05, 200);
     };
     r.silu_ms = time([&] { Tensor y = mt::silu(x); });
     r.compiled_ms = time([&] { compiled(x); });
