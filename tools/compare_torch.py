@@ -84,9 +84,8 @@ def triton_silu(x, y):
 MLP_SHAPES = [(64, 32, 64), (4096, 1024, 4096)]  # (batch, in, hidden); output dim = in
 
 
-def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
-    """Median ms per training step of the same MLP in PyTorch eager, and the first and last
-    timed losses."""
+def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda"):
+    """The MLP of examples/mlp.h in torch: its data, parameters and one training step."""
     torch.manual_seed(0)
     x = torch.randn(batch, d_in, device=dev)
     teacher = torch.randn(d_in, d_out, device=dev)
@@ -97,16 +96,28 @@ def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
     b2 = torch.zeros(d_out, device=dev, requires_grad=True)
     params = [w1, b1, w2, b2]
 
-    def step():
+    def forward_backward_update():
         y = F.silu(x @ w1 + b1) @ w2 + b2
         loss = F.mse_loss(y, target)
         loss.backward()
         with torch.no_grad():
             for p in params:
                 p.sub_(p.grad, alpha=lr)
+        return loss
+
+    def step():
+        loss = forward_backward_update()
         for p in params:
             p.grad = None
         return loss
+
+    return step, forward_backward_update, params
+
+
+def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
+    """Median ms per training step of the same MLP in PyTorch eager, and the first and last
+    timed losses."""
+    step, _, _ = torch_mlp(batch, d_in, hidden, d_out, lr, dev)
 
     # Warm up for the steps asked and at least 0.5 s, as `minitensor bench mlp` does.
     t_warm, done = time.perf_counter(), 0
@@ -127,25 +138,7 @@ def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
 def torch_mlp_compile_ms(batch, d_in, hidden, d_out, steps, lr, dev="cuda"):
     """The MLP step in torch eager, as a captured CUDA graph and through torch.compile:
     median ms per step each, and torch.compile's first call in ms."""
-    torch.manual_seed(0)
-    x = torch.randn(batch, d_in, device=dev)
-    target = torch.randn(batch, d_out, device=dev)
-    w1 = (torch.randn(d_in, hidden, device=dev) / d_in ** 0.5).requires_grad_()
-    b1 = torch.zeros(hidden, device=dev, requires_grad=True)
-    w2 = (torch.randn(hidden, d_out, device=dev) / hidden ** 0.5).requires_grad_()
-    b2 = torch.zeros(d_out, device=dev, requires_grad=True)
-    params = [w1, b1, w2, b2]
-
-    def step():
-        y = F.silu(x @ w1 + b1) @ w2 + b2
-        loss = F.mse_loss(y, target)
-        loss.backward()
-        with torch.no_grad():
-            for p in params:
-                p.sub_(p.grad, alpha=lr)
-        for p in params:
-            p.grad = None
-        return loss
+    step, forward_backward_update, params = torch_mlp(batch, d_in, hidden, d_out, lr, dev)
 
     def timed(fn, n):
         for _ in range(5):
@@ -169,12 +162,7 @@ def torch_mlp_compile_ms(batch, d_in, hidden, d_out, steps, lr, dev="cuda"):
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        y = F.silu(x @ w1 + b1) @ w2 + b2
-        static_loss = F.mse_loss(y, target)
-        static_loss.backward()
-        with torch.no_grad():
-            for p in params:
-                p.sub_(p.grad, alpha=lr)
+        forward_backward_update()
     graph_ms = timed(g.replay, steps)
     for p in params:
         p.grad = None

@@ -305,6 +305,20 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
   return g;
 }
 
+std::vector<int> Graph::use_counts() const {
+  std::vector<int> uses(values.size(), 0);
+  for (const GraphNode& n : nodes)
+    for (const GraphArg& a : n.args) {
+      if (a.kind == GraphArg::Kind::Tensor) ++uses[size_t(a.value)];
+      for (int id : a.list) ++uses[size_t(id)];
+    }
+  for (int id : outputs)
+    if (id >= 0) uses[size_t(id)] += 2;
+  for (auto [input, id] : grads)
+    if (id >= 0) uses[size_t(id)] += 2;
+  return uses;
+}
+
 // ---- printing ------------------------------------------------------------------------
 
 namespace {

@@ -81,6 +81,9 @@ struct Graph {
   std::string str() const;
   // The same as a Graphviz digraph: values are ellipses (inputs, constants) and nodes boxes.
   std::string dot() const;
+  // How often each value is read: as an argument (each time), a returned value or a .grad
+  // left behind (2 each, so that such a value never counts as read once).
+  std::vector<int> use_counts() const;
 };
 
 struct CaptureOptions {
@@ -122,7 +125,7 @@ class Compiled {
   Compiled(GraphFn fn, CompileOptions opts);
   // Checks the guards (sizes, strides, dtype, device, requires_grad, .grad defined, storage
   // sharing of the inputs), compiling on a new combination, then replays the plan.
-  // On the CUDA-graph path the outputs are the graph's own buffers, overwritten by the next
+  // Fake inputs run fn itself (shapes only). On the CUDA-graph path the outputs are the graph's own buffers, overwritten by the next
   // call (clone them to keep them), as with torch's CUDA graphs.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
   template <typename... Ts>

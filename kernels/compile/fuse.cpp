@@ -96,18 +96,7 @@ std::string short_op(const GraphNode& n) {
 
 std::vector<FusionGroup> fusion_groups(const Graph& g) {
   const size_t nn = g.nodes.size();
-  // Uses of each value: as an argument, a returned value, or a .grad left behind.
-  std::vector<int> uses(g.values.size(), 0);
-  for (const GraphNode& n : g.nodes)
-    for (const GraphArg& a : n.args) {
-      if (a.kind == GraphArg::Kind::Tensor) ++uses[size_t(a.value)];
-      for (int id : a.list) ++uses[size_t(id)];
-    }
-  for (int id : g.outputs)
-    if (id >= 0) uses[size_t(id)] += 2;
-  for (auto [input, id] : g.grads)
-    if (id >= 0) uses[size_t(id)] += 2;
-
+  const std::vector<int> uses = g.use_counts();
   std::vector<bool> ok(nn);
   for (size_t i = 0; i < nn; ++i) ok[i] = fusable(g, g.nodes[i]);
   std::vector<std::vector<int>> members(nn);  // by root node; empty once absorbed
