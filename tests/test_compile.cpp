@@ -388,6 +388,16 @@ TEST_SUITE("compile") {
     Tensors in64 = {in[0].to(DType::Float64), in[1].to(DType::Float64)};
     Tensors e64 = fn(in64), f64 = c(in64);
     for (size_t i = 0; i < e64.size(); ++i) CHECK(max_diff(e64[i], f64[i]) < 1e-10);
+    // the training step fused on CPU: its backward's seed (a one-element full) joins a group
+    Tensors eager_in = mlp_inputs(), fused_in = params_copy(eager_in);
+    Compiled step = mt::compile(train_step, {.fuse = true});
+    for (int i = 0; i < 3; ++i) {
+      train_step(eager_in);
+      step(fused_in);
+    }
+    CHECK(step.num_fusion_groups() >= 1);
+    CHECK(step.plan_str().find("fused_full_mul_sub_mul") != std::string::npos);
+    for (size_t p = 2; p < eager_in.size(); ++p) CHECK(max_diff(eager_in[p], fused_in[p]) < 1e-5);
   }
 
   TEST_CASE("fusion: the generated CUDA source compiles to CUBIN for sm_80 and sm_90" *

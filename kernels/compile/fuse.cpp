@@ -22,7 +22,8 @@ namespace mt {
 // floating dtypes only when their promotion is T, since jit::Pointwise converts its
 // inputs to the promoted dtype (a cast node in front is then what it did anyway).
 // Broadcasting needs no care: elementwise ops commute with it, and the kernel broadcasts
-// its inputs to the root's shape. Reductions, matmuls, views and in-place ops stay calls.
+// its inputs to the root's shape. A one-element filled factory (the backward's seed) joins
+// a group as a literal. Reductions, matmuls, views and in-place ops stay calls.
 
 namespace {
 
@@ -62,8 +63,12 @@ const std::map<std::string, Formula, std::less<>>& formulas() {
   return m;
 }
 
+// A one-element factory's value (the loss's seed gradient, ones_like(loss)) becomes a
+// literal of the expression: F.
+constexpr Formula kFill = {0, 0, "F"};
+
 const Formula* formula_of(const GraphNode& n) {
-  if (n.is_factory()) return nullptr;
+  if (n.is_factory()) return n.fill ? &kFill : nullptr;
   auto it = formulas().find(n.op.name().str());
   return it == formulas().end() ? nullptr : &it->second;
 }
@@ -73,6 +78,7 @@ bool fusable(const Graph& g, const GraphNode& n) {
   if (!f || !n.mutated.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
   const GraphValue& out = g.values[size_t(n.outputs[0])];
   if (!is_floating(out.dtype) || out.alias_root != n.outputs[0]) return false;
+  if (n.is_factory() && shape_numel(out.sizes) != 1) return false;  // broadcasts as a literal
   if (int(n.args.size()) < f->tensors + f->scalars) return false;
   for (int k = 0; k < f->tensors; ++k) {
     const GraphArg& a = n.args[size_t(k)];
@@ -88,6 +94,7 @@ bool fusable(const Graph& g, const GraphNode& n) {
 }
 
 std::string short_op(const GraphNode& n) {
+  if (n.is_factory()) return "full";
   std::string s = n.op.name().name;
   return s == "to" ? "cast" : s;
 }
@@ -141,9 +148,11 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       std::sort(merged.begin(), merged.end());
       const std::vector<int> ext = externals(merged);
       if (ext.size() > 7) continue;
-      DType promoted = g.values[size_t(ext[0])].dtype;
-      for (int e : ext) promoted = promote_types(promoted, g.values[size_t(e)].dtype);
-      if (promoted != t) continue;
+      if (!ext.empty()) {
+        DType promoted = g.values[size_t(ext[0])].dtype;
+        for (int e : ext) promoted = promote_types(promoted, g.values[size_t(e)].dtype);
+        if (promoted != t) continue;
+      }
       bool moved_past_write = false;
       for (int m : merged) {
         const Formula* fm = formula_of(g.nodes[size_t(m)]);
@@ -166,6 +175,7 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     fg.nodes = members[i];
     fg.output = g.nodes[i].outputs[0];
     fg.inputs = externals(fg.nodes);
+    if (fg.inputs.empty()) continue;  // nothing gives the kernel its shape: stays op calls
     std::vector<std::string> parts;
     std::string body;
     auto operand = [&](int v) {
@@ -198,8 +208,10 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
           return at < pattern.size() && (std::isalnum((unsigned char)pattern[at]) || pattern[at] == '_');
         };
         const char ch = pattern[c];
-        if ((ch == 'a' || ch == 'b' || ch == 's') && !(c > 0 && ident(c - 1)) && !ident(c + 1)) {
-          if (ch == 'a') e += operand(n.args[0].value);
+        if ((ch == 'a' || ch == 'b' || ch == 's' || ch == 'F') && !(c > 0 && ident(c - 1)) &&
+            !ident(c + 1)) {
+          if (ch == 'F') e += fmt::format("{:.17g}", *n.fill);
+          else if (ch == 'a') e += operand(n.args[0].value);
           else if (ch == 'b') e += operand(n.args[1].value);
           else e += scalar;
         } else {
