@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kernels/compile/compile.h"
+#include "runtime/view.h"
 
 namespace mt {
 
@@ -176,6 +177,11 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     fg.output = g.nodes[i].outputs[0];
     fg.inputs = externals(fg.nodes);
     if (fg.inputs.empty()) continue;  // nothing gives the kernel its shape: stays op calls
+    // The kernel's output has its inputs' broadcast shape; a literal of more dims than
+    // they have would be lost.
+    Shape shape = g.values[size_t(fg.inputs[0])].sizes;
+    for (int v : fg.inputs) shape = detail::broadcast_shapes(shape, g.values[size_t(v)].sizes, "fusion");
+    if (shape != g.values[size_t(fg.output)].sizes) continue;
     std::vector<std::string> parts;
     std::string body;
     auto operand = [&](int v) {
