@@ -282,6 +282,7 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
       outs = fn(fakes);
     } catch (const Error& e) {
       const std::string what = e.what();
+      if (what.starts_with("[compile]")) throw;  // says what and where already
       const std::string at = cap.current().empty() ? "" : fmt::format(" (in '{}')", cap.current());
       if (what.starts_with("[data_ptr] cannot read the data of a fake tensor"))
         MT_ERROR("[compile] the function read a tensor's values while it was captured{}: "
