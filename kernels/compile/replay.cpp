@@ -64,9 +64,19 @@ void log(const std::string& text) {
   }
 }
 
+// Signatures a kernel step calls unboxed (T: Tensor, d: double, l: int[], b: bool, i: int),
+// Note [Unboxed replay]; None: boxed, through a Stack.
+enum class Fast : uint8_t { None, T_T, T_TT, T_TTd, T_Td, T_Tl, T_Tlb, T_Tii };
+
 struct Step {
   enum class Kind : uint8_t { Kernel, Dispatch, Fused, Factory };
   Kind kind = Kind::Kernel;
+  Fast fast = Fast::None;
+  int t0 = -1, t1 = -1;  // tensor operands' values (fast path)
+  double d = 0;
+  std::vector<int64_t> l;
+  bool b = false;
+  int64_t i0 = 0, i1 = 0;
   OperatorHandle op;
   const KernelFunction* kernel = nullptr;
   DispatchKeySet keys;
@@ -106,6 +116,74 @@ struct Plan {
   std::vector<Tensor> vals;  // one slot a value, reused from call to call
   std::string str() const;
 };
+
+// Note [Unboxed replay]
+// A boxed call boxes every argument into a Value, and the kernel's trampoline unboxes it
+// again; for the few signatures most built-in ops have, replay calls the kernel's unboxed
+// function pointer instead, with the arguments taken from the value slots. The kernel's
+// own inferred signature (KernelFunction::signature) is compared with the one called, so
+// the cast is the one the dispatcher itself makes (Note [Canonical calling convention]).
+template <typename Ret, typename... Args>
+bool has_signature(const KernelFunction& kf) {
+  const detail::InferredSignature* sig = kf.signature();
+  if (!sig) return false;
+  const detail::InferredSignature want = detail::infer_signature<Ret, Args...>();
+  return sig->args == want.args && sig->returns == want.returns;
+}
+
+void classify(Step& s, const KernelFunction& kf, const GraphNode& n) {
+  using L = std::vector<int64_t>;
+  const auto& a = n.args;
+  auto tensor = [&](size_t i) { return i < a.size() && a[i].kind == GraphArg::Kind::Tensor; };
+  auto constant = [&](size_t i, auto pred) {
+    return i < a.size() && a[i].kind == GraphArg::Kind::Constant && pred(a[i].constant);
+  };
+  auto is_d = [](const Value& v) { return v.is_double(); };
+  auto is_l = [](const Value& v) { return v.is_int_list(); };
+  auto is_b = [](const Value& v) { return v.is_bool(); };
+  auto is_i = [](const Value& v) { return v.is_int(); };
+  if (n.returns_list || n.outputs.size() != 1) return;
+  Fast f = Fast::None;
+  if (a.size() == 1 && tensor(0) && has_signature<Tensor, Tensor>(kf)) f = Fast::T_T;
+  else if (a.size() == 2 && tensor(0) && tensor(1) && has_signature<Tensor, Tensor, Tensor>(kf)) f = Fast::T_TT;
+  else if (a.size() == 3 && tensor(0) && tensor(1) && constant(2, is_d) &&
+           has_signature<Tensor, Tensor, Tensor, double>(kf)) f = Fast::T_TTd;
+  else if (a.size() == 2 && tensor(0) && constant(1, is_d) && has_signature<Tensor, Tensor, double>(kf)) f = Fast::T_Td;
+  else if (a.size() == 2 && tensor(0) && constant(1, is_l) && has_signature<Tensor, Tensor, L>(kf)) f = Fast::T_Tl;
+  else if (a.size() == 3 && tensor(0) && constant(1, is_l) && constant(2, is_b) &&
+           has_signature<Tensor, Tensor, L, bool>(kf)) f = Fast::T_Tlb;
+  else if (a.size() == 3 && tensor(0) && constant(1, is_i) && constant(2, is_i) &&
+           has_signature<Tensor, Tensor, int64_t, int64_t>(kf)) f = Fast::T_Tii;
+  if (f == Fast::None) return;
+  s.fast = f;
+  s.t0 = a[0].value;
+  if (tensor(1)) s.t1 = a[1].value;
+  if (f == Fast::T_TTd) s.d = a[2].constant.to_double();
+  if (f == Fast::T_Td) s.d = a[1].constant.to_double();
+  if (f == Fast::T_Tl || f == Fast::T_Tlb) s.l = a[1].constant.to_int_list();
+  if (f == Fast::T_Tlb) s.b = a[2].constant.to_bool();
+  if (f == Fast::T_Tii) s.i0 = a[1].constant.to_int(), s.i1 = a[2].constant.to_int();
+}
+
+// The result of an unboxed kernel step.
+Tensor call_fast(const Step& s, const std::vector<Tensor>& vals) {
+  using L = std::vector<int64_t>;
+  const KernelFunction& k = *s.kernel;
+  const Tensor& x = vals[size_t(s.t0)];
+  switch (s.fast) {
+    case Fast::T_T: return k.call_unboxed<Tensor, Tensor>(s.keys, x);
+    case Fast::T_TT: return k.call_unboxed<Tensor, Tensor, Tensor>(s.keys, x, vals[size_t(s.t1)]);
+    case Fast::T_TTd:
+      return k.call_unboxed<Tensor, Tensor, Tensor, double>(s.keys, x, vals[size_t(s.t1)], s.d);
+    case Fast::T_Td: return k.call_unboxed<Tensor, Tensor, double>(s.keys, x, s.d);
+    case Fast::T_Tl: return k.call_unboxed<Tensor, Tensor, L>(s.keys, x, s.l);
+    case Fast::T_Tlb: return k.call_unboxed<Tensor, Tensor, L, bool>(s.keys, x, s.l, s.b);
+    case Fast::T_Tii: return k.call_unboxed<Tensor, Tensor, int64_t, int64_t>(s.keys, x, s.i0, s.i1);
+    case Fast::None: break;
+  }
+  MT_ASSERT(false, "call_fast on a boxed step");
+  return {};
+}
 
 Step make_step(const Graph& g, const GraphNode& n) {
   Step s;
@@ -150,6 +228,7 @@ Step make_step(const Graph& g, const GraphNode& n) {
         break;
     }
   }
+  if (direct) classify(s, kf, n);
   return s;
 }
 
@@ -298,7 +377,7 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
 std::string Plan::str() const {
   std::string out;
   for (const Step& s : steps) {
-    const char* how = s.kind == Step::Kind::Kernel     ? "kernel"
+    const char* how = s.kind == Step::Kind::Kernel     ? (s.fast != Fast::None ? "kernel" : "boxed")
                       : s.kind == Step::Kind::Dispatch ? "dispatch"
                       : s.kind == Step::Kind::Fused    ? "fused"
                                                        : "alloc";
@@ -325,6 +404,11 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
     switch (s.kind) {
       case Step::Kind::Kernel:
       case Step::Kind::Dispatch: {
+        if (s.fast != Fast::None) {
+          Tensor r = call_fast(s, vals);
+          if (s.outputs[0] >= 0) vals[size_t(s.outputs[0])] = std::move(r);
+          break;
+        }
         Stack& stack = s.stack;
         stack.assign(s.args.begin(), s.args.end());
         for (const auto& [slot, v] : s.tensors) stack[slot] = Value(vals[size_t(v)]);
