@@ -76,8 +76,11 @@ Tensors train_step(const Tensors& in) {
 
 Tensors mlp_inputs() {
   manual_seed(7);
-  return {randn({16, 8}), randn({16, 4}), mt::mul(randn({8, 32}), 0.3).requires_grad_(),
-          zeros({32}).requires_grad_(), mt::mul(randn({32, 4}), 0.2).requires_grad_(),
+  return {randn({16, 8}),
+          randn({16, 4}),
+          mt::mul(randn({8, 32}), 0.3).requires_grad_(),
+          zeros({32}).requires_grad_(),
+          mt::mul(randn({32, 4}), 0.2).requires_grad_(),
           zeros({4}).requires_grad_()};
 }
 
@@ -96,8 +99,8 @@ TEST_SUITE("compile") {
       Tensor y = mt::relu(mt::matmul(in[0], in[1]) + in[2]);
       return Tensors{mt::sum(y, {1}), y.t()};
     };
-    Graph g = capture(fn, {randn({4, 3}), randn({3, 2}), randn({2})},
-                      {.input_names = {"x", "w", "b"}});
+    Graph g =
+        capture(fn, {randn({4, 3}), randn({3, 2}), randn({2})}, {.input_names = {"x", "w", "b"}});
     CHECK(g.str() ==
           "graph(x: float32[4, 3], w: float32[3, 2], b: float32[2]):\n"
           "  matmul: float32[4, 2] = mt::matmul(x, w)\n"
@@ -147,36 +150,44 @@ TEST_SUITE("compile") {
 
   TEST_CASE("capture: reading a value, or a fake tensor from outside, is a clear error") {
     const std::string err = error_of([] {
-      capture([](const Tensors& in) { return one(in[0] * mt::sum(in[0]).item<float>()); }, {randn({3})});
+      capture([](const Tensors& in) { return one(in[0] * mt::sum(in[0]).item<float>()); },
+              {randn({3})});
     });
-    CHECK(err.starts_with("[compile] the function read a tensor's values while it was captured: "
-                          "capture runs it on fake tensors, which have shapes but no values."));
+    CHECK(
+        err.starts_with("[compile] the function read a tensor's values while it was captured: "
+                        "capture runs it on fake tensors, which have shapes but no values."));
     Tensor outside = fake_empty({3});
-    CHECK(error_of([&] { capture([&](const Tensors& in) { return one(in[0] + outside); }, {randn({3})}); })
+    CHECK(error_of([&] {
+            capture([&](const Tensors& in) { return one(in[0] + outside); }, {randn({3})});
+          })
               .starts_with("[compile] argument 1 of 'mt::add' is a fake tensor that the function "
                            "did not get as an input and that no op or factory made while it was "
                            "captured"));
-    CHECK(error_of([] { capture([](const Tensors& in) { return one(in[0] + randn({3})); }, {randn({3})}); })
-              == "[compile] argument 1 of 'mt::add' was made by mt::randn while the function was "
-                 "captured; its values (random draws, ranges) cannot be part of the graph. Make it "
-                 "outside the function and pass it as an input");
+    CHECK(error_of([] {
+            capture([](const Tensors& in) { return one(in[0] + randn({3})); }, {randn({3})});
+          }) ==
+          "[compile] argument 1 of 'mt::add' was made by mt::randn while the function was "
+          "captured; its values (random draws, ranges) cannot be part of the graph. Make it "
+          "outside the function and pass it as an input");
     Tensor param = randn({3}).requires_grad_();
-    CHECK(error_of([&] { capture([&](const Tensors& in) { return one(in[0] * param); }, {randn({3})}); }) ==
+    CHECK(error_of([&] {
+            capture([&](const Tensors& in) { return one(in[0] * param); }, {randn({3})});
+          }) ==
           "[compile] 'mt::mul' got a real tensor that requires grad and is not an input of the "
           "captured function (a parameter it closes over); pass it as an input, so that its "
           "gradient and updates reach it");
-    CHECK(error_of([] { capture([](const Tensors& in) { return one(in[0] + 1.0); }, {Tensor()}); }) ==
-          "[compile] input 0 is an undefined Tensor");
+    CHECK(error_of([] {
+            capture([](const Tensors& in) { return one(in[0] + 1.0); }, {Tensor()});
+          }) == "[compile] input 0 is an undefined Tensor");
   }
 
   TEST_CASE("capture: constants, factories, in-place ops and Tensor[] arguments") {
     Tensor c = randn({3});
-    auto scale_all = custom_op(
-        "test_compile::scale_all_",
-        [](const std::vector<Tensor>& xs, double s) {
-          for (const Tensor& x : xs) mt::mul_(x, s);
-        },
-        {.mutates_args = {"_0"}});
+    auto scale_all = custom_op("test_compile::scale_all_",
+                               [](const std::vector<Tensor>& xs, double s) {
+                                 for (const Tensor& x : xs) mt::mul_(x, s);
+                               },
+                               {.mutates_args = {"_0"}});
     scale_all.register_fake([](const std::vector<Tensor>&, double) {});
     auto fn = [&](const Tensors& in) {
       Tensor z = mt::zeros({3});
@@ -202,58 +213,91 @@ TEST_SUITE("compile") {
     Tensor pos = mt::add(rand({4, 5}), 0.5), any = randn({4, 5}), row = randn({5});
     for (const ew::Row& r : ew::kRows) {
       if (r.name == "mse_loss") continue;  // a loss: mse_loss below
-      const std::string name = fmt::format("mt::{}{}", r.name, r.arity == ew::Arity::Scalar && r.name != "pow" ? ".Scalar" : "");
+      const std::string name = fmt::format(
+          "mt::{}{}", r.name, r.arity == ew::Arity::Scalar && r.name != "pow" ? ".Scalar" : "");
       auto op = dispatcher().find_or_throw(name);
       const Tensor x = r.positive() ? pos : any;
       GraphFn fn;
       if (r.arity == ew::Arity::Unary)
-        fn = [op](const Tensors& in) { Stack s{in[0]}; op.call_boxed(&s); return one(s[0].to_tensor()); };
+        fn = [op](const Tensors& in) {
+          Stack s{in[0]};
+          op.call_boxed(&s);
+          return one(s[0].to_tensor());
+        };
       else if (r.arity == ew::Arity::Scalar)
-        fn = [op](const Tensors& in) { Stack s{in[0], 1.5}; op.call_boxed(&s); return one(s[0].to_tensor()); };
+        fn = [op](const Tensors& in) {
+          Stack s{in[0], 1.5};
+          op.call_boxed(&s);
+          return one(s[0].to_tensor());
+        };
       else
-        fn = [op](const Tensors& in) { Stack s{in[0], in[1], 0.5}; op.call_boxed(&s); return one(s[0].to_tensor()); };
+        fn = [op](const Tensors& in) {
+          Stack s{in[0], in[1], 0.5};
+          op.call_boxed(&s);
+          return one(s[0].to_tensor());
+        };
       check_replay(name.c_str(), fn, {x, row});
     }
     check_replay("int64 add", [](const Tensors& in) { return one(in[0] + in[1]); },
                  {arange(6, {.dtype = DType::Int64}), arange(6, {.dtype = DType::Int64})});
-    check_replay("cast", [](const Tensors& in) { return one(mt::sigmoid(in[0].to(DType::Float64))); }, {any});
-    check_replay("silu_backward", [](const Tensors& in) { return one(mt::silu_backward(in[0], in[1])); },
+    check_replay("cast",
+                 [](const Tensors& in) { return one(mt::sigmoid(in[0].to(DType::Float64))); },
+                 {any});
+    check_replay("silu_backward",
+                 [](const Tensors& in) { return one(mt::silu_backward(in[0], in[1])); },
                  {any, pos});
   }
 
   TEST_CASE("replay: reductions, matmul, softmax, losses give the eager bits") {
     manual_seed(4);
     Tensor x = randn({6, 7}), y = randn({6, 7}), w = randn({7, 3});
-    check_replay("sum", [](const Tensors& in) { return Tensors{mt::sum(in[0]), mt::sum(in[0], {0}, true)}; }, {x});
+    check_replay("sum",
+                 [](const Tensors& in) {
+                   return Tensors{mt::sum(in[0]), mt::sum(in[0], {0}, true)};
+                 },
+                 {x});
     check_replay("mean", [](const Tensors& in) { return Tensors{mt::mean(in[0], {1})}; }, {x});
-    check_replay("max", [](const Tensors& in) {
-      auto [v, i] = mt::max(in[0], 1);
-      return Tensors{mt::max(in[0]), v, i};
-    }, {x});
-    check_replay("sum_to", [](const Tensors& in) { return one(mt::sum_to(in[0], Shape{1, 7})); }, {x});
+    check_replay("max",
+                 [](const Tensors& in) {
+                   auto [v, i] = mt::max(in[0], 1);
+                   return Tensors{mt::max(in[0]), v, i};
+                 },
+                 {x});
+    check_replay("sum_to",
+                 [](const Tensors& in) {
+                   return one(mt::sum_to(in[0], Shape{1, 7}));
+                 },
+                 {x});
     check_replay("matmul", [](const Tensors& in) { return one(mt::matmul(in[0], in[1])); }, {x, w});
-    check_replay("softmax", [](const Tensors& in) {
-      return Tensors{mt::softmax(in[0], 1), mt::log_softmax(in[0], 0)};
-    }, {x});
-    check_replay("mse_loss", [](const Tensors& in) { return one(mt::mse_loss(in[0], in[1])); }, {x, y});
+    check_replay("softmax",
+                 [](const Tensors& in) {
+                   return Tensors{mt::softmax(in[0], 1), mt::log_softmax(in[0], 0)};
+                 },
+                 {x});
+    check_replay("mse_loss", [](const Tensors& in) { return one(mt::mse_loss(in[0], in[1])); },
+                 {x, y});
   }
 
   TEST_CASE("replay: views and in-place ops keep eager's aliasing") {
     manual_seed(5);
     Tensor x = randn({4, 6}), y = randn({6});
-    check_replay("views", [](const Tensors& in) {
-      Tensor a = in[0].transpose(0, 1).contiguous().view({3, 8});
-      Tensor b = in[0].slice(1, 1, 5).select(0, 2).unsqueeze(0).expand({3, 4});
-      return Tensors{a.permute({1, 0}).reshape({24}), b * 2.0, in[0].flatten()};
-    }, {x});
-    check_replay("in place through a view", [](const Tensors& in) {
-      Tensor row = in[0].select(0, 1);
-      mt::add_(row, in[1], 2.0);  // writes row 1 of in[0]
-      mt::mul_(in[0], 0.5);
-      Tensor copy = in[0].clone();
-      in[0].fill_(3.0);
-      return Tensors{copy, in[0] + 1.0};
-    }, {x, y});
+    check_replay("views",
+                 [](const Tensors& in) {
+                   Tensor a = in[0].transpose(0, 1).contiguous().view({3, 8});
+                   Tensor b = in[0].slice(1, 1, 5).select(0, 2).unsqueeze(0).expand({3, 4});
+                   return Tensors{a.permute({1, 0}).reshape({24}), b * 2.0, in[0].flatten()};
+                 },
+                 {x});
+    check_replay("in place through a view",
+                 [](const Tensors& in) {
+                   Tensor row = in[0].select(0, 1);
+                   mt::add_(row, in[1], 2.0);  // writes row 1 of in[0]
+                   mt::mul_(in[0], 0.5);
+                   Tensor copy = in[0].clone();
+                   in[0].fill_(3.0);
+                   return Tensors{copy, in[0] + 1.0};
+                 },
+                 {x, y});
   }
 
   TEST_CASE("replay: a captured training step trains exactly like eager") {
@@ -305,10 +349,10 @@ TEST_SUITE("compile") {
     c(randn({3}));
     c(randn({3}));
     CHECK(c.compile_count() == 1);
-    c(randn({4}));                            // sizes
+    c(randn({4}));                             // sizes
     c(randn({3}, {.dtype = DType::Float64}));  // dtype
-    c(randn({3}).requires_grad_());           // requires_grad
-    c(randn({3, 2}).select(1, 0));            // strides
+    c(randn({3}).requires_grad_());            // requires_grad
+    c(randn({3, 2}).select(1, 0));             // strides
     CHECK(c.compile_count() == 5);
     c(randn({4}));
     c(randn({3}));
@@ -340,7 +384,9 @@ TEST_SUITE("compile") {
     CHECK(groups[0].nodes.size() == 5);
     CHECK(groups[0].name == "fused_exp_mul_add_sigmoid_mul");
     CHECK(groups[0].inputs.size() == 2);
-    CHECK(groups[0].body == "t0 = exp(i0);\nt1 = t0 * s0;\nt2 = t1 + i1;\nt3 = sigmoid(t2);\nt4 = t3 * i0;\nreturn t4;");
+    CHECK(groups[0].body ==
+          "t0 = exp(i0);\nt1 = t0 * s0;\nt2 = t1 + i1;\nt3 = sigmoid(t2);\nt4 = t3 * i0;\nreturn "
+          "t4;");
     CHECK(groups[0].scalars == std::vector<double>{2.0});
 
     auto twice = [](const Tensors& in) {
@@ -365,7 +411,7 @@ TEST_SUITE("compile") {
   TEST_CASE("fusion: in-place writes between a group's nodes keep the group apart") {
     auto fn = [](const Tensors& in) {
       Tensor e = mt::exp(in[0]);
-      mt::mul_(in[0], 2.0);           // writes in[0] after exp read it
+      mt::mul_(in[0], 2.0);                // writes in[0] after exp read it
       return one(mt::sigmoid(e) * in[0]);  // reads the new in[0]
     };
     Graph g = capture(fn, {randn({4})});
@@ -379,8 +425,9 @@ TEST_SUITE("compile") {
     auto fn = [](const Tensors& in) {
       Tensor h = mt::silu(mt::add(in[0], in[1], 0.5));
       Tensor g = mt::gelu(mt::tanh(h) * mt::sqrt(mt::abs(in[0]) + 1.0));
-      return Tensors{mt::sum(mt::relu(g - 0.1) / 3.0 + mt::pow(mt::sigmoid(h), 2.0)),
-                     mt::neg(mt::silu_backward(mt::exp(in[0]) - mt::log(mt::abs(in[1]) + 2.0), in[0]))};
+      return Tensors{
+          mt::sum(mt::relu(g - 0.1) / 3.0 + mt::pow(mt::sigmoid(h), 2.0)),
+          mt::neg(mt::silu_backward(mt::exp(in[0]) - mt::log(mt::abs(in[1]) + 2.0), in[0]))};
     };
     Tensors in = {randn({64, 33}), randn({33})};
     Compiled c = mt::compile(fn, {.fuse = true});
@@ -429,11 +476,13 @@ TEST_SUITE("compile") {
       jit::Pointwise pk = fg.kernel();
       CAPTURE(fg.body);
       CHECK(jit::compile(pk.cuda_source(), fg.name + ".cu", pk.name_expressions(),
-                         jit::default_options(), 90).is_cubin());
+                         jit::default_options(), 90)
+                .is_cubin());
     }
   }
 
-  TEST_CASE("compile on CUDA: results match eager, the training step bitwise" * doctest::skip(no_gpu())) {
+  TEST_CASE("compile on CUDA: results match eager, the training step bitwise" *
+            doctest::skip(no_gpu())) {
     const Device dev("cuda:0");
     Tensor x = randn({1 << 16}).to(dev);
     Compiled silu = mt::compile([](const Tensors& in) { return one(in[0] * mt::sigmoid(in[0])); });
@@ -449,7 +498,8 @@ TEST_SUITE("compile") {
       Tensor le = train_step(eager)[0];
       Tensor lc = step(comp)[0].clone();
       CHECK(bitwise_equal(le.detach(), lc));
-      for (size_t p = 2; p < eager.size(); ++p) CHECK(bitwise_equal(eager[p].detach(), comp[p].detach()));
+      for (size_t p = 2; p < eager.size(); ++p)
+        CHECK(bitwise_equal(eager[p].detach(), comp[p].detach()));
     }
     Compiled fused = mt::compile(train_step);
     Tensors comp2 = params_copy(eager);

@@ -122,8 +122,8 @@ class Capturer final : public CallObserver, public detail::FakeFactoryObserver {
       // A view (Tensor(a) return) shares the memory of the argument in its alias set.
       if (r < schema.returns.size() && schema.returns[r].alias) {
         for (size_t i = 0; i < schema.arguments.size() && i < node.args.size(); ++i)
-          if (schema.arguments[i].alias && schema.arguments[i].alias->set ==
-                                               schema.returns[r].alias->set &&
+          if (schema.arguments[i].alias &&
+              schema.arguments[i].alias->set == schema.returns[r].alias->set &&
               node.args[i].kind == GraphArg::Kind::Tensor)
             gv.alias_root = g_->values[size_t(node.args[i].value)].alias_root;
       }
@@ -176,7 +176,9 @@ class Capturer final : public CallObserver, public detail::FakeFactoryObserver {
     g_->nodes.push_back(std::move(node));
     return id;
   }
-  int resolve(const Tensor& t, const OperatorHandle& op, size_t arg) { return resolve(t, &op, arg); }
+  int resolve(const Tensor& t, const OperatorHandle& op, size_t arg) {
+    return resolve(t, &op, arg);
+  }
 
   int add_constant(const Tensor& t) {
     GraphValue gv;
@@ -259,7 +261,8 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
     for (size_t j = 0; j < i && storage_of(t); ++j)
       if (storage_of(example_inputs[j]) == storage_of(t))
         v.alias_root = g.values[size_t(g.inputs[j])].alias_root;
-    const std::string name = i < opts.input_names.size() ? opts.input_names[i] : fmt::format("x{}", i);
+    const std::string name =
+        i < opts.input_names.size() ? opts.input_names[i] : fmt::format("x{}", i);
     g.inputs.push_back(cap.add_value(std::move(v), f, name));
     fakes.push_back(f);
   }
@@ -285,15 +288,17 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
       if (what.starts_with("[compile]")) throw;  // says what and where already
       const std::string at = cap.current().empty() ? "" : fmt::format(" (in '{}')", cap.current());
       if (what.starts_with("[data_ptr] cannot read the data of a fake tensor"))
-        MT_ERROR("[compile] the function read a tensor's values while it was captured{}: "
-                 "capture runs it on fake tensors, which have shapes but no values. Compute with "
-                 "ops instead of item(), to_vector() or printing values, or do that outside the "
-                 "compiled function.\n{}",
-                 at, what);
+        MT_ERROR(
+            "[compile] the function read a tensor's values while it was captured{}: "
+            "capture runs it on fake tensors, which have shapes but no values. Compute with "
+            "ops instead of item(), to_vector() or printing values, or do that outside the "
+            "compiled function.\n{}",
+            at, what);
       if (what.find("has no Fake kernel") != std::string::npos)
-        MT_ERROR("[compile] capturing runs every op on fake tensors to lay out the graph before "
-                 "anything runs, so each op needs a Fake kernel{}:\n{}",
-                 at, what);
+        MT_ERROR(
+            "[compile] capturing runs every op on fake tensors to lay out the graph before "
+            "anything runs, so each op needs a Fake kernel{}:\n{}",
+            at, what);
       MT_ERROR("[compile] capturing the function failed{}:\n{}", at, what);
     }
   }
@@ -332,13 +337,15 @@ std::string type_str(const GraphValue& v) {
 
 std::string arg_str(const Graph& g, const GraphArg& a) {
   switch (a.kind) {
-    case GraphArg::Kind::Tensor: return g.values[size_t(a.value)].name;
+    case GraphArg::Kind::Tensor:
+      return g.values[size_t(a.value)].name;
     case GraphArg::Kind::TensorList: {
       std::vector<std::string> names;
       for (int id : a.list) names.push_back(g.values[size_t(id)].name);
       return fmt::format("[{}]", fmt::join(names, ", "));
     }
-    case GraphArg::Kind::Constant: break;
+    case GraphArg::Kind::Constant:
+      break;
   }
   if (a.constant.is_tensor() && !a.constant.to_tensor().defined()) return "None";
   return a.constant.str();
@@ -373,7 +380,8 @@ std::string Graph::str() const {
   std::vector<std::string> params;
   for (const GraphValue& v : values)
     if (v.kind == GraphValue::Kind::Input || v.kind == GraphValue::Kind::InputGrad)
-      params.push_back(fmt::format("{}: {}{}", v.name, type_str(v), v.requires_grad ? " requires_grad" : ""));
+      params.push_back(
+          fmt::format("{}: {}{}", v.name, type_str(v), v.requires_grad ? " requires_grad" : ""));
   std::string out = fmt::format("graph({}):\n", fmt::join(params, ", "));
   for (const GraphValue& v : values)
     if (v.kind == GraphValue::Kind::Constant)
@@ -407,8 +415,9 @@ std::string Graph::dot() const {
   for (size_t i = 0; i < values.size(); ++i) {
     const GraphValue& v = values[i];
     if (v.kind == GraphValue::Kind::Intermediate) continue;
-    out += fmt::format("  v{} [shape={}, label=\"{}: {}\"];\n", i,
-                       v.kind == GraphValue::Kind::Constant ? "note" : "ellipse", v.name, type_str(v));
+    out +=
+        fmt::format("  v{} [shape={}, label=\"{}: {}\"];\n", i,
+                    v.kind == GraphValue::Kind::Constant ? "note" : "ellipse", v.name, type_str(v));
   }
   auto source = [&](int id) {
     const GraphValue& v = values[size_t(id)];
@@ -418,10 +427,12 @@ std::string Graph::dot() const {
     const GraphNode& n = nodes[i];
     std::vector<std::string> made;
     for (int id : made_by(*this, int(i))) made.push_back(values[size_t(id)].name);
-    out += fmt::format("  n{} [shape=box, label=\"{}{}\"];\n", i,
-                       made.empty() ? "" : fmt::format("{} = ", fmt::join(made, ", ")), n.op_name());
+    out +=
+        fmt::format("  n{} [shape=box, label=\"{}{}\"];\n", i,
+                    made.empty() ? "" : fmt::format("{} = ", fmt::join(made, ", ")), n.op_name());
     for (const GraphArg& a : n.args) {
-      if (a.kind == GraphArg::Kind::Tensor) out += fmt::format("  {} -> n{};\n", source(a.value), i);
+      if (a.kind == GraphArg::Kind::Tensor)
+        out += fmt::format("  {} -> n{};\n", source(a.value), i);
       for (int id : a.list) out += fmt::format("  {} -> n{};\n", source(id), i);
     }
   }

@@ -47,14 +47,14 @@ struct GraphValue {
 struct GraphArg {
   enum class Kind : uint8_t { Constant, Tensor, TensorList };
   Kind kind = Kind::Constant;
-  Value constant;          // Constant: the boxed value (an undefined Tensor for None)
-  int value = -1;          // Tensor
-  std::vector<int> list;   // TensorList
+  Value constant;         // Constant: the boxed value (an undefined Tensor for None)
+  int value = -1;         // Tensor
+  std::vector<int> list;  // TensorList
 };
 
 // One op call (or, without an op, a factory: empty_strided, filled when `fill` is set).
 struct GraphNode {
-  OperatorHandle op;        // op.entry() == nullptr for a factory
+  OperatorHandle op;  // op.entry() == nullptr for a factory
   std::vector<GraphArg> args;
   std::vector<int> outputs;  // the values it returned (a Tensor[] return flattened)
   bool returns_list = false;
@@ -66,9 +66,9 @@ struct GraphNode {
 
 struct Graph {
   std::vector<GraphValue> values;
-  std::vector<GraphNode> nodes;          // in the order the function made the calls
-  std::vector<int> inputs;               // value of each input of the call
-  std::vector<int> outputs;              // values the function returned
+  std::vector<GraphNode> nodes;  // in the order the function made the calls
+  std::vector<int> inputs;       // value of each input of the call
+  std::vector<int> outputs;      // values the function returned
   // After the call, input i's .grad is value v (-1: none): for every input that requires
   // grad, so a captured training step leaves .grad as the eager one does.
   std::vector<std::pair<int, int>> grads;
@@ -100,12 +100,12 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
 
 // A chain of pointwise ops that becomes one generated kernel (jit::pointwise).
 struct FusionGroup {
-  std::vector<int> nodes;    // in graph order; the last one's output is the group's
+  std::vector<int> nodes;  // in graph order; the last one's output is the group's
   int output = -1;
-  std::vector<int> inputs;   // the kernel's tensor inputs (values made outside the group)
+  std::vector<int> inputs;  // the kernel's tensor inputs (values made outside the group)
   std::vector<double> scalars;
-  std::string name;          // "fused_sigmoid_mul"
-  std::string body;          // the pointwise expression over i0.., s0..
+  std::string name;               // "fused_sigmoid_mul"
+  std::string body;               // the pointwise expression over i0.., s0..
   jit::Pointwise kernel() const;  // the kernel (parsed from body; compiled on first CUDA use)
 };
 // The groups of two or more nodes that fusion makes of g (Note [Pointwise fusion] in fuse.cpp).
@@ -116,7 +116,7 @@ struct CompileOptions {
   // Fuse pointwise chains: by default on CUDA, where a kernel launch is the cost; on CPU the
   // fused expression runs through the pointwise builder's host evaluator.
   std::optional<bool> fuse = std::nullopt;
-  bool cuda_graph = true;  // on CUDA, replay through mt::cuda::Graph when available
+  bool cuda_graph = true;   // on CUDA, replay through mt::cuda::Graph when available
   std::string name = "fn";  // in logs
 };
 
@@ -125,8 +125,8 @@ class Compiled {
   Compiled(GraphFn fn, CompileOptions opts);
   // Checks the guards (sizes, strides, dtype, device, requires_grad, .grad defined, storage
   // sharing of the inputs), compiling on a new combination, then replays the plan.
-  // Fake inputs run fn itself (shapes only). On the CUDA-graph path the outputs are the graph's own buffers, overwritten by the next
-  // call (clone them to keep them), as with torch's CUDA graphs.
+  // Fake inputs run fn itself (shapes only). On the CUDA-graph path the outputs are the graph's own
+  // buffers, overwritten by the next call (clone them to keep them), as with torch's CUDA graphs.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
   template <typename... Ts>
   std::vector<Tensor> operator()(const Tensor& first, const Ts&... rest) const {

@@ -180,7 +180,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     // The kernel's output has its inputs' broadcast shape; a literal of more dims than
     // they have would be lost.
     Shape shape = g.values[size_t(fg.inputs[0])].sizes;
-    for (int v : fg.inputs) shape = detail::broadcast_shapes(shape, g.values[size_t(v)].sizes, "fusion");
+    for (int v : fg.inputs)
+      shape = detail::broadcast_shapes(shape, g.values[size_t(v)].sizes, "fusion");
     if (shape != g.values[size_t(fg.output)].sizes) continue;
     std::vector<std::string> parts;
     std::string body;
@@ -211,15 +212,20 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       std::string e;
       for (size_t c = 0; c < pattern.size(); ++c) {
         auto ident = [&](size_t at) {
-          return at < pattern.size() && (std::isalnum((unsigned char)pattern[at]) || pattern[at] == '_');
+          return at < pattern.size() &&
+                 (std::isalnum((unsigned char)pattern[at]) || pattern[at] == '_');
         };
         const char ch = pattern[c];
         if ((ch == 'a' || ch == 'b' || ch == 's' || ch == 'F') && !(c > 0 && ident(c - 1)) &&
             !ident(c + 1)) {
-          if (ch == 'F') e += fmt::format("{:.17g}", *n.fill);
-          else if (ch == 'a') e += operand(n.args[0].value);
-          else if (ch == 'b') e += operand(n.args[1].value);
-          else e += scalar;
+          if (ch == 'F')
+            e += fmt::format("{:.17g}", *n.fill);
+          else if (ch == 'a')
+            e += operand(n.args[0].value);
+          else if (ch == 'b')
+            e += operand(n.args[1].value);
+          else
+            e += scalar;
         } else {
           e += ch;
         }
@@ -238,7 +244,8 @@ jit::Pointwise FusionGroup::kernel() const {
   std::vector<std::string> ins, sc;
   for (size_t k = 0; k < inputs.size(); ++k) ins.push_back(fmt::format("i{}", k));
   for (size_t k = 0; k < scalars.size(); ++k) sc.push_back(fmt::format("s{}", k));
-  return jit::pointwise({.name = name, .inputs = ins, .scalars = sc, .outputs = {"out"}, .body = body});
+  return jit::pointwise(
+      {.name = name, .inputs = ins, .scalars = sc, .outputs = {"out"}, .body = body});
 }
 
 }  // namespace mt

@@ -59,7 +59,8 @@ void log(const std::string& text) {
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    dispatcher().log(fmt::format("[compile] {}", std::string_view(text).substr(start, end - start)));
+    dispatcher().log(
+        fmt::format("[compile] {}", std::string_view(text).substr(start, end - start)));
     start = end + 1;
   }
 }
@@ -80,7 +81,7 @@ struct Step {
   OperatorHandle op;
   const KernelFunction* kernel = nullptr;
   DispatchKeySet keys;
-  Stack args;                                 // constants boxed; tensor slots refilled
+  Stack args;                                   // constants boxed; tensor slots refilled
   std::vector<std::pair<size_t, int>> tensors;  // (stack slot, value)
   std::vector<std::pair<size_t, std::vector<int>>> lists;
   std::vector<int> outputs;
@@ -144,16 +145,24 @@ void classify(Step& s, const KernelFunction& kf, const GraphNode& n) {
   auto is_i = [](const Value& v) { return v.is_int(); };
   if (n.returns_list || n.outputs.size() != 1) return;
   Fast f = Fast::None;
-  if (a.size() == 1 && tensor(0) && has_signature<Tensor, Tensor>(kf)) f = Fast::T_T;
-  else if (a.size() == 2 && tensor(0) && tensor(1) && has_signature<Tensor, Tensor, Tensor>(kf)) f = Fast::T_TT;
+  if (a.size() == 1 && tensor(0) && has_signature<Tensor, Tensor>(kf))
+    f = Fast::T_T;
+  else if (a.size() == 2 && tensor(0) && tensor(1) && has_signature<Tensor, Tensor, Tensor>(kf))
+    f = Fast::T_TT;
   else if (a.size() == 3 && tensor(0) && tensor(1) && constant(2, is_d) &&
-           has_signature<Tensor, Tensor, Tensor, double>(kf)) f = Fast::T_TTd;
-  else if (a.size() == 2 && tensor(0) && constant(1, is_d) && has_signature<Tensor, Tensor, double>(kf)) f = Fast::T_Td;
-  else if (a.size() == 2 && tensor(0) && constant(1, is_l) && has_signature<Tensor, Tensor, L>(kf)) f = Fast::T_Tl;
+           has_signature<Tensor, Tensor, Tensor, double>(kf))
+    f = Fast::T_TTd;
+  else if (a.size() == 2 && tensor(0) && constant(1, is_d) &&
+           has_signature<Tensor, Tensor, double>(kf))
+    f = Fast::T_Td;
+  else if (a.size() == 2 && tensor(0) && constant(1, is_l) && has_signature<Tensor, Tensor, L>(kf))
+    f = Fast::T_Tl;
   else if (a.size() == 3 && tensor(0) && constant(1, is_l) && constant(2, is_b) &&
-           has_signature<Tensor, Tensor, L, bool>(kf)) f = Fast::T_Tlb;
+           has_signature<Tensor, Tensor, L, bool>(kf))
+    f = Fast::T_Tlb;
   else if (a.size() == 3 && tensor(0) && constant(1, is_i) && constant(2, is_i) &&
-           has_signature<Tensor, Tensor, int64_t, int64_t>(kf)) f = Fast::T_Tii;
+           has_signature<Tensor, Tensor, int64_t, int64_t>(kf))
+    f = Fast::T_Tii;
   if (f == Fast::None) return;
   s.fast = f;
   s.t0 = a[0].value;
@@ -171,15 +180,22 @@ Tensor call_fast(const Step& s, const std::vector<Tensor>& vals) {
   const KernelFunction& k = *s.kernel;
   const Tensor& x = vals[size_t(s.t0)];
   switch (s.fast) {
-    case Fast::T_T: return k.call_unboxed<Tensor, Tensor>(s.keys, x);
-    case Fast::T_TT: return k.call_unboxed<Tensor, Tensor, Tensor>(s.keys, x, vals[size_t(s.t1)]);
+    case Fast::T_T:
+      return k.call_unboxed<Tensor, Tensor>(s.keys, x);
+    case Fast::T_TT:
+      return k.call_unboxed<Tensor, Tensor, Tensor>(s.keys, x, vals[size_t(s.t1)]);
     case Fast::T_TTd:
       return k.call_unboxed<Tensor, Tensor, Tensor, double>(s.keys, x, vals[size_t(s.t1)], s.d);
-    case Fast::T_Td: return k.call_unboxed<Tensor, Tensor, double>(s.keys, x, s.d);
-    case Fast::T_Tl: return k.call_unboxed<Tensor, Tensor, L>(s.keys, x, s.l);
-    case Fast::T_Tlb: return k.call_unboxed<Tensor, Tensor, L, bool>(s.keys, x, s.l, s.b);
-    case Fast::T_Tii: return k.call_unboxed<Tensor, Tensor, int64_t, int64_t>(s.keys, x, s.i0, s.i1);
-    case Fast::None: break;
+    case Fast::T_Td:
+      return k.call_unboxed<Tensor, Tensor, double>(s.keys, x, s.d);
+    case Fast::T_Tl:
+      return k.call_unboxed<Tensor, Tensor, L>(s.keys, x, s.l);
+    case Fast::T_Tlb:
+      return k.call_unboxed<Tensor, Tensor, L, bool>(s.keys, x, s.l, s.b);
+    case Fast::T_Tii:
+      return k.call_unboxed<Tensor, Tensor, int64_t, int64_t>(s.keys, x, s.i0, s.i1);
+    case Fast::None:
+      break;
   }
   MT_ASSERT(false, "call_fast on a boxed step");
   return {};
@@ -202,9 +218,11 @@ Step make_step(const Graph& g, const GraphNode& n) {
   s.op = n.op;
   bool on_cuda = false;
   for (const GraphArg& a : n.args) {
-    if (a.kind == GraphArg::Kind::Tensor) on_cuda = on_cuda || g.values[size_t(a.value)].device.is_cuda();
+    if (a.kind == GraphArg::Kind::Tensor)
+      on_cuda = on_cuda || g.values[size_t(a.value)].device.is_cuda();
     for (int id : a.list) on_cuda = on_cuda || g.values[size_t(id)].device.is_cuda();
-    if (a.kind == GraphArg::Kind::Constant && a.constant.is_tensor() && a.constant.to_tensor().defined())
+    if (a.kind == GraphArg::Kind::Constant && a.constant.is_tensor() &&
+        a.constant.to_tensor().defined())
       on_cuda = on_cuda || a.constant.to_tensor().is_cuda();
   }
   const DispatchKey key = on_cuda ? DispatchKey::CUDA : DispatchKey::CPU;
@@ -217,7 +235,9 @@ Step make_step(const Graph& g, const GraphNode& n) {
   for (size_t i = 0; i < n.args.size(); ++i) {
     const GraphArg& a = n.args[i];
     switch (a.kind) {
-      case GraphArg::Kind::Constant: s.args.push_back(a.constant); break;
+      case GraphArg::Kind::Constant:
+        s.args.push_back(a.constant);
+        break;
       case GraphArg::Kind::Tensor:
         s.tensors.push_back({i, a.value});
         s.args.emplace_back(Tensor());
@@ -397,7 +417,8 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
   vals.assign(g.values.size(), Tensor());
   for (size_t i = 0; i < inputs.size(); ++i) vals[size_t(g.inputs[i])] = inputs[i];
   for (const GraphValue& v : g.values)
-    if (v.kind == GraphValue::Kind::InputGrad) vals[size_t(&v - g.values.data())] = inputs[size_t(v.input)].grad();
+    if (v.kind == GraphValue::Kind::InputGrad)
+      vals[size_t(&v - g.values.data())] = inputs[size_t(v.input)].grad();
   for (const auto& [v, t] : p.constants) vals[size_t(v)] = t;
   NoGradGuard no_grad;
   for (Step& s : p.steps) {
@@ -435,7 +456,8 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
       case Step::Kind::Fused: {
         Tensor ins[8];
         for (size_t k = 0; k < s.inputs.size(); ++k) ins[k] = vals[size_t(s.inputs[k])];
-        std::vector<Tensor> outs = s.pointwise.call(std::span<const Tensor>(ins, s.inputs.size()), s.scalars);
+        std::vector<Tensor> outs =
+            s.pointwise.call(std::span<const Tensor>(ins, s.inputs.size()), s.scalars);
         vals[size_t(s.outputs[0])] = std::move(outs[0]);
         break;
       }
@@ -496,7 +518,8 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
       p.cuda_graph->capture_end();
       p.static_outputs = outs;
       p.static_grads_out.clear();
-      for (auto [input, v] : p.exec.grads) p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
+      for (auto [input, v] : p.exec.grads)
+        p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
       p.graph_state = 2;
       if (logging)
         log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool)", opts.name,
@@ -517,12 +540,14 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!same_memory(inputs[i], p.static_inputs[i])) p.static_inputs[i].copy_(inputs[i]);
     const Tensor grad = inputs[i].grad();
-    if (p.static_grads_in[i].defined() && grad.defined() && !same_memory(grad, p.static_grads_in[i]))
+    if (p.static_grads_in[i].defined() && grad.defined() &&
+        !same_memory(grad, p.static_grads_in[i]))
       p.static_grads_in[i].copy_(grad);
   }
   p.cuda_graph->replay();
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i])) inputs[i].copy_(p.static_inputs[i]);
+    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i]))
+      inputs[i].copy_(p.static_inputs[i]);
   for (const auto& [input, grad] : p.static_grads_out) inputs[size_t(input)].set_grad(grad);
   return p.static_outputs;
 }
@@ -566,9 +591,11 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
     st.plans.push_back(std::move(made));
     ++st.compiles;
     if (st.logging) {
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       std::string text = fmt::format(
-          "{}: compiled for {} in {:.2f} ms (compile #{}): {} nodes, {} steps, {} fusion groups\n{}",
+          "{}: compiled for {} in {:.2f} ms (compile #{}): {} nodes, {} steps, {} fusion "
+          "groups\n{}",
           st.opts.name, guard_str(inputs), ms, st.compiles, plan->graph.nodes.size(),
           plan->steps.size(), plan->groups.size(), plan->graph.str());
       for (const FusionGroup& fg : plan->groups) {
@@ -609,6 +636,8 @@ size_t Compiled::num_nodes() const {
   return state_->last ? state_->last->graph.nodes.size() : 0;
 }
 
-Compiled compile(GraphFn fn, CompileOptions opts) { return Compiled(std::move(fn), std::move(opts)); }
+Compiled compile(GraphFn fn, CompileOptions opts) {
+  return Compiled(std::move(fn), std::move(opts));
+}
 
 }  // namespace mt
