@@ -353,10 +353,14 @@ TEST_SUITE("compile") {
     c(randn({3}, {.dtype = DType::Float64}));  // dtype
     c(randn({3}).requires_grad_());            // requires_grad
     c(randn({3, 2}).select(1, 0));             // strides
-    CHECK(c.compile_count() == 5);
+    {
+      NoGradGuard no_grad;  // grad mode
+      c(randn({3}));
+    }
+    CHECK(c.compile_count() == 6);
     c(randn({4}));
     c(randn({3}));
-    CHECK(c.compile_count() == 5);
+    CHECK(c.compile_count() == 6);
   }
 
   TEST_CASE("compile: MT_COMPILE=0 runs the function eagerly") {

@@ -124,7 +124,7 @@ class Compiled {
  public:
   Compiled(GraphFn fn, CompileOptions opts);
   // Checks the guards (sizes, strides, dtype, device, requires_grad, .grad defined, storage
-  // sharing of the inputs), compiling on a new combination, then replays the plan.
+  // sharing of the inputs; grad mode), compiling on a new combination, then replays the plan.
   // Fake inputs run fn itself (shapes only). On the CUDA-graph path the outputs are the graph's own
   // buffers, overwritten by the next call (clone them to keep them), as with torch's CUDA graphs.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;

@@ -298,7 +298,7 @@ std::vector<bool> forward_clones(Graph& g) {
 std::vector<int64_t> guard_of(const std::vector<Tensor>& inputs) {
   std::vector<int64_t> g;
   g.reserve(inputs.size() * 12);
-  g.push_back(int64_t(inputs.size()));
+  g.push_back(int64_t(inputs.size()) << 1 | int64_t(grad_enabled()));  // grad mode changes the graph
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
