@@ -206,6 +206,15 @@ TEST_SUITE("compile") {
           "  add: float32[3] = mt::add.Scalar(full, 1)\n"
           "  return (add)\n");
     check_replay("constants, factories, in place, Tensor[]", fn, {randn({3}), randn({3})});
+    Compiled compiled = mt::compile(fn);
+    compiled(randn({3}), randn({3}));
+    // a Tensor[] argument is called boxed; the common signatures unboxed
+    CHECK(compiled.plan_str() ==
+          "kernel   mt::mul -> mul\n"
+          "alloc    full -> full\n"
+          "kernel   mt::add_ -> full\n"
+          "boxed    test_compile::scale_all_\n"
+          "kernel   mt::add.Scalar -> add\n");
   }
 
   TEST_CASE("replay: every elementwise row gives the eager bits") {
