@@ -5,6 +5,7 @@
 #include "autograd/autograd.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
+#include "kernels/compile/compile.h"
 #include "kernels/jit/pointwise.h"
 #include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"

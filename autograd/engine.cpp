@@ -35,8 +35,11 @@ Tensor accumulate(const Tensor& have, const Tensor& g) {
   return add.call(have, g, 1.0);
 }
 
+// Fake zeros and ones come from the factories under FakeMode, so that mt::compile's capture
+// sees what they hold (runtime/fake.h, FakeFactoryObserver).
 Tensor zeros_for(const autograd::OutputMeta& m) {
-  if (m.fake) return fake_empty(m.sizes, {.dtype = m.dtype, .device = m.device});
+  std::optional<FakeMode> fake;
+  if (m.fake) fake.emplace();
   return zeros(m.sizes, {.dtype = m.dtype, .device = m.device});
 }
 
@@ -168,7 +171,9 @@ Tensor default_grad(const Tensor& out, const Tensor& given, const char* op) {
            "shape {}; pass grad_output (for example mt::ones_like(out)) or reduce it first "
            "(mt::sum)",
            op, out.sizes());
-  return out.is_fake() ? fake_like(out) : ones_like(out);
+  std::optional<FakeMode> fake;
+  if (out.is_fake()) fake.emplace();
+  return ones_like(out);
 }
 
 void check_root(const Tensor& out, const char* op) {

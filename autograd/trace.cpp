@@ -8,11 +8,12 @@ namespace mt {
 namespace {
 
 thread_local CallTrace* t_trace = nullptr;
+thread_local CallObserver* t_observer = nullptr;
 thread_local int t_depth = 0;
 thread_local bool t_name_allocations = false;  // NameAllocationsByOp
 thread_local int t_named_depth = 0;            // ops inside a named op keep its name
 
-void trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, Stack* stack);
+void observe_trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, Stack* stack);
 
 std::vector<std::string> strs(const Stack& s, size_t from) {
   std::vector<std::string> out;
@@ -24,7 +25,8 @@ std::vector<std::string> strs(const Stack& s, size_t from) {
 
 namespace detail {
 // The Trace key's fallback: under NameAllocationsByOp, name the op's allocations (a
-// MemoryContext for the outermost op); under TraceCallsGuard, record the call; then
+// MemoryContext for the outermost op); under ObserveCallsGuard, show the call to the
+// observer (mt::compile's capture); under TraceCallsGuard, record the call; then
 // redispatch below Trace.
 void install_trace_fallback() {
   static Library lib(Library::Kind::Impl, "_", DispatchKey::Trace);
@@ -36,7 +38,7 @@ void install_trace_fallback() {
       cuda::MemoryContext context(name.c_str());
       ++t_named_depth;
       try {
-        trace_or_redispatch(op, ks, stack);
+        observe_trace_or_redispatch(op, ks, stack);
       } catch (...) {
         --t_named_depth;
         throw;
@@ -44,13 +46,28 @@ void install_trace_fallback() {
       --t_named_depth;
       return;
     }
-    trace_or_redispatch(op, ks, stack);
+    observe_trace_or_redispatch(op, ks, stack);
   });
 }
 }  // namespace detail
 
 namespace {
-void trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+void observe_trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+  if (CallObserver* observer = t_observer) {
+    const size_t base = stack->size() - op.schema().arguments.size();
+    const int depth = t_depth;
+    ks = ks | observer->before(op, depth,
+                               std::span<Value>(stack->data() + base, stack->size() - base));
+    const Stack args(stack->begin() + std::ptrdiff_t(base), stack->end());
+    ++t_depth;
+    struct Leave {
+      ~Leave() { --t_depth; }
+    } leave;
+    op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
+    observer->after(op, depth, args,
+                    std::span<const Value>(stack->data() + base, stack->size() - base));
+    return;
+  }
   CallTrace* trace = t_trace;
   if (!trace) return op.redispatch_boxed(ks.below(DispatchKey::Trace), stack);
   size_t n = op.schema().arguments.size();
@@ -79,6 +96,12 @@ TraceCallsGuard::TraceCallsGuard(CallTrace* out) : prev_(t_trace), include_(Disp
   t_trace = out;
 }
 TraceCallsGuard::~TraceCallsGuard() { t_trace = prev_; }
+
+ObserveCallsGuard::ObserveCallsGuard(CallObserver* observer)
+    : prev_(t_observer), include_(DispatchKey::Trace) {
+  t_observer = observer;
+}
+ObserveCallsGuard::~ObserveCallsGuard() { t_observer = prev_; }
 
 std::string TracedCall::str() const {
   return fmt::format("{}{}({}) -> ({})", std::string(size_t(2 * depth), ' '), op,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,31 @@ class NameAllocationsByOp {
 
  private:
   bool prev_;
+  IncludeDispatchKeyGuard include_;
+};
+
+// Sees every op call made on this thread while an ObserveCallsGuard holds it, as boxed
+// values: before the call (it may replace arguments, and returns keys to add to the
+// call's, e.g. Fake) and after it, with the results. depth is 0 for calls made by the
+// observed code itself, 1 and more for calls made inside an op. mt::compile's capture
+// (kernels/compile/capture.cpp) is one.
+class CallObserver {
+ public:
+  virtual ~CallObserver() = default;
+  virtual DispatchKeySet before(const OperatorHandle& op, int depth, std::span<Value> args) = 0;
+  virtual void after(const OperatorHandle& op, int depth, std::span<const Value> args,
+                     std::span<const Value> results) = 0;
+};
+
+class ObserveCallsGuard {
+ public:
+  explicit ObserveCallsGuard(CallObserver* observer);
+  ~ObserveCallsGuard();
+  ObserveCallsGuard(const ObserveCallsGuard&) = delete;
+  ObserveCallsGuard& operator=(const ObserveCallsGuard&) = delete;
+
+ private:
+  CallObserver* prev_;
   IncludeDispatchKeyGuard include_;
 };
 

@@ -267,10 +267,9 @@ void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {
 namespace {
 // Whether the comma-separated list in environment variable `var` holds `word` (whole
 // words only: MT_TRACE=nodispatch is not dispatch); warns once about words it does not know.
-// `others` are the list's words that another part of the library reads (MT_LOG=jit: the
-// kernel cache, kernels/jit/cache.cpp).
+// `also_known`: words that other parts of the library read from the same variable.
 bool env_list_has(const char* var, std::string_view word,
-                  std::initializer_list<std::string_view> others = {}) {
+                  std::initializer_list<std::string_view> also_known = {}) {
   const char* v = std::getenv(var);
   if (!v) return false;
   bool found = false;
@@ -283,23 +282,26 @@ bool env_list_has(const char* var, std::string_view word,
     while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
     if (w == word)
       found = true;
-    else if (!w.empty() && std::find(others.begin(), others.end(), w) == others.end())
+    else if (!w.empty() && std::find(also_known.begin(), also_known.end(), w) == also_known.end())
       unknown.push_back(mt::quoted(w));
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-  if (!unknown.empty())
-    std::fprintf(
-        stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
-        unknown.size() == 1 ? "word" : "words", fmt::format("{}", fmt::join(unknown, ", ")).c_str(),
-        fmt::format("{}{}{}", word, others.size() ? ", " : "", fmt::join(others, ", ")).c_str());
+  if (!unknown.empty()) {
+    std::vector<std::string_view> known{word};
+    known.insert(known.end(), also_known.begin(), also_known.end());
+    std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
+                 unknown.size() == 1 ? "word" : "words",
+                 fmt::format("{}", fmt::join(unknown, ", ")).c_str(),
+                 fmt::format("{}", fmt::join(known, ", ")).c_str());
+  }
   return found;
 }
 }  // namespace
 
 Dispatcher::Dispatcher() {
   if (env_list_has("MT_TRACE", "dispatch")) detail::g_trace_dispatch.store(true);
-  if (env_list_has("MT_LOG", "registration", {"jit"})) log_registrations_.store(true);
+  if (env_list_has("MT_LOG", "registration", {"jit", "compile"})) log_registrations_.store(true);
 }
 
 Dispatcher& Dispatcher::singleton() {

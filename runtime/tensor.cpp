@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/fake.h"
@@ -161,6 +162,7 @@ Tensor Tensor::detach() const {
   Tensor d = t->fake ? detail::make_fake(t->sizes, t->strides, t->dtype, t->device)
                      : detail::make_tensor(t->storage, t->sizes, t->strides, t->offset, t->dtype,
                                            t->device);
+  if (t->fake) detail::notify_fake_made(d, "detach", std::nullopt, this);
   return d;
 }
 
@@ -269,17 +271,34 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
 
 }  // namespace
 
+namespace detail {
+namespace {
+MT_TLS FakeFactoryObserver* t_fake_observer = nullptr;
+}
+FakeFactoryObserver* set_fake_factory_observer(FakeFactoryObserver* observer) {
+  return std::exchange(t_fake_observer, observer);
+}
+void notify_fake_made(const Tensor& t, const char* factory, std::optional<double> fill,
+                      const Tensor* source) {
+  if (t_fake_observer) [[unlikely]] t_fake_observer->made(t, factory, fill, source);
+}
+}  // namespace detail
+
 FakeMode::FakeMode() : prev_(t_fake_mode) { t_fake_mode = true; }
 FakeMode::~FakeMode() { t_fake_mode = prev_; }
 bool FakeMode::enabled() { return t_fake_mode; }
 
 Tensor fake_like(const Tensor& t) {
-  return detail::make_fake(t.sizes(), t.strides(), t.dtype(), t.device());
+  Tensor f = detail::make_fake(t.sizes(), t.strides(), t.dtype(), t.device());
+  detail::notify_fake_made(f, "fake_like");
+  return f;
 }
 
 Tensor fake_empty(const Shape& shape, const TensorOptions& opts) {
   detail::checked_nbytes(shape, checked_numel(shape, "fake_empty"), opts.dtype, "fake_empty");
-  return finish(detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device), opts);
+  Tensor f = detail::make_fake(shape, contiguous_strides(shape), opts.dtype, opts.device);
+  detail::notify_fake_made(f, "fake_empty");
+  return finish(f, opts);
 }
 
 namespace {
@@ -288,7 +307,11 @@ namespace {
 Tensor allocate(const Shape& shape, const Shape& strides, int64_t elements,
                 const TensorOptions& opts, const char* op) {
   int64_t nbytes = detail::checked_nbytes(shape, elements, opts.dtype, op);
-  if (t_fake_mode) return finish(detail::make_fake(shape, strides, opts.dtype, opts.device), opts);
+  if (t_fake_mode) {
+    Tensor f = detail::make_fake(shape, strides, opts.dtype, opts.device);
+    detail::notify_fake_made(f, "empty");
+    return finish(f, opts);
+  }
   auto storage = detail::make_object<StorageImpl>(size_t(nbytes), allocator_for(opts.device));
   return finish(detail::make_tensor(std::move(storage), shape, strides, 0, opts.dtype, opts.device),
                 opts);
@@ -318,6 +341,7 @@ Tensor empty_like(const Tensor& t, const TensorOptions& opts) { return empty(t.s
 Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
   Tensor t = empty(shape, {.dtype = opts.dtype, .device = opts.device});
   if (!t.is_fake()) detail::fill_impl(t, value);
+  else detail::notify_fake_made(t, "full", value);
   return finish(t, opts);
 }
 Tensor zeros(const Shape& shape, const TensorOptions& opts) { return full(shape, 0, opts); }
@@ -334,7 +358,11 @@ namespace {
 template <typename F>
 Tensor generate(const Shape& shape, const TensorOptions& opts, const char* op, F&& f) {
   detail::checked_nbytes(shape, checked_numel(shape, op), opts.dtype, op);
-  if (t_fake_mode) return fake_empty(shape, opts);
+  if (t_fake_mode) {
+    Tensor fake = fake_empty(shape, opts);
+    detail::notify_fake_made(fake, op);  // values that a fake tensor cannot carry
+    return fake;
+  }
   Tensor host = empty(shape, {.dtype = opts.dtype});
   int64_t n = host.numel();
   visit_dtype(opts.dtype, [&](auto tag) {

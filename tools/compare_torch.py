@@ -46,6 +46,16 @@ unfused matmul-softmax-matmul forward, timed with do_bench in the same run; prin
 TFLOP/s (forward 4 B H S^2 D, halved when causal; backward 2.5 times that) and the ratios.
 
   compare_torch.py --attention [--flash-attn-bench PATH] [--json OUT]
+
+With --compile: the small MLP training step (64/32/64) in torch eager, replayed as a torch
+CUDA graph (whole step captured: forward, backward, SGD) and through
+torch.compile(mode="reduce-overhead"), against `minitensor bench mlp --compile --device
+cuda --json` (minitensor eager and mt::compile, alternating) in the same run; then a
+user's x * sigmoid(x) (torch eager and torch.compile) against minitensor's compiled one and
+mt::silu at 2^20..2^26. Prints ms and the ratios other / minitensor compiled (> 1 means
+minitensor compiled is faster), and the first-call (compile) times.
+
+  compare_torch.py --compile [--minitensor PATH] [--json OUT] [--steps N]
 """
 import argparse
 import json
@@ -82,9 +92,8 @@ def triton_silu(x, y):
 MLP_SHAPES = [(64, 32, 64), (4096, 1024, 4096)]  # (batch, in, hidden); output dim = in
 
 
-def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
-    """Median ms per training step of the same MLP in PyTorch eager, and the first and last
-    timed losses."""
+def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda"):
+    """The MLP of examples/mlp.h in torch: its data, parameters and one training step."""
     torch.manual_seed(0)
     x = torch.randn(batch, d_in, device=dev)
     teacher = torch.randn(d_in, d_out, device=dev)
@@ -95,16 +104,28 @@ def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
     b2 = torch.zeros(d_out, device=dev, requires_grad=True)
     params = [w1, b1, w2, b2]
 
-    def step():
+    def forward_backward_update():
         y = F.silu(x @ w1 + b1) @ w2 + b2
         loss = F.mse_loss(y, target)
         loss.backward()
         with torch.no_grad():
             for p in params:
                 p.sub_(p.grad, alpha=lr)
+        return loss
+
+    def step():
+        loss = forward_backward_update()
         for p in params:
             p.grad = None
         return loss
+
+    return step, forward_backward_update, params
+
+
+def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
+    """Median ms per training step of the same MLP in PyTorch eager, and the first and last
+    timed losses."""
+    step, _, _ = torch_mlp(batch, d_in, hidden, d_out, lr, dev)
 
     # Warm up for the steps asked and at least 0.5 s, as `minitensor bench mlp` does.
     t_warm, done = time.perf_counter(), 0
@@ -120,6 +141,121 @@ def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
         ms.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.detach())
     return statistics.median_high(ms), float(losses[0]), float(losses[-1])
+
+
+def torch_mlp_compile_ms(batch, d_in, hidden, d_out, steps, lr, dev="cuda"):
+    """The MLP step in torch eager, as a captured CUDA graph and through torch.compile:
+    median ms per step each, and torch.compile's first call in ms."""
+    step, forward_backward_update, params = torch_mlp(batch, d_in, hidden, d_out, lr, dev)
+
+    def timed(fn, n):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        ms = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ms.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median_high(ms)
+
+    eager_ms = timed(step, steps)
+    graph_ms = compile_ms = first_ms = None
+    try:  # CUDA graph: warm up on a side stream, capture one whole step, replay it.
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            forward_backward_update()
+        graph_ms = timed(g.replay, steps)
+        for p in params:
+            p.grad = None
+    except Exception as e:  # noqa: BLE001: report it and go on with the other columns
+        print(f"torch CUDA graph failed: {e}", file=sys.stderr)
+    try:
+        compiled = torch.compile(step, mode="reduce-overhead")
+        t0 = time.perf_counter()
+        compiled()
+        torch.cuda.synchronize()
+        first_ms = (time.perf_counter() - t0) * 1e3
+        compile_ms = timed(compiled, steps)
+    except Exception as e:  # noqa: BLE001
+        print(f"torch.compile failed: {e}", file=sys.stderr)
+    return eager_ms, graph_ms, compile_ms, first_ms
+
+
+def main_compile(args):
+    cmd = [args.minitensor, "bench", "mlp", "--compile", "--device", "cuda", "--json",
+           "--shape", "64x32x64"]
+    if args.steps:
+        cmd += ["--steps", str(args.steps)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    mt = json.loads(p.stdout) if p.returncode == 0 else None
+    if mt is None:
+        print(f"minitensor bench mlp --compile failed (exit {p.returncode}); torch figures only",
+              file=sys.stderr)
+    row = (mt or {}).get("rows", [{}])[0]
+    lr = (mt or {}).get("lr", 1e-3)
+    eager, graph, comp, first = torch_mlp_compile_ms(64, 32, 64, 32, args.steps or 200, lr)
+    mc = row.get("compiled_ms")
+
+    def ratio(v):
+        return f"{v / mc:.2f}x" if mc else "-"
+
+    print()
+    print(f"MLP training step 64/32/64 (forward, MSE, backward, SGD) on {torch.cuda.get_device_name()}:"
+          f" torch {torch.__version__}; ms per step (median); ratio = row / minitensor compiled")
+    print("| run | ms/step | ratio |")
+    print("|---|---|---|")
+    for name, v in (("torch eager", eager), ("torch CUDA graph replay", graph),
+                    ("torch.compile(mode=reduce-overhead)", comp),
+                    ("minitensor eager", row.get("eager_ms")),
+                    ("minitensor mt::compile", mc)):
+        print(f"| {name} | {f'{v:.4f}' if v else '-'} | {ratio(v) if v else '-'} |")
+    print(f"first call: torch.compile {f'{first:.0f}' if first else '-'} ms; mt::compile {row.get('first_call_ms', float('nan')):.1f} ms"
+          f" (a second compile of the same step: {row.get('second_compile_ms', float('nan')):.1f} ms);"
+          f" mt::compile parameters vs its eager: {'bitwise' if row.get('bitwise_equal') else row.get('max_param_diff')}")
+
+    silu = []
+    for r in (mt or {}).get("silu", []):
+        n = 1 << r["log2n"]
+        x = torch.randn(n, device="cuda")
+        user = lambda: x * torch.sigmoid(x)  # noqa: E731
+        try:
+            tc = torch.compile(user)
+            tc()
+            tc_ms = do_bench(tc, return_mode="median")
+        except Exception as e:  # noqa: BLE001
+            print(f"torch.compile of x * sigmoid(x) failed: {e}", file=sys.stderr)
+            tc_ms = None
+        silu.append({**r, "torch_eager_ms": do_bench(user, return_mode="median"),
+                     "torch_compile_ms": tc_ms,
+                     "torch_silu_ms": do_bench(lambda: F.silu(x), return_mode="median")})
+        del x
+        torch.cuda.empty_cache()
+    print()
+    print("x * sigmoid(x), float32: minitensor's compiled (one fused kernel) against mt::silu, and torch")
+    print("| n | mt::silu ms | mt compiled ms | compiled/silu | torch eager ms | torch.compile ms |"
+          " torch F.silu ms | torch.compile / mt compiled |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in silu:
+        tcm = r["torch_compile_ms"]
+        tc_cell = f"{tcm:.4f}" if tcm else "-"
+        tc_ratio = f"{tcm / r['compiled_ms']:.2f}x" if tcm else "-"
+        print(f"| 2^{r['log2n']} | {r['silu_ms']:.4f} | {r['compiled_ms']:.4f} |"
+              f" {r['compiled_ms'] / r['silu_ms']:.3f} | {r['torch_eager_ms']:.4f} |"
+              f" {tc_cell} | {r['torch_silu_ms']:.4f} | {tc_ratio} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mlp": {"torch_eager_ms": eager, "torch_graph_ms": graph,
+                               "torch_compile_ms": comp, "torch_compile_first_ms": first},
+                       "silu": silu, "minitensor": mt}, f, indent=1)
+    return 0 if mt else 1
 
 
 def main_mlp(args):
@@ -440,6 +576,9 @@ def main():
                     help="host cost of one call against libtorch C++ (tools/bench_libtorch.cpp)")
     ap.add_argument("--libtorch-bench", default="build-gpu/tools/bench_libtorch")
     ap.add_argument("--rounds", type=int, default=5, help="--dispatch: alternating rounds")
+    ap.add_argument("--compile", action="store_true",
+                    help="the MLP step and x * sigmoid(x): torch eager, CUDA graph, torch.compile"
+                         " against mt::compile")
     ap.add_argument("--scenarios", action="store_true",
                     help="the application scenarios of examples/ops against torch's forms")
     ap.add_argument("--laplacian-bench", default="build/examples/ops/laplacian3d/laplacian3d_bench")
@@ -449,6 +588,8 @@ def main():
     ap.add_argument("--flash-attn-bench",
                     default="build/examples/ops/flash_attn/flash_attn_bench")
     args = ap.parse_args()
+    if args.compile:
+        return main_compile(args)
     if args.scenarios:
         return main_scenarios(args)
     if args.attention:

@@ -13,13 +13,14 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
-STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,attention,sanitize}  # which steps after the build: a comma list
+STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize}  # which steps after the build: a comma list
 # (tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
 # memcheck and racecheck; bench: the MLP step against PyTorch and the dispatch host cost;
 # silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in;
 # scenarios: examples/ops' tests but flash_attn's, their (gpu) cases also under memcheck,
 # and their benches against torch; attention: mha::flash_attn's tests, under memcheck and racecheck on the
-# small shapes, the one-layer training example, and its bench against torch's SDPA)
+# small shapes, the one-layer training example, and its bench against torch's SDPA;
+# compile: mt::compile's tests, also under memcheck, and compare_torch.py --compile)
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 declare -A STATUS TIME
 
@@ -146,6 +147,16 @@ if want attention && [ -x build-gpu/examples/ops/flash_attn/flash_attn_tests ]; 
         --flash-attn-bench build-gpu/examples/ops/flash_attn/flash_attn_bench --json "$1/compare_attention.json"' _ "$OUT"
 fi
 
+# mt::compile: its test suite (CUDA cases on cuda:0), again under memcheck, and the compiled
+# MLP step and x * sigmoid(x) against torch eager, CUDA graph and torch.compile.
+if want compile && [ -x build-gpu/tests/mt_tests ]; then
+  step compile-tests 120 "$OUT/compile.log" env MT_LOG=compile build-gpu/tests/mt_tests --no-intro -ts=compile
+  step compile-memcheck 150 "$OUT/compile.log" compute-sanitizer --tool memcheck --print-limit 20 \
+      --error-exitcode 1 build-gpu/tests/mt_tests --no-intro -ts=compile
+  step compile+torch 150 "$OUT/compile_torch.log" python3 tools/compare_torch.py --compile \
+      --minitensor build-gpu/tools/minitensor --json "$OUT/compare_compile.json"
+fi
+
 # The cases that make a driver call fail on purpose (a bad device ordinal, an allocation
 # past the GPU's memory) are left out of the sanitizer runs: compute-sanitizer counts the
 # failed API call as an error.
@@ -171,7 +182,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch mlp+torch libtorch-build dispatch scenarios attention memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -186,6 +197,8 @@ fi
   echo "mlp sgd foreach/loop:"; grep -E "^round|^64/32|^4096/1024" "$OUT/mlp_sgd.log" 2>/dev/null
   echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
+  echo "compile:"; grep -E "doctest\] (test cases|Status)|ERROR SUMMARY|CUDA graph" "$OUT/compile.log" 2>/dev/null
+  tail -n 16 "$OUT/compile_torch.log" 2>/dev/null
   echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null
   echo "bench + torch comparison:"
   sed -n '/^| dtype | pass | n | minitensor ms/,$p' "$OUT/bench.log" 2>/dev/null

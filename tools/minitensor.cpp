@@ -242,6 +242,70 @@ int demo(const std::string& device_name) {
   return 0;
 }
 
+// ---- compile-demo ----------------------------------------------------------------------
+
+// The MLP training step (64/32/64) captured as one graph, printed as text and as Graphviz,
+// its fusion groups, and a few steps compiled against eager.
+int compile_demo(const std::string& device_name) {
+  const Device dev(device_name);
+  bench::check_device(dev, "compile-demo");
+  auto step = [](const std::vector<Tensor>& in) {
+    const Tensor &x = in[0], &y = in[1];
+    const std::vector<Tensor> params(in.begin() + 2, in.end());  // w1, b1, w2, b2
+    Tensor h = silu(matmul(x, params[0]) + params[1]);
+    Tensor loss = mse_loss(matmul(h, params[2]) + params[3], y);
+    backward(loss);
+    {
+      NoGradGuard no_grad;
+      for (const Tensor& p : params) sub_(p, p.grad(), 0.01);
+    }
+    zero_grad(params);
+    return std::vector<Tensor>{loss};
+  };
+  auto make_inputs = [&] {
+    manual_seed(0);
+    std::vector<Tensor> in = {randn({64, 32}), randn({64, 32}), mul(randn({32, 64}), 0.18),
+                              zeros({64}), mul(randn({64, 32}), 0.125), zeros({32})};
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = in[i].to(dev);
+      if (i >= 2) in[i].requires_grad_();
+    }
+    return in;
+  };
+  const std::vector<std::string> names = {"x", "y", "w1", "b1", "w2", "b2"};
+  std::printf("== 1. capture: the step runs once on fake tensors (shapes from each op's fake kernel,\n"
+              "nothing computed); forward, the backward the engine ran and the SGD update are one graph\n\n");
+  const Graph g = capture(step, make_inputs(), {.input_names = names});
+  std::printf("%s", g.str().c_str());
+  std::printf("\n== 2. the same graph for Graphviz (dot -Tsvg)\n\n%s", g.dot().c_str());
+  std::printf("\n== 3. pointwise fusion (on CUDA each group is one generated NVRTC kernel)\n\n");
+  for (const FusionGroup& fg : fusion_groups(g)) {
+    std::vector<std::string> ops;
+    for (int n : fg.nodes) ops.push_back(g.nodes[size_t(n)].op_name());
+    std::string body = fg.body;
+    for (size_t at = body.find('\n'); at != std::string::npos; at = body.find('\n', at + 3))
+      body.replace(at, 1, "\n  ");
+    std::printf("%s: %s\n  %s\n", fg.name.c_str(), fmt::format("{}", fmt::join(ops, ", ")).c_str(),
+                body.c_str());
+  }
+  std::printf("\n== 4. five steps, eager and compiled (mt::compile; replay without the dispatcher)\n\n");
+  std::vector<Tensor> eager = make_inputs(), compiled_in = make_inputs();
+  Compiled compiled = mt::compile(step, {.input_names = names});
+  for (int i = 0; i < 5; ++i) {
+    const double le = step(eager)[0].item<double>();
+    const double lc = compiled(compiled_in)[0].item<double>();
+    std::printf("step %d: loss eager %.9g, compiled %.9g\n", i, le, lc);
+  }
+  bool same = true;
+  for (size_t i = 2; i < eager.size(); ++i) {
+    Tensor a = eager[i].detach().cpu().contiguous(), b = compiled_in[i].detach().cpu().contiguous();
+    same = same && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  }
+  std::printf("parameters after 5 steps: %s\nplan:\n%s", same ? "bitwise equal" : "differ (fused kernels round differently)",
+              compiled.plan_str().c_str());
+  return 0;
+}
+
 // ---- bench dispatch ----------------------------------------------------------------------
 
 Tensor noop(const Tensor& x) { return x; }
@@ -493,6 +557,7 @@ struct MlpCliOptions {
   std::vector<std::string> shapes = {"64x32x64", "4096x1024x4096"};
   bench::MlpOptions opts;
   int warmup = -1, steps = -1;  // -1: 5 and 50
+  bool compile = false;         // eager and mt::compile side by side
 };
 
 // BATCHxINxHIDDEN with each size in 1..2^31-1 and no matrix over 2^31 elements; nullopt
@@ -513,6 +578,68 @@ std::optional<mlp::Shape> parse_mlp_shape(std::string_view text) {
   return mlp::Shape{.batch = dims[0], .in = dims[1], .hidden = dims[2], .out = dims[1]};  // output dim = input dim
 }
 
+// bench mlp --compile: the eager step and the same step through mt::compile, alternating.
+int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts, const BenchOutput& o) {
+  Device dev = bench_device(m.device, "bench mlp --compile");
+  std::vector<bench::MlpCompileRow> rows;
+  {
+    bench::Progress progress("bench mlp --compile", int(m.shapes.size()));
+    for (const std::string& s : m.shapes) {
+      const mlp::Shape sh = *parse_mlp_shape(s);
+      progress.step(fmt::format("{}x{}x{} on {}", sh.batch, sh.in, sh.hidden, dev.str()));
+      rows.push_back(bench::bench_mlp_compile(sh, dev, opts));
+    }
+  }
+  const std::string where = dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
+                                          : fmt::format("cpu ({}, {} threads)", cpu_model(), cpu::num_threads());
+  auto label = [](const mlp::Shape& s) { return fmt::format("{}/{}/{}", s.batch, s.in, s.hidden); };
+  // The user's x * sigmoid(x), compiled into one kernel, against mt::silu.
+  const int lo = dev.is_cuda() ? 20 : 16, hi = dev.is_cuda() ? 26 : 18;
+  const std::vector<bench::CompiledSiluRow> silu_rows = bench::bench_compiled_silu(dev, lo, hi);
+  if (o.json) {
+    Json silu_json = Json::array();
+    for (const auto& r : silu_rows)
+      silu_json.push_back({{"log2n", r.log2n}, {"silu_ms", r.silu_ms}, {"compiled_ms", r.compiled_ms},
+                           {"eager_ms", r.eager_ms}, {"fusion_groups", r.fusion_groups}, {"max_diff", r.max_diff}});
+    Json json_rows = Json::array();
+    for (const auto& r : rows)
+      json_rows.push_back({{"batch", r.shape.batch}, {"in", r.shape.in}, {"hidden", r.shape.hidden},
+                           {"steps", r.steps}, {"eager_ms", r.eager_ms}, {"compiled_ms", r.compiled_ms},
+                           {"speedup", r.eager_ms / r.compiled_ms}, {"first_call_ms", r.first_call_ms},
+                           {"second_compile_ms", r.second_compile_ms}, {"nodes", r.nodes},
+                           {"fusion_groups", r.fusion_groups}, {"bitwise_equal", r.bitwise_equal},
+                           {"max_param_diff", r.max_param_diff}});
+    print_json({{"bench", "mlp --compile"}, {"device", dev.str()}, {"where", where}, {"lr", opts.lr},
+                {"rows", json_rows}, {"silu", silu_json}});
+    return 0;
+  }
+  std::printf("examples/mlp.h's training step, eager and through mt::compile (steps alternating, each\n"
+              "timed alone; median ms per step after warm-up), on %s\n",
+              where.c_str());
+  std::vector<std::vector<std::string>> table;
+  for (const auto& r : rows)
+    table.push_back({label(r.shape), fmt::format("{}", r.steps), fmt::format("{:.4f}", r.eager_ms),
+                     fmt::format("{:.4f}", r.compiled_ms), fmt::format("{:.2f}x", r.eager_ms / r.compiled_ms),
+                     fmt::format("{:.1f}", r.first_call_ms), fmt::format("{:.1f}", r.second_compile_ms),
+                     fmt::format("{}/{}", r.nodes, r.fusion_groups),
+                     r.bitwise_equal ? "bitwise" : fmt::format("max diff {:.2g}", r.max_param_diff)});
+  bench::print_table({"batch/in/hidden", "steps", "eager ms", "compiled ms", "speedup", "1st call ms",
+                      "2nd compile ms", "nodes/fused", "params vs eager"},
+                     table);
+  std::printf("\na user's unfused x * sigmoid(x) through mt::compile, against mt::silu and the same\n"
+              "expression eager (float32; median ms)\n");
+  std::vector<std::vector<std::string>> silu_table;
+  for (const auto& r : silu_rows)
+    silu_table.push_back({fmt::format("2^{}", r.log2n), fmt::format("{:.4f}", r.silu_ms),
+                          fmt::format("{:.4f}", r.compiled_ms), fmt::format("{:.3f}", r.compiled_ms / r.silu_ms),
+                          fmt::format("{:.4f}", r.eager_ms), fmt::format("{}", r.fusion_groups),
+                          fmt::format("{:.2g}", r.max_diff)});
+  bench::print_table({"n", "mt::silu ms", "compiled ms", "compiled/silu", "eager x*sigmoid(x) ms",
+                      "fused groups", "max diff"},
+                     silu_table);
+  return 0;
+}
+
 int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   Device dev = bench_device(m.device, "bench mlp");
   std::vector<mlp::Shape> shapes;
@@ -520,6 +647,7 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   bench::MlpOptions opts = m.opts;
   if (m.warmup >= 0) opts.warmup = m.warmup;
   if (m.steps >= 0) opts.steps = m.steps;
+  if (m.compile) return bench_mlp_compile_cmd(m, opts, o);
   std::vector<bench::MlpRow> rows;
   {
     bench::Progress progress("bench mlp", int(shapes.size()));
@@ -968,7 +1096,12 @@ int main(int argc, char** argv) {
   b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  b_mlp->add_flag("--compile", mlp_o.compile,
+                  "the step eager and through mt::compile side by side (speedup, first-call time, same parameters)");
   for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
+  std::string compile_device = "cpu";
+  auto* cdemo = app.add_subcommand("compile-demo", "mt::compile on the MLP training step: the graph, Graphviz, fusion, replay");
+  cdemo->add_option("--device", compile_device, "cpu or cuda")->capture_default_str();
   std::string cache_what = "ls", cache_plot_path;
   bool cache_demo = false;
   auto* cac = app.add_subcommand(
@@ -1012,6 +1145,7 @@ int main(int argc, char** argv) {
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
     if (*dem) return demo(device);
+    if (*cdemo) return compile_demo(compile_device);
     if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters, dispatch_only);
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);

@@ -1,6 +1,7 @@
 #include "tools/bench/mlp.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "tools/bench/timing.h"
 
@@ -40,6 +41,110 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
            *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()),
            first_loss.item<double>(), loss.item<double>()};
   return r;
+}
+
+MlpCompileRow bench_mlp_compile(const mlp::Shape& shape, Device device, const MlpOptions& opts) {
+  check_device(device, "bench mlp --compile");
+  auto sync = [&] {
+    if (device.is_cuda()) cuda::synchronize(device.index);
+  };
+  manual_seed(0);
+  mlp::Task task = mlp::teacher_task(shape, device);
+  manual_seed(1);
+  mlp::Model eager = mlp::init(shape, device);
+  manual_seed(1);
+  mlp::Model model = mlp::init(shape, device);
+  const double lr = opts.lr;
+  // The step of examples/mlp.h, with the data and the parameters as the compiled inputs.
+  const GraphFn step = [lr](const std::vector<Tensor>& in) {
+    mlp::Model m{in[2], in[3], in[4], in[5]};
+    return std::vector<Tensor>{mlp::train_step(m, in[0], in[1], lr)};
+  };
+  auto inputs = [&](const mlp::Model& m) {
+    return std::vector<Tensor>{task.x, task.target, m.w1, m.b1, m.w2, m.b2};
+  };
+  MlpCompileRow r{};
+  r.shape = shape;
+  r.device = device.str();
+  Compiled compiled = mt::compile(step, {.name = "mlp step"});
+  auto t0 = Clock::now();
+  compiled(inputs(model));
+  sync();
+  r.first_call_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  mlp::train_step(eager, task.x, task.target, lr);
+  {  // a second Compiled of the same step: capture and planning again, kernels cached
+    manual_seed(1);
+    mlp::Model scratch = mlp::init(shape, device);
+    Compiled again = mt::compile(step);
+    auto t1 = Clock::now();
+    again(inputs(scratch));
+    sync();
+    r.second_compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+  }
+  std::vector<double> ems, cms;
+  auto warm_begin = Clock::now();
+  for (int i = 0;; ++i) {
+    const double spent = std::chrono::duration<double>(Clock::now() - warm_begin).count();
+    if (i >= std::max(1, opts.warmup) && spent >= opts.min_warmup_seconds) break;
+    if (i >= 1 && spent > opts.max_seconds / 2) break;
+    mlp::train_step(eager, task.x, task.target, lr);
+    compiled(inputs(model));
+    sync();
+  }
+  auto begin = Clock::now();
+  while (int(ems.size()) < std::max(1, opts.min_steps) ||
+         (int(ems.size()) < opts.steps &&
+          std::chrono::duration<double>(Clock::now() - begin).count() < opts.max_seconds)) {
+    auto t1 = Clock::now();
+    mlp::train_step(eager, task.x, task.target, lr);
+    sync();
+    auto t2 = Clock::now();
+    compiled(inputs(model));
+    sync();
+    auto t3 = Clock::now();
+    ems.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    cms.push_back(std::chrono::duration<double, std::milli>(t3 - t2).count());
+  }
+  r.steps = int(ems.size());
+  r.eager_ms = median(ems);
+  r.compiled_ms = median(cms);
+  r.nodes = compiled.num_nodes();
+  r.fusion_groups = compiled.num_fusion_groups();
+  r.bitwise_equal = true;
+  r.max_param_diff = 0;
+  const auto pe = eager.params(), pc = model.params();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    Tensor a = pe[i].detach().cpu().contiguous(), b = pc[i].detach().cpu().contiguous();
+    r.bitwise_equal = r.bitwise_equal && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+    r.max_param_diff = std::max(r.max_param_diff, mt::max(mt::abs(a - b)).item<double>());
+  }
+  return r;
+}
+
+std::vector<CompiledSiluRow> bench_compiled_silu(Device device, int lo, int hi) {
+  check_device(device, "bench mlp --compile");
+  const GraphFn user = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{mt::mul(in[0], mt::sigmoid(in[0]))};
+  };
+  Compiled compiled = mt::compile(user, {.name = "x * sigmoid(x)"});
+  std::vector<CompiledSiluRow> rows;
+  for (int k = lo; k <= hi; ++k) {
+    manual_seed(uint64_t(k));
+    const Tensor x = randn({int64_t(1) << k}).to(device);
+    CompiledSiluRow r{};
+    r.log2n = k;
+    auto time = [&](const std::function<void()>& f) {
+      if (device.is_cuda()) return cuda_median_ms(device.index, {.warmup = 5, .repeats = 30}, f);
+      return 1e3 * cpu_median_seconds(f, 5, 0.05, 200);
+    };
+    r.silu_ms = time([&] { Tensor y = mt::silu(x); });
+    r.compiled_ms = time([&] { compiled(x); });
+    r.eager_ms = time([&] { user({x}); });
+    r.fusion_groups = compiled.num_fusion_groups();
+    r.max_diff = mt::max(mt::abs(compiled(x)[0].cpu() - mt::silu(x).cpu())).item<double>();
+    rows.push_back(r);
+  }
+  return rows;
 }
 
 }  // namespace mt::bench

@@ -34,4 +34,32 @@ struct MlpRow {
 
 MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts);
 
+// The same step eager and through mt::compile, side by side: two models from one seed,
+// their steps alternating, each timed on its own (median ms). Also the first call of the
+// compiled step (capture, planning, kernels), in a fresh Compiled and in a second one
+// (kernels then come from the memory cache), and whether both models end bitwise equal.
+struct MlpCompileRow {
+  mlp::Shape shape;
+  std::string device;
+  int steps;
+  double eager_ms, compiled_ms;
+  double first_call_ms, second_compile_ms;
+  size_t nodes, fusion_groups;
+  bool bitwise_equal;
+  double max_param_diff;
+};
+
+MlpCompileRow bench_mlp_compile(const mlp::Shape& shape, Device device, const MlpOptions& opts);
+
+// A user's unfused x * sigmoid(x) through mt::compile (one fused kernel) against the
+// built-in mt::silu and the same expression eager (two kernels), float32, 2^lo..2^hi
+// elements; median ms (CUDA events, L2 flushed; CPU steady_clock).
+struct CompiledSiluRow {
+  int log2n;
+  double silu_ms, compiled_ms, eager_ms;
+  size_t fusion_groups;
+  double max_diff;  // compiled against mt::silu
+};
+std::vector<CompiledSiluRow> bench_compiled_silu(Device device, int lo, int hi);
+
 }  // namespace mt::bench

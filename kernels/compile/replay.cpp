@@ -1,0 +1,643 @@
+// mt::compile: guards, the cache of compiled plans, and replay without the dispatcher
+// (kernels called directly on CPU; on CUDA, through a CUDA graph when one can be captured).
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+
+#include "autograd/grad_mode.h"
+#include "kernels/compile/compile.h"
+#include "runtime/cuda/graph.h"
+
+namespace mt {
+
+// Note [Replay without the dispatcher]
+// compile() captures the function on its first call with each guard combination (the
+// inputs' sizes, strides, dtypes, devices, requires_grad, whether .grad is set, which
+// inputs share storage) and turns the graph into a plan: one step a node, or one a fusion
+// group on CUDA (Note [Pointwise fusion]). An op step holds the KernelFunction that the
+// op's dispatch table had for the node's backend key (CPU or CUDA) when the plan was made
+// and its constant arguments already boxed: replay fills in the tensors, calls the kernel
+// boxed, and takes the results, with no key computation, no table lookup, no Trace or
+// Autograd layer (it runs under NoGradGuard, so calls made inside kernels record nothing
+// either). The backward is in the plan as the ops the engine called, so no tape is needed.
+// A node whose backend slot is not a plain kernel (a fallback, a fallthrough) is called
+// through the dispatcher instead. Factories become allocations, .grad assignments happen
+// at the end, as the captured function left them.
+// On CUDA the second call records the plan into an mt::cuda::Graph (runtime/cuda/graph.h)
+// and every later call replays it: the tensors the capture allocated come from the graph's
+// private pool, so the plan's outputs are the same buffers each time and are overwritten
+// by the next call (as with torch.cuda.CUDAGraph); inputs on other storage than the
+// captured ones are copied into them first, and copied back when the plan writes them.
+// If the graph cannot be captured (not implemented in this build, an op that syncs), the
+// plan runs directly on every call, and MT_LOG=compile says why.
+
+namespace {
+
+bool env_off(const char* var) {
+  const char* v = std::getenv(var);
+  return v && std::string_view(v) == "0";
+}
+
+bool log_enabled() {
+  const char* v = std::getenv("MT_LOG");
+  if (!v) return false;
+  std::string_view s(v);
+  for (size_t start = 0; start <= s.size();) {
+    size_t end = s.find(',', start);
+    if (end == std::string_view::npos) end = s.size();
+    std::string_view w = s.substr(start, end - start);
+    while (!w.empty() && w.front() == ' ') w.remove_prefix(1);
+    while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
+    if (w == "compile") return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+void log(const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    dispatcher().log(
+        fmt::format("[compile] {}", std::string_view(text).substr(start, end - start)));
+    start = end + 1;
+  }
+}
+
+// Signatures a kernel step calls unboxed (T: Tensor, d: double, l: int[], b: bool, i: int),
+// Note [Unboxed replay]; None: boxed, through a Stack.
+enum class Fast : uint8_t { None, T_T, T_TT, T_TTd, T_Td, T_Tl, T_Tlb, T_Tii };
+
+struct Step {
+  enum class Kind : uint8_t { Kernel, Dispatch, Fused, Factory };
+  Kind kind = Kind::Kernel;
+  Fast fast = Fast::None;
+  int t0 = -1, t1 = -1;  // tensor operands' values (fast path)
+  double d = 0;
+  std::vector<int64_t> l;
+  bool b = false;
+  int64_t i0 = 0, i1 = 0;
+  OperatorHandle op;
+  const KernelFunction* kernel = nullptr;
+  DispatchKeySet keys;
+  Stack args;                                   // constants boxed; tensor slots refilled
+  std::vector<std::pair<size_t, int>> tensors;  // (stack slot, value)
+  std::vector<std::pair<size_t, std::vector<int>>> lists;
+  std::vector<int> outputs;
+  bool returns_list = false;
+  // Fused
+  jit::Pointwise pointwise;
+  std::vector<int> inputs;
+  std::vector<double> scalars;
+  // Factory
+  Shape sizes, strides;
+  TensorOptions options;
+  std::optional<double> fill;
+  std::vector<int> release;  // values not needed after this step
+  std::string label;
+  Stack stack;  // reused from call to call (its capacity stays)
+};
+
+struct Plan {
+  Graph graph;  // as captured (printed)
+  Graph exec;   // as run: clones forwarded (Note [Clone forwarding])
+  std::vector<FusionGroup> groups;
+  std::vector<Step> steps;
+  std::vector<std::pair<int, Tensor>> constants;
+  std::vector<int64_t> guard;
+  bool cuda = false;
+  int device = 0;
+  // CUDA graph replay
+  int graph_state = 0;  // 0: next call warms up, 1: next call captures, 2: replays, -1: direct
+  std::unique_ptr<cuda::Graph> cuda_graph;
+  std::vector<Tensor> static_inputs, static_grads_in, static_outputs;
+  std::vector<std::pair<int, Tensor>> static_grads_out;
+  std::vector<bool> input_written;
+  std::vector<Tensor> vals;  // one slot a value, reused from call to call
+  std::string str() const;
+};
+
+// Note [Unboxed replay]
+// A boxed call boxes every argument into a Value, and the kernel's trampoline unboxes it
+// again; for the few signatures most built-in ops have, replay calls the kernel's unboxed
+// function pointer instead, with the arguments taken from the value slots. The kernel's
+// own inferred signature (KernelFunction::signature) is compared with the one called, so
+// the cast is the one the dispatcher itself makes (Note [Canonical calling convention]).
+template <typename Ret, typename... Args>
+bool has_signature(const KernelFunction& kf) {
+  const detail::InferredSignature* sig = kf.signature();
+  if (!sig) return false;
+  const detail::InferredSignature want = detail::infer_signature<Ret, Args...>();
+  return sig->args == want.args && sig->returns == want.returns;
+}
+
+void classify(Step& s, const KernelFunction& kf, const GraphNode& n) {
+  using L = std::vector<int64_t>;
+  const auto& a = n.args;
+  auto tensor = [&](size_t i) { return i < a.size() && a[i].kind == GraphArg::Kind::Tensor; };
+  auto constant = [&](size_t i, auto pred) {
+    return i < a.size() && a[i].kind == GraphArg::Kind::Constant && pred(a[i].constant);
+  };
+  auto is_d = [](const Value& v) { return v.is_double(); };
+  auto is_l = [](const Value& v) { return v.is_int_list(); };
+  auto is_b = [](const Value& v) { return v.is_bool(); };
+  auto is_i = [](const Value& v) { return v.is_int(); };
+  if (n.returns_list || n.outputs.size() != 1) return;
+  Fast f = Fast::None;
+  if (a.size() == 1 && tensor(0) && has_signature<Tensor, Tensor>(kf))
+    f = Fast::T_T;
+  else if (a.size() == 2 && tensor(0) && tensor(1) && has_signature<Tensor, Tensor, Tensor>(kf))
+    f = Fast::T_TT;
+  else if (a.size() == 3 && tensor(0) && tensor(1) && constant(2, is_d) &&
+           has_signature<Tensor, Tensor, Tensor, double>(kf))
+    f = Fast::T_TTd;
+  else if (a.size() == 2 && tensor(0) && constant(1, is_d) &&
+           has_signature<Tensor, Tensor, double>(kf))
+    f = Fast::T_Td;
+  else if (a.size() == 2 && tensor(0) && constant(1, is_l) && has_signature<Tensor, Tensor, L>(kf))
+    f = Fast::T_Tl;
+  else if (a.size() == 3 && tensor(0) && constant(1, is_l) && constant(2, is_b) &&
+           has_signature<Tensor, Tensor, L, bool>(kf))
+    f = Fast::T_Tlb;
+  else if (a.size() == 3 && tensor(0) && constant(1, is_i) && constant(2, is_i) &&
+           has_signature<Tensor, Tensor, int64_t, int64_t>(kf))
+    f = Fast::T_Tii;
+  if (f == Fast::None) return;
+  s.fast = f;
+  s.t0 = a[0].value;
+  if (tensor(1)) s.t1 = a[1].value;
+  if (f == Fast::T_TTd) s.d = a[2].constant.to_double();
+  if (f == Fast::T_Td) s.d = a[1].constant.to_double();
+  if (f == Fast::T_Tl || f == Fast::T_Tlb) s.l = a[1].constant.to_int_list();
+  if (f == Fast::T_Tlb) s.b = a[2].constant.to_bool();
+  if (f == Fast::T_Tii) s.i0 = a[1].constant.to_int(), s.i1 = a[2].constant.to_int();
+}
+
+// The result of an unboxed kernel step.
+Tensor call_fast(const Step& s, const std::vector<Tensor>& vals) {
+  using L = std::vector<int64_t>;
+  const KernelFunction& k = *s.kernel;
+  const Tensor& x = vals[size_t(s.t0)];
+  switch (s.fast) {
+    case Fast::T_T:
+      return k.call_unboxed<Tensor, Tensor>(s.keys, x);
+    case Fast::T_TT:
+      return k.call_unboxed<Tensor, Tensor, Tensor>(s.keys, x, vals[size_t(s.t1)]);
+    case Fast::T_TTd:
+      return k.call_unboxed<Tensor, Tensor, Tensor, double>(s.keys, x, vals[size_t(s.t1)], s.d);
+    case Fast::T_Td:
+      return k.call_unboxed<Tensor, Tensor, double>(s.keys, x, s.d);
+    case Fast::T_Tl:
+      return k.call_unboxed<Tensor, Tensor, L>(s.keys, x, s.l);
+    case Fast::T_Tlb:
+      return k.call_unboxed<Tensor, Tensor, L, bool>(s.keys, x, s.l, s.b);
+    case Fast::T_Tii:
+      return k.call_unboxed<Tensor, Tensor, int64_t, int64_t>(s.keys, x, s.i0, s.i1);
+    case Fast::None:
+      break;
+  }
+  MT_ASSERT(false, "call_fast on a boxed step");
+  return {};
+}
+
+Step make_step(const Graph& g, const GraphNode& n) {
+  Step s;
+  s.outputs = n.outputs;
+  s.returns_list = n.returns_list;
+  s.label = n.op_name();
+  if (n.is_factory()) {
+    const GraphValue& v = g.values[size_t(n.outputs[0])];
+    s.kind = Step::Kind::Factory;
+    s.sizes = v.sizes;
+    s.strides = v.strides;
+    s.options = {.dtype = v.dtype, .device = v.device};
+    s.fill = n.fill;
+    return s;
+  }
+  s.op = n.op;
+  bool on_cuda = false;
+  for (const GraphArg& a : n.args) {
+    if (a.kind == GraphArg::Kind::Tensor)
+      on_cuda = on_cuda || g.values[size_t(a.value)].device.is_cuda();
+    for (int id : a.list) on_cuda = on_cuda || g.values[size_t(id)].device.is_cuda();
+    if (a.kind == GraphArg::Kind::Constant && a.constant.is_tensor() &&
+        a.constant.to_tensor().defined())
+      on_cuda = on_cuda || a.constant.to_tensor().is_cuda();
+  }
+  const DispatchKey key = on_cuda ? DispatchKey::CUDA : DispatchKey::CPU;
+  s.keys = DispatchKeySet(key);
+  const DispatchTable& table = n.op.entry()->table();
+  const KernelFunction& kf = table.kernels[size_t(key)];
+  const bool direct = table.origin[size_t(key)] == 1 && kf.kind() == KernelFunction::Kind::Kernel;
+  s.kind = direct ? Step::Kind::Kernel : Step::Kind::Dispatch;
+  s.kernel = direct ? &kf : nullptr;
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    const GraphArg& a = n.args[i];
+    switch (a.kind) {
+      case GraphArg::Kind::Constant:
+        s.args.push_back(a.constant);
+        break;
+      case GraphArg::Kind::Tensor:
+        s.tensors.push_back({i, a.value});
+        s.args.emplace_back(Tensor());
+        break;
+      case GraphArg::Kind::TensorList:
+        s.lists.push_back({i, a.list});
+        s.args.emplace_back(std::vector<Tensor>());
+        break;
+    }
+  }
+  if (direct) classify(s, kf, n);
+  return s;
+}
+
+// Note [Clone forwarding]
+// Capture sees fake gradients, which have no storage, so the engine cannot tell that a
+// fresh gradient is referenced nowhere else and steals it into .grad as it does in eager
+// mode (autograd/engine.cpp, accumulate_leaf): it clones instead, and the graph has a
+// clone per leaf. The plan drops a clone whose input is a fresh contiguous intermediate
+// that nothing else reads (the condition eager mode checks with use counts) and passes the
+// input on in its place: the values are the same bits, one copy fewer.
+std::vector<bool> forward_clones(Graph& g) {
+  const std::vector<int> uses = g.use_counts();
+  std::vector<int> to(g.values.size());
+  for (size_t v = 0; v < to.size(); ++v) to[v] = int(v);
+  std::vector<bool> dropped(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    GraphNode& n = g.nodes[i];
+    if (n.is_factory() || n.op.name().str() != "mt::clone" || n.args.empty() ||
+        n.args[0].kind != GraphArg::Kind::Tensor || n.outputs.size() != 1 || n.outputs[0] < 0)
+      continue;
+    const int v = n.args[0].value;
+    const GraphValue& in = g.values[size_t(v)];
+    if (uses[size_t(v)] != 1 || in.kind != GraphValue::Kind::Intermediate || in.alias_root != v ||
+        in.strides != contiguous_strides(in.sizes))
+      continue;
+    to[size_t(n.outputs[0])] = v;
+    dropped[i] = true;
+  }
+  auto fix = [&](int& id) {
+    if (id >= 0) id = to[size_t(id)];
+  };
+  for (GraphNode& n : g.nodes) {
+    for (GraphArg& a : n.args) {
+      if (a.kind == GraphArg::Kind::Tensor) fix(a.value);
+      for (int& id : a.list) fix(id);
+    }
+    for (int& id : n.mutated) fix(id);
+  }
+  for (int& id : g.outputs) fix(id);
+  for (auto& [input, id] : g.grads) fix(id);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (dropped[i]) g.nodes[i].args.clear(), g.nodes[i].outputs.clear();
+  return dropped;
+}
+
+// The guard of a call: everything the captured graph depends on, as numbers.
+std::vector<int64_t> guard_of(const std::vector<Tensor>& inputs) {
+  std::vector<int64_t> g;
+  g.reserve(inputs.size() * 12);
+  g.push_back(int64_t(inputs.size()) << 1 | int64_t(grad_enabled()));  // grad mode changes the graph
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) {
+      g.push_back(-1);
+      continue;
+    }
+    g.push_back(int64_t(t.dtype()) | int64_t(t.device().type == DeviceType::CUDA) << 8 |
+                int64_t(t.device().index + 1) << 9 | int64_t(t.requires_grad()) << 20 |
+                int64_t(t.grad().defined()) << 21 | int64_t(t.is_fake()) << 22);
+    g.push_back(t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) g.push_back(t.size(d)), g.push_back(t.stride(d));
+    // which earlier input shares this one's storage (-1: none)
+    int64_t shares = -1;
+    const StorageImpl* st = t.is_fake() ? nullptr : t.storage().get();
+    for (size_t j = 0; j < i && st && shares < 0; ++j)
+      if (inputs[j].defined() && !inputs[j].is_fake() && inputs[j].storage().get() == st)
+        shares = int64_t(j);
+    g.push_back(shares);
+  }
+  return g;
+}
+
+std::string guard_str(const std::vector<Tensor>& inputs) {
+  std::vector<std::string> parts;
+  for (const Tensor& t : inputs)
+    parts.push_back(t.defined() ? fmt::format("{}{} {}{}", t.dtype(), t.sizes(), t.device(),
+                                              t.requires_grad() ? " requires_grad" : "")
+                                : "undefined");
+  return fmt::format("({})", fmt::join(parts, ", "));
+}
+
+std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& inputs,
+                                const CompileOptions& opts) {
+  auto plan = std::make_unique<Plan>();
+  plan->graph = capture(fn, inputs, {.input_names = opts.input_names});
+  plan->exec = plan->graph;
+  const std::vector<bool> dropped = forward_clones(plan->exec);
+  const Graph& g = plan->exec;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.is_cuda()) plan->cuda = true, plan->device = t.device().index;
+  const bool fuse = opts.fuse.value_or(plan->cuda);
+  if (fuse) plan->groups = fusion_groups(g);
+
+  std::vector<int> group_of(g.nodes.size(), -1);
+  for (size_t k = 0; k < plan->groups.size(); ++k)
+    for (int n : plan->groups[k].nodes) group_of[size_t(n)] = int(k);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const int k = group_of[i];
+    if (dropped[i]) continue;
+    if (k < 0) {
+      plan->steps.push_back(make_step(g, g.nodes[i]));
+    } else if (plan->groups[size_t(k)].nodes.back() == int(i)) {  // the group runs at its root
+      const FusionGroup& fg = plan->groups[size_t(k)];
+      Step s;
+      s.kind = Step::Kind::Fused;
+      s.pointwise = fg.kernel();
+      s.inputs = fg.inputs;
+      s.scalars = fg.scalars;
+      s.outputs = {fg.output};
+      s.label = fg.name;
+      plan->steps.push_back(std::move(s));
+    }
+  }
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].kind == GraphValue::Kind::Constant)
+      plan->constants.push_back({int(v), g.values[v].constant});
+
+  // Free each intermediate after its last reader, unless it is returned or left as a .grad.
+  std::vector<int> last(g.values.size(), -1);
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    const Step& s = plan->steps[i];
+    for (auto& [slot, v] : s.tensors) last[size_t(v)] = int(i);
+    for (auto& [slot, l] : s.lists)
+      for (int v : l) last[size_t(v)] = int(i);
+    for (int v : s.inputs) last[size_t(v)] = int(i);
+    for (int v : s.outputs)
+      if (v >= 0) last[size_t(v)] = std::max(last[size_t(v)], int(i));
+  }
+  std::vector<bool> keep(g.values.size(), false);
+  for (int v : g.outputs)
+    if (v >= 0) keep[size_t(g.values[size_t(v)].alias_root)] = keep[size_t(v)] = true;
+  for (auto [input, v] : g.grads)
+    if (v >= 0) keep[size_t(v)] = true;
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (!keep[v] && g.values[v].kind == GraphValue::Kind::Intermediate && last[v] >= 0)
+      plan->steps[size_t(last[v])].release.push_back(int(v));
+  plan->input_written.assign(inputs.size(), false);
+  for (const GraphNode& n : g.nodes)
+    for (int w : n.mutated)
+      for (size_t i = 0; i < g.inputs.size(); ++i)
+        if (g.values[size_t(g.inputs[i])].alias_root == g.values[size_t(w)].alias_root)
+          plan->input_written[i] = true;
+  return plan;
+}
+
+std::string Plan::str() const {
+  std::string out;
+  for (const Step& s : steps) {
+    const char* how = s.kind == Step::Kind::Kernel     ? (s.fast != Fast::None ? "kernel" : "boxed")
+                      : s.kind == Step::Kind::Dispatch ? "dispatch"
+                      : s.kind == Step::Kind::Fused    ? "fused"
+                                                       : "alloc";
+    std::vector<std::string> outs;
+    for (int v : s.outputs)
+      if (v >= 0) outs.push_back(graph.values[size_t(v)].name);
+    out += fmt::format("{:<9}{}{}\n", how, s.label,
+                       outs.empty() ? "" : fmt::format(" -> {}", fmt::join(outs, ", ")));
+  }
+  return out;
+}
+
+// Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads).
+std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
+  const Graph& g = p.exec;
+  std::vector<Tensor>& vals = p.vals;
+  vals.assign(g.values.size(), Tensor());
+  for (size_t i = 0; i < inputs.size(); ++i) vals[size_t(g.inputs[i])] = inputs[i];
+  for (const GraphValue& v : g.values)
+    if (v.kind == GraphValue::Kind::InputGrad)
+      vals[size_t(&v - g.values.data())] = inputs[size_t(v.input)].grad();
+  for (const auto& [v, t] : p.constants) vals[size_t(v)] = t;
+  NoGradGuard no_grad;
+  for (Step& s : p.steps) {
+    switch (s.kind) {
+      case Step::Kind::Kernel:
+      case Step::Kind::Dispatch: {
+        if (s.fast != Fast::None) {
+          Tensor r = call_fast(s, vals);
+          if (s.outputs[0] >= 0) vals[size_t(s.outputs[0])] = std::move(r);
+          break;
+        }
+        Stack& stack = s.stack;
+        stack.assign(s.args.begin(), s.args.end());
+        for (const auto& [slot, v] : s.tensors) stack[slot] = Value(vals[size_t(v)]);
+        for (const auto& [slot, l] : s.lists) {
+          std::vector<Tensor> ts;
+          ts.reserve(l.size());
+          for (int v : l) ts.push_back(vals[size_t(v)]);
+          stack[slot] = Value(std::move(ts));
+        }
+        if (s.kind == Step::Kind::Kernel)
+          s.kernel->call_boxed(s.op, s.keys, &stack);
+        else
+          s.op.call_boxed(&stack);
+        if (s.returns_list) {
+          const std::vector<Tensor>& ts = stack[0].to_tensor_list();
+          for (size_t k = 0; k < s.outputs.size() && k < ts.size(); ++k)
+            if (s.outputs[k] >= 0) vals[size_t(s.outputs[k])] = ts[k];
+        } else {
+          for (size_t k = 0; k < s.outputs.size() && k < stack.size(); ++k)
+            if (s.outputs[k] >= 0) vals[size_t(s.outputs[k])] = stack[k].to_tensor();
+        }
+        break;
+      }
+      case Step::Kind::Fused: {
+        Tensor ins[8];
+        for (size_t k = 0; k < s.inputs.size(); ++k) ins[k] = vals[size_t(s.inputs[k])];
+        std::vector<Tensor> outs =
+            s.pointwise.call(std::span<const Tensor>(ins, s.inputs.size()), s.scalars);
+        vals[size_t(s.outputs[0])] = std::move(outs[0]);
+        break;
+      }
+      case Step::Kind::Factory: {
+        Tensor t = s.sizes.size() == 0 || s.strides == contiguous_strides(s.sizes)
+                       ? (s.fill ? full(s.sizes, *s.fill, s.options) : empty(s.sizes, s.options))
+                       : empty_strided(s.sizes, s.strides, s.options);
+        if (s.fill && !t.is_contiguous()) t.fill_(*s.fill);
+        vals[size_t(s.outputs[0])] = std::move(t);
+        break;
+      }
+    }
+    for (int v : s.release) vals[size_t(v)] = Tensor();
+  }
+  for (auto [input, v] : g.grads) {
+    const Tensor& t = inputs[size_t(input)];
+    if (v >= 0 || t.grad().defined()) t.set_grad(v >= 0 ? vals[size_t(v)] : Tensor());
+  }
+  std::vector<Tensor> outs;
+  outs.reserve(g.outputs.size());
+  for (int v : g.outputs) outs.push_back(v >= 0 ? vals[size_t(v)] : Tensor());
+  std::fill(vals.begin(), vals.end(), Tensor());
+  for (Step& s : p.steps) s.stack.clear();
+  return outs;
+}
+
+bool same_memory(const Tensor& a, const Tensor& b) {
+  return a.storage().get() == b.storage().get() && a.storage_offset() == b.storage_offset() &&
+         a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+
+// CUDA: warm up, then capture the plan into a CUDA graph and replay it (Note [Replay
+// without the dispatcher]); direct runs when a graph cannot be captured.
+std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const CompileOptions& opts,
+                             bool logging) {
+  if (!opts.cuda_graph || p.graph_state < 0) return run_plan(p, inputs);
+  if (p.graph_state == 0) {  // warm-up: compiles and loads every kernel outside a capture
+    p.graph_state = 1;
+    return run_plan(p, inputs);
+  }
+  if (p.graph_state == 1) {
+    try {
+      p.cuda_graph = std::make_unique<cuda::Graph>();
+      p.static_inputs = inputs;
+      p.static_grads_in.clear();
+      for (const Tensor& t : inputs) p.static_grads_in.push_back(t.grad());
+      p.cuda_graph->capture_begin(p.device);
+      std::vector<Tensor> outs;
+      try {
+        outs = run_plan(p, inputs);
+      } catch (...) {
+        try {
+          p.cuda_graph->capture_end();
+        } catch (...) {
+        }
+        throw;
+      }
+      p.cuda_graph->capture_end();
+      p.static_outputs = outs;
+      p.static_grads_out.clear();
+      for (auto [input, v] : p.exec.grads)
+        p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
+      p.graph_state = 2;
+      if (logging)
+        log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool)", opts.name,
+                        p.cuda_graph->num_nodes(), p.cuda_graph->pool_bytes()));
+      p.cuda_graph->replay();
+      return outs;
+    } catch (const Error& e) {
+      p.cuda_graph.reset();
+      p.static_inputs.clear();
+      p.graph_state = -1;
+      if (logging)
+        log(fmt::format("{}: no CUDA graph ({}); running the plan directly on every call",
+                        opts.name, e.what()));
+      return run_plan(p, inputs);
+    }
+  }
+  // Replay: the user's inputs into the captured ones (skipped when they are the same memory).
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!same_memory(inputs[i], p.static_inputs[i])) p.static_inputs[i].copy_(inputs[i]);
+    const Tensor grad = inputs[i].grad();
+    if (p.static_grads_in[i].defined() && grad.defined() &&
+        !same_memory(grad, p.static_grads_in[i]))
+      p.static_grads_in[i].copy_(grad);
+  }
+  p.cuda_graph->replay();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i]))
+      inputs[i].copy_(p.static_inputs[i]);
+  for (const auto& [input, grad] : p.static_grads_out) inputs[size_t(input)].set_grad(grad);
+  return p.static_outputs;
+}
+
+}  // namespace
+
+struct Compiled::State {
+  GraphFn fn;
+  CompileOptions opts;
+  bool eager = false;
+  bool logging = false;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Plan>> plans;
+  Plan* last = nullptr;
+  int compiles = 0;
+};
+
+Compiled::Compiled(GraphFn fn, CompileOptions opts) : state_(std::make_shared<State>()) {
+  state_->fn = std::move(fn);
+  state_->opts = std::move(opts);
+  state_->eager = env_off("MT_COMPILE");
+  state_->logging = log_enabled();
+}
+
+std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) const {
+  State& st = *state_;
+  if (st.eager) return st.fn(inputs);
+  // Fake inputs ask for shapes only: the function itself gives them, through the fake kernels.
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.is_fake()) return st.fn(inputs);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  std::vector<int64_t> guard = guard_of(inputs);
+  Plan* plan = st.last && st.last->guard == guard ? st.last : nullptr;
+  for (size_t i = 0; i < st.plans.size() && !plan; ++i)
+    if (st.plans[i]->guard == guard) plan = st.plans[i].get();
+  if (!plan) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto made = make_plan(st.fn, inputs, st.opts);
+    made->guard = std::move(guard);
+    plan = made.get();
+    st.plans.push_back(std::move(made));
+    ++st.compiles;
+    if (st.logging) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::string text = fmt::format(
+          "{}: compiled for {} in {:.2f} ms (compile #{}): {} nodes, {} steps, {} fusion "
+          "groups\n{}",
+          st.opts.name, guard_str(inputs), ms, st.compiles, plan->graph.nodes.size(),
+          plan->steps.size(), plan->groups.size(), plan->graph.str());
+      for (const FusionGroup& fg : plan->groups) {
+        std::vector<std::string> names;
+        for (int n : fg.nodes) names.push_back(plan->exec.nodes[size_t(n)].op_name());
+        text += fmt::format("fusion group {}: {} -> {}\n{}\n", fg.name, fmt::join(names, ", "),
+                            plan->exec.values[size_t(fg.output)].name, fg.body);
+        text += fg.kernel().cuda_source();
+      }
+      text += "plan:\n" + plan->str();
+      log(text);
+    }
+  }
+  st.last = plan;
+  if (plan->cuda) return run_cuda(*plan, inputs, st.opts, st.logging);
+  return run_plan(*plan, inputs);
+}
+
+int Compiled::compile_count() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->compiles;
+}
+std::string Compiled::graph_str() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last ? state_->last->graph.str() : "";
+}
+std::string Compiled::plan_str() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last ? state_->last->str() : "";
+}
+size_t Compiled::num_fusion_groups() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last ? state_->last->groups.size() : 0;
+}
+
+size_t Compiled::num_nodes() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last ? state_->last->graph.nodes.size() : 0;
+}
+
+Compiled compile(GraphFn fn, CompileOptions opts) {
+  return Compiled(std::move(fn), std::move(opts));
+}
+
+}  // namespace mt
