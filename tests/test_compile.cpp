@@ -140,8 +140,8 @@ TEST_SUITE("compile") {
     CHECK(err.starts_with(
         "[compile] capturing runs every op on fake tensors to lay out the graph before anything "
         "runs, so each op needs a Fake kernel (in 'test_compile::no_fake'):\n"
-        "'test_compile::no_fake' has no Fake kernel; register one with register_fake (or "
-        "m.impl(\"no_fake\", ...) in MT_LIBRARY_IMPL(test_compile, Fake, m)), so that it can run "
+        "[test_compile::no_fake] 'test_compile::no_fake' has no Fake kernel; register one with "
+        "register_fake (or m.impl(\"no_fake\", ...) in MT_LIBRARY_IMPL(test_compile, Fake, m)), so that it can run "
         "on fake tensors."));
     // and with the fake kernel registered, the capture works
     op.register_fake([](const Tensor& x) { return empty_like(x); });

@@ -406,16 +406,17 @@ void set_capture_stream(int index, CUstream s) {
 }
 
 void refuse_during_capture(int index, const std::string& what, const std::string& fix) {
-  std::string msg = fmt::format(
-      "[cuda] {}: cuda:{} is capturing a CUDA graph (mt::cuda::Graph), and this call would "
-      "break the capture; {}",
+  const std::string body = fmt::format(
+      "{}: cuda:{} is capturing a CUDA graph (mt::cuda::Graph), and this call would break the "
+      "capture; {}",
       what, index, fix);
   DeviceState& st = device_state(index);
   {
     std::lock_guard<std::mutex> lock(st.mutex);
-    if (st.refusal.empty() && st.capture_stream.load(std::memory_order_relaxed)) st.refusal = msg;
+    if (st.refusal.empty() && st.capture_stream.load(std::memory_order_relaxed))
+      st.refusal = "[cuda] " + body;
   }
-  MT_ERROR("{}", msg);
+  MT_ERROR("[cuda] {}", body);
 }
 
 std::string take_capture_refusal(int index) {
