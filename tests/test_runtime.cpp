@@ -10,7 +10,9 @@
 
 #include "minitensor.h"
 #include "tests/helpers.h"
+#include "kernels/settings.h"
 #include "runtime/philox.h"
+#include "runtime/version.h"
 #include "runtime/view.h"
 
 using namespace mt;
@@ -272,6 +274,21 @@ TEST_CASE("factories: rand and randn repeat for the same seed and look right") {
   Generator g(7), h(7);
   CHECK(equal(rand({5}, {}, &g), rand({5}, {}, &h)));
   CHECK_THROWS_AS(rand({2}, {.dtype = DType::Int64}), Error);
+}
+
+TEST_CASE("version: the headers' macros are the library's mt::version()") {
+  CHECK(std::string(mt::version()) ==
+        fmt::format("{}.{}.{}", MT_VERSION_MAJOR, MT_VERSION_MINOR, MT_VERSION_PATCH));
+  CHECK(MT_VERSION_NUMBER == MT_VERSION_MAJOR * 10000 + MT_VERSION_MINOR * 100 + MT_VERSION_PATCH);
+  // The documented settings are reachable from minitensor.h (kernels/settings.h).
+  const int threads = mt::cpu::num_threads();
+  mt::cpu::set_num_threads(1);
+  CHECK(mt::cpu::num_threads() == 1);
+  mt::cpu::set_num_threads(threads);
+  const bool tf32 = mt::gpu::allow_tf32();
+  mt::gpu::set_allow_tf32(!tf32);
+  CHECK(mt::gpu::allow_tf32() == !tf32);
+  mt::gpu::set_allow_tf32(tf32);
 }
 
 TEST_CASE("random: Philox4x32-10 gives the Random123 known answers") {

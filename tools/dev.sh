@@ -65,7 +65,7 @@ else
   say() { printf '[dev.sh] %s\n' "$*"; }
 fi
 
-packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev nlohmann-json3-dev)
+packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev nlohmann-json3-dev cmake)
 
 install_missing() {
   local missing=()
