@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // minitensor: a small C++20 tensor runtime with its own op dispatcher.
 // This umbrella header brings in the whole public API.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "dispatcher/library.h"
 
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Loading a shared library of a user's ops at run time, like torch.ops.load_library: its
 // MT_LIBRARY blocks register while it loads.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Process-wide settings of the built-in kernels, part of the public API (minitensor.h).
 // The kernels' own headers (kernels/cpu/cpu_kernels.h, kernels/gpu/gpu_kernels.h) declare
 // the same functions; a translation unit that includes both checks that they agree.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Philox4x32-10, the counter-based generator of cuRAND and PyTorch, in one header compiled
 // three ways: as host C++ (runtime/tensor.cpp's rand and randn), by NVRTC (embedded as
 // "philox.h" for kernels/cuda/random.cu) and as host C++ again under the tests' CPU

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/tensor.h"
 
 #include <cmath>

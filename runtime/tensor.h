@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor: a cheap, reference-counted handle to sizes, strides, an offset, a dtype,
 // a device and a Storage (none for a fake tensor), plus the autograd slot.
 #pragma once

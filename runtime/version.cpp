@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/version.h"
 
 #define MT_STR2(x) #x

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // minitensor's version: the macros are the headers' version (what an app was compiled
 // against), mt::version() the library's (what it runs with); meson.build checks that the
 // macros match the project's version.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The JIT layer: NVRTC compiles of every embedded kernel (no GPU needed), the disk
 // cache's consistency (corruption, LRU, concurrent processes), and the device code
 // itself, run on the CPU through a small emulation of the CUDA grid. Cases marked

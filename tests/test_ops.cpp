@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One harness for every built-in op (ggml's test-backend-ops idea): a table of sample
 // inputs per registered "mt::" op. Each sample is checked against a float64 reference
 // written here with plain loops, the small ones through mt::opcheck (schema, fake against

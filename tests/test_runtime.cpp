@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The runtime core: dtypes, devices, storage, views, copies, factories, printing, errors.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # CI's -Dcuda=disabled check: configure build-nocuda (no tests, no examples), build only
 # the library and the minitensor command (-Werror under CI=true), and check that doctor
 # says the option turned CUDA off. Prints one line, "nocuda: OK" or what failed; exit 0/1.

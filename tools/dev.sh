@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # minitensor's developer entry point; `tools/dev.sh --help` lists the commands.
 # Set-up installs the Debian packages that are missing (with sudo when not root),
 # configures the build directory when needed and builds what the command needs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The minitensor command: doctor, ops, dump, demo, bench, cache.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

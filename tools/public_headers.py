@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """minitensor's public headers, and their installation under a namespaced path.
 
 The public headers are minitensor.h and every header it includes, transitively (found by

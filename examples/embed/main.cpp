@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An app embedding minitensor: defines an op with custom_op, gives it a fake kernel and
 // a backward, calls it, and checks the result and the gradient. Prints one line.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Random numbers on the GPU from the runtime's counter-based generator, Philox4x32-10
 // (runtime/philox.h, Note [The random stream]): element i of a draw depends only on
 // (seed, base + i), so the values are those mt::rand / mt::randn make on the CPU,

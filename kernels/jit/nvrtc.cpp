@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/nvrtc.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::add, sub, mul, div (tensor and scalar forms) and the in-place add_, sub_, mul_.
 // Broadcasting and type promotion happen here; kernels/cpu computes.
 #include <cmath>

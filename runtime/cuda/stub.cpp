@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA backend of a build without cuda.h and nvrtc.h: nothing is available, and
 // every call says how to get a build that has it.
 #ifndef MT_HAVE_CUDA

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The minitensor command against bad arguments and hostile environments: exit codes,
 messages, and every --json output parsed by a JSON parser.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A user's op library, as `minitensor --load` and mt::load_library take one: a shared
 // library whose MT_LIBRARY blocks register when it is loaded. Built twice by
 // tests/cli/meson.build: as is (libuser_ops.so), and with MT_TEST_BROKEN_BLOCK, where a

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Installs the built minitensor into a temporary DESTDIR, checks the installed tree, builds
 examples/embed against it, runs the app and checks what it prints.
 
