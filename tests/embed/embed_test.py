@@ -4,13 +4,12 @@
 examples/embed against it, runs the app and checks what it prints.
 
   embed_test.py --builddir B --source examples/embed --workdir W [--sanitize address,undefined]
-                [--consumer meson|cmake] [--relocated]
+                [--consumer meson|cmake]
 
 The installed tree: only the public headers (tools/public_headers.py --list), under
 include/minitensor/; no OpenBLAS in pkg-config --cflags; bin/minitensor runs without
 LD_LIBRARY_PATH (its $ORIGIN rpath); the CMake package files. The consumer: Meson through
-pkg-config (PKG_CONFIG_SYSROOT_DIR into the DESTDIR; with --relocated, pkg-config
---define-prefix on the .pc's own location instead), or CMake through
+pkg-config (PKG_CONFIG_SYSROOT_DIR into the DESTDIR), or CMake through
 find_package(minitensor) (CMAKE_PREFIX_PATH at the installed prefix inside the DESTDIR: the
 package finds its paths from its own location). Either compiles against the installed
 headers only.
@@ -53,7 +52,6 @@ def main():
     ap.add_argument("--buildtype", default="debugoptimized")
     ap.add_argument("--werror", default="false")
     ap.add_argument("--consumer", choices=["meson", "cmake"], default="meson")
-    ap.add_argument("--relocated", action="store_true")
     ap.add_argument("--srcroot", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     a = ap.parse_args()
 
@@ -117,11 +115,7 @@ def main():
                                       if env.get("PKG_CONFIG_PATH") else "")
     env["PKG_CONFIG_SYSROOT_DIR"] = destdir
     pkg_config = shutil.which("pkg-config") or shutil.which("pkgconf")
-    cflags_cmd = [pkg_config, "--cflags", "minitensor"]
-    if a.relocated:  # the prefix from the .pc file's own place, no sysroot
-        del env["PKG_CONFIG_SYSROOT_DIR"]
-        cflags_cmd.insert(1, "--define-prefix")
-    cflags = run(cflags_cmd, env=env, what="pkg-config --cflags").stdout
+    cflags = run([pkg_config, "--cflags", "minitensor"], env=env, what="pkg-config --cflags").stdout
     if "openblas" in cflags or f"-I{incdir}" not in cflags.split():
         sys.exit(f"[embed] FAILED: pkg-config --cflags minitensor is {cflags.strip()!r} (want "
                  f"-I{incdir} and no private dependency's flags)")
@@ -131,9 +125,6 @@ def main():
         opts = [f"-Dbuildtype={a.buildtype}", f"-Dwerror={a.werror}", "--wrap-mode=nofallback"]
         if a.sanitize not in ("", "none"):
             opts += [f"-Db_sanitize={a.sanitize}", "-Db_lundef=false"]
-        if a.relocated:
-            opts += ["-Dpkg_config_path=" + pcdir]
-            env["PKG_CONFIG"] = pkg_config + " --define-prefix"
         p = run([a.meson, "setup", appbuild, os.path.abspath(a.source)] + opts, env=env,
                 what="configure")
         found = [l for l in p.stdout.splitlines() if "dependency minitensor found: YES" in l]
