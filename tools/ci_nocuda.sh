@@ -6,7 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=build-nocuda
-opts=(-Dcuda=disabled -Dtests=false -Dexamples=false -Dcpp_args=-g1)
+# -O0, no debug info: this build checks what the configuration compiles and says, not
+# speed; it costs about 40% less CPU than -O2 (-O2-only warnings show in the plain build).
+opts=(-Dcuda=disabled -Dtests=false -Dexamples=false -Doptimization=0 -Ddebug=false)
 [ "${CI:-}" = "true" ] && opts+=(-Dwerror=true)
 start=$SECONDS
 if [ ! -f "$dir/build.ninja" ]; then
