@@ -55,7 +55,8 @@ void load_library(const std::string& path) {
   std::error_code ec;
   MT_CHECK(std::filesystem::is_regular_file(path, ec),
            "[load_library] there is no file {}; give the path of a shared library of ops "
-           "(libmyops.so), built against minitensor", mt::quoted(path));
+           "(libmyops.so), built against minitensor",
+           mt::quoted(path));
   // A path without a slash would make dlopen search the library path instead.
   const std::string where = path.find('/') == std::string::npos ? "./" + path : path;
   static std::mutex load_mutex;  // one load at a time: the failures are collected per load
@@ -66,7 +67,8 @@ void load_library(const std::string& path) {
   detail::t_load_failures = nullptr;
   if (!handle) {
     const char* why = dlerror();
-    MT_CHECK(false, "[load_library] could not load {}: {}", mt::quoted(path), why ? why : "unknown reason");
+    MT_CHECK(false, "[load_library] could not load {}: {}", mt::quoted(path),
+             why ? why : "unknown reason");
   }
   MT_CHECK(failures.empty(),
            "[load_library] {} loaded, but {} of its library blocks failed and registered "

@@ -11,13 +11,9 @@ mt::Tensor twice(const mt::Tensor& x) { return mt::mul(x, 2.0); }
 
 }  // namespace
 
-MT_LIBRARY(user_ops, m) {
-  m.def("twice(Tensor x) -> Tensor");
-}
+MT_LIBRARY(user_ops, m) { m.def("twice(Tensor x) -> Tensor"); }
 
-MT_LIBRARY_IMPL(user_ops, CPU, m) {
-  m.impl("twice", twice);
-}
+MT_LIBRARY_IMPL(user_ops, CPU, m) { m.impl("twice", twice); }
 
 #ifdef MT_TEST_BROKEN_BLOCK
 MT_LIBRARY_FRAGMENT(user_ops, m) {
