@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // minitensor: a small C++20 tensor runtime with its own op dispatcher.
 // This umbrella header brings in the whole public API.
 #pragma once
@@ -6,9 +7,11 @@
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "kernels/compile/compile.h"
+#include "dispatcher/load_library.h"
 #include "kernels/jit/pointwise.h"
 #include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"
+#include "kernels/settings.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"
 #include "runtime/cuda/memory.h"
@@ -17,3 +20,4 @@
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/tensor.h"
+#include "runtime/version.h"

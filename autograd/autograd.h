@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The autograd layer in one include: tape, engine, grad mode, custom_op, gradcheck,
 // opcheck and call tracing.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "autograd/custom_op.h"
 
 #include <algorithm>

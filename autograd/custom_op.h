@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::custom_op: torch.library.custom_op in C++. One call defines "ns::name" (schema
 // inferred from the C++ signature, or given) with fn as its CPU kernel; the handle then
 // takes register_kernel, register_fake and register_autograd, and calls the op.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // backward and grad: walk the tape in reverse from the outputs' entries.
 #pragma once
 

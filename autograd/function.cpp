@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "autograd/function.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The autograd kernel that register_autograd installs: it runs the op below the
 // Autograd key, then records one tape entry whose backward calls the user's formula.
 #pragma once

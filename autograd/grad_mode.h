@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Grad mode: whether op calls record tape entries. No-grad excludes the Autograd key
 // from dispatch on this thread, so an op call under it costs nothing extra.
 #pragma once

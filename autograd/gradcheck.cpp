@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "autograd/gradcheck.h"
 
 #include <cmath>

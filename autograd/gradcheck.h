@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gradcheck, gradgradcheck and opcheck: torch.autograd.gradcheck and
 // torch.library.opcheck for minitensor ops.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tape: one Node per recorded op call, holding the backward closure, the saved
 // tensors with their versions, and where each input's gradient goes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "autograd/trace.h"
 
 #include "dispatcher/library.h"

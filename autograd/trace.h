@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Call tracing through the Trace dispatch key: a boxed fallback that records every op
 // call (name, arguments, results) on this thread, and trace_fake, which runs a function
 // on fake inputs to get the shapes of every call without computing anything.

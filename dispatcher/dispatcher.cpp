@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "dispatcher/dispatcher.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Dispatcher: the registry of operators by "ns::name", their registrations per
 // dispatch key, the computed dispatch tables, and the unboxed and boxed call paths.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // KernelFunction: one registered kernel, callable unboxed (a typed function pointer)
 // and boxed (over a Stack), plus the schema inferred from its C++ signature.
 #pragma once

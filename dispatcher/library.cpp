@@ -1,7 +1,14 @@
+// SPDX-License-Identifier: MIT
 #include "dispatcher/library.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <vector>
+
+#include "dispatcher/load_library.h"
 
 namespace mt {
 
@@ -15,6 +22,10 @@ std::string debug_location(const std::source_location& loc) {
 
 namespace {
 std::mutex g_ns_mutex;
+
+// While load_library runs the library's static initializers (on its own thread), the
+// failures of MT_LIBRARY blocks go here, for load_library to throw, instead of to stderr.
+thread_local std::vector<std::string>* t_load_failures = nullptr;
 std::map<std::string, std::string>& defining_libraries() {
   static auto* m = new std::map<std::string, std::string>();
   return *m;
@@ -29,12 +40,41 @@ LibraryInit::LibraryInit(Library::Kind kind, const char* ns, std::optional<Dispa
     init(*lib);
   } catch (const std::exception& e) {
     lib.reset();
+    if (t_load_failures) {
+      t_load_failures->push_back(fmt::format("the block at {}: {}", where, e.what()));
+      return;
+    }
     std::fprintf(stderr, "[minitensor] the library block at %s failed and was not registered: %s\n",
                  where.c_str(), e.what());
   }
 }
 
 }  // namespace detail
+
+void load_library(const std::string& path) {
+  std::error_code ec;
+  MT_CHECK(std::filesystem::is_regular_file(path, ec),
+           "[load_library] there is no file {}; give the path of a shared library of ops "
+           "(libmyops.so), built against minitensor",
+           mt::quoted(path));
+  // A path without a slash would make dlopen search the library path instead.
+  const std::string where = path.find('/') == std::string::npos ? "./" + path : path;
+  static std::mutex load_mutex;  // one load at a time: the failures are collected per load
+  std::lock_guard<std::mutex> lock(load_mutex);
+  std::vector<std::string> failures;
+  detail::t_load_failures = &failures;
+  void* handle = dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
+  detail::t_load_failures = nullptr;
+  if (!handle) {
+    const char* why = dlerror();
+    MT_CHECK(false, "[load_library] could not load {}: {}", mt::quoted(path),
+             why ? why : "unknown reason");
+  }
+  MT_CHECK(failures.empty(),
+           "[load_library] {} loaded, but {} of its library blocks failed and registered "
+           "nothing: {}",
+           mt::quoted(path), failures.size(), fmt::join(failures, "; "));
+}
 
 Library::Library(Kind kind, std::string ns, std::optional<DispatchKey> key,
                  std::source_location loc)

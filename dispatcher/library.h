@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Library: an RAII set of registrations (defs, impls, fallbacks) that it undoes when
 // destroyed, and the MT_LIBRARY macros that make one at static-initialization time.
 #pragma once

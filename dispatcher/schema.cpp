@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Schema parser and printer: a small lexer that tracks byte offsets and a recursive-descent
 // parser over it. Errors show the offending line with a caret under the column.
 #include "dispatcher/schema.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Operator schemas, PyTorch style: "ns::name.overload(Tensor x, *, int dim=0) -> Tensor".
 // parse_schema turns the text into a FunctionSchema; str() prints it back in canonical form.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Value and Stack: the boxed calling convention. A boxed kernel or fallback sees
 // its arguments as Values on a Stack, pops them, and pushes its results.
 #pragma once

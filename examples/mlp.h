@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A two-layer MLP with SiLU, y = silu(x W1 + b1) W2 + b2, trained with MSE and plain SGD.
 // Public API only and device-agnostic: parameters and data are drawn on the CPU (so a
 // seed gives the same numbers on every device) and moved with .to(device).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A two-layer MLP with SiLU, trained end to end with the tape: y = silu(x W1 + b1) W2 + b2
 // on a synthetic regression task, MSE loss, SGD under no_grad (the model is examples/mlp.h).
 //   build/examples/mlp_train [--steps N] [--batch B] [--in I] [--hidden H] [--out O]

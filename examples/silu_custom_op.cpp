@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tutorial's demo in C++: a hand-written SiLU kernel becomes the op
 // triton_demo::silu through custom_op, register_fake and register_autograd, then is
 // checked against a reference, by gradcheck and by opcheck. Its CUDA kernel is the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The elementwise ops, one row each in MT_ELEMENTWISE_OPS: the CPU loops
 // (kernels/cpu/elementwise.cpp), the GPU launchers and name expressions (kernels/gpu), the op
 // registration and fake kernels (kernels/ops/unary.cpp, binary.cpp) and the kernel and op

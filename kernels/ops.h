@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The built-in op library: each is a dispatched op "mt::<name>" (kernels/ops/*.cpp),
 // with CPU, CUDA and Fake kernels and a backward written with dispatched ops.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The library's initialization: the fallbacks, the built-in ops and the device hooks,
 // run once on first use (Note [Library initialization] in runtime/init.h).
 #include "dispatcher/dispatcher.h"

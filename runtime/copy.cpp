@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // copy_ and fill_ on the host, any layout and dtype; CUDA copies go to runtime/cuda.
 #include <cstring>
 

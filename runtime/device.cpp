@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/device.h"
 
 #include <charconv>

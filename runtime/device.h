@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device: where a tensor's memory lives (cpu, or cuda:N).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // DispatchKey and DispatchKeySet. They live in the runtime (as c10's do in PyTorch)
 // because every tensor carries a key set; the dispatcher reads them.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/dtype.h"
 
 #include <array>

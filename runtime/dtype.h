@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Element types: DType, the two 16-bit float storage types, and type promotion.
 #pragma once
 

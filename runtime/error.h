@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::Error and the checking macros every layer uses.
 // User mistakes throw mt::Error (never abort); MT_ASSERT guards internal invariants.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // FakeMode: under this guard, factories make fake tensors (metadata, no storage).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The library's one initialization hook: Note [Library initialization].
 #pragma once
 

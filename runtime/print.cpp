@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Printing in PyTorch's style: one number format for the whole tensor, right-aligned
 // columns, the middle of large tensors elided, then shape, dtype and device.
 #include <cmath>

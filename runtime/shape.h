@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shape: a fixed-capacity list of sizes or strides (up to kMaxDims), so that making
 // a tensor allocates nothing for its metadata.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Allocator and Storage: the reference-counted buffer behind every tensor and its views.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/tensor.h"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/fake.h"
+#include "runtime/philox.h"
 #include "runtime/tls.h"
 
 namespace mt {
@@ -406,18 +408,8 @@ Tensor linspace(double start, double end, int64_t steps, const TensorOptions& op
 
 // ---- random ------------------------------------------------------------------------
 
-uint64_t philox_like_hash(uint64_t seed, uint64_t counter) {
-  // splitmix64 over a key that mixes the seed and the counter; passes BigCrush as a
-  // counter-based generator and is three multiplies on any device.
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 namespace {
 std::mutex g_gen_mutex;
-double uniform01(uint64_t bits) { return double(bits >> 11) * 0x1.0p-53; }
 }  // namespace
 
 Generator& default_generator() {
@@ -453,8 +445,10 @@ Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
     base = g.advance(uint64_t(checked_numel(shape, "rand")));
   }
   if (Tensor t = device_random(shape, opts, seed, base, false); t.defined()) return t;
-  return generate(shape, opts, "rand",
-                  [&](int64_t i) { return uniform01(philox_like_hash(seed, base + uint64_t(i))); });
+  return generate(shape, opts, "rand", [&](int64_t i) {
+    const Philox4x32 r = philox_block(seed, base + uint64_t(i));
+    return philox_uniform01(r.v[0], r.v[1]);
+  });
 }
 
 Tensor randn(const Shape& shape, const TensorOptions& opts, Generator* gen) {
@@ -464,13 +458,13 @@ Tensor randn(const Shape& shape, const TensorOptions& opts, Generator* gen) {
   {
     std::lock_guard<std::mutex> lock(g_gen_mutex);
     seed = g.seed();
-    base = g.advance(2 * uint64_t(checked_numel(shape, "randn")));
+    base = g.advance(uint64_t(checked_numel(shape, "randn")));
   }
   if (Tensor t = device_random(shape, opts, seed, base, true); t.defined()) return t;
   return generate(shape, opts, "randn", [&](int64_t i) {
-    // Box-Muller on two counters per element
-    double u1 = uniform01(philox_like_hash(seed, base + 2 * uint64_t(i)));
-    double u2 = uniform01(philox_like_hash(seed, base + 2 * uint64_t(i) + 1));
+    // Box-Muller on the two 64-bit halves of one block (kernels/cuda/random.cu does the same)
+    const Philox4x32 r = philox_block(seed, base + uint64_t(i));
+    const double u1 = philox_uniform01(r.v[0], r.v[1]), u2 = philox_uniform01(r.v[2], r.v[3]);
     return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);
   });
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor: a cheap, reference-counted handle to sizes, strides, an offset, a dtype,
 // a device and a Storage (none for a fake tensor), plus the autograd slot.
 #pragma once
@@ -220,8 +221,9 @@ Tensor arange(double end, const TensorOptions& opts = {});
 Tensor arange(double start, double end, double step = 1, const TensorOptions& opts = {});
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts = {});
 
-// A counter-based generator: element i of a draw depends only on (seed, offset + i),
-// so the same seed gives the same numbers on every device and launch layout.
+// A counter-based generator (Philox4x32-10, runtime/philox.h, Note [The random stream]):
+// element i of a draw depends only on (seed, offset + i), so the same seed gives the same
+// numbers on every device and launch layout, and different seeds give independent streams.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
@@ -235,8 +237,6 @@ class Generator {
 };
 Generator& default_generator();
 void manual_seed(uint64_t seed);
-// The random bits for (seed, counter); the same function runs on the GPU.
-uint64_t philox_like_hash(uint64_t seed, uint64_t counter);
 
 Tensor rand(const Shape& shape, const TensorOptions& opts = {}, Generator* gen = nullptr);
 Tensor randn(const Shape& shape, const TensorOptions& opts = {}, Generator* gen = nullptr);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // MT_TLS: how minitensor's small, hot thread-local variables are declared.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The metadata of every view, without autograd. The dispatched view ops in
 // kernels/ops/views.cpp call these; the Tensor methods go through those ops.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared test helpers: doctest printers for minitensor types.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The doctest runner for every suite. CUDA cases are decorated with
 // doctest::skip(!mt::cuda::is_available()); a listener counts the cases that their skip
 // decorator left out and prints one plain line with the count (and why) before the summary.

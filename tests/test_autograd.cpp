@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tape autograd, fake tensors, the custom_op / register_fake / register_autograd flow,
 // gradcheck and opcheck, and the tutorial's pitfalls with their exact messages.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernel cache against hostile or broken directories: entries swapped between kernels,
 // FIFOs, directories, huge sparse files, unwritable and foreign directories. Most cases
 // store made-up results under made-up keys and need no NVRTC; the ones through get() do.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU kernels (kernels/cpu) against naive float64 references written here, on 0-d,
 // empty, odd and threading-sized shapes, broadcast and non-contiguous views, and every
 // dtype each kernel takes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA runtime layer: driver loading, devices, streams, the caching allocator, copies.
 // Cases marked "(gpu)" are skipped where no CUDA device is found; tests/main.cpp counts them
 // and says why.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA kernels of mt::silu and mt::silu_backward (kernels/gpu/silu.cpp) against a
 // float64 CPU reference, autograd through silu on the GPU,
 // the device copy and fill kernels, and the caching allocator under a steady loop.

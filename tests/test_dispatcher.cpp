@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The dispatcher: registry, keys, tables, boxed and unboxed calls, Library RAII,
 // registration order, errors, trace and log output, concurrency.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // User text inside error messages: quoted, with control characters escaped, so a NUL
 // cannot cut what() short and a terminal escape cannot reach the terminal.
 #include <doctest/doctest.h>

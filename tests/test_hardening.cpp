@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad inputs that used to wrap, crash or truncate silently (issues #16 and #23): shape
 // and size overflow, negative expand sizes, slice and narrow bounds, float -> int64
 // conversion, casting rules of in-place ops, and a backward's dtype and device.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The JIT layer: NVRTC compiles of every embedded kernel (no GPU needed), the disk
 // cache's consistency (corruption, LRU, concurrent processes), and the device code
 // itself, run on the CPU through a small emulation of the CUDA grid. Cases marked
@@ -31,6 +32,7 @@
 #include "kernels/gpu/names.h"
 #include "kernels/gpu/silu.h"
 #include "runtime/tensor.h"
+#include "runtime/philox.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/embedded.h"
@@ -56,6 +58,9 @@ Dim threadIdx, blockIdx, blockDim, gridDim;
 namespace mt {
 using ::mt::kMaxKernelDims;
 using ::mt::kMaxKernelOperands;
+using ::mt::philox_block;
+using ::mt::philox_uniform01;
+using ::mt::Philox4x32;
 using ::mt::StridedLayout;
 using ::mt::ForeachTable;
 using ::mt::kForeachChunk;
@@ -297,8 +302,8 @@ TEST_SUITE("jit") {
           std::string_view::npos);
     CHECK(error_of([] { embedded_source("nope.cu"); }) ==
           "[jit] no embedded source named 'nope.cu'; the embedded sources are: common.cuh, "
-          "copy.cu, elementwise.cu, layout.h, pointwise.cuh, random.cu, reduce.cu, silu.cu, "
-          "softmax.cu");
+          "copy.cu, elementwise.cu, layout.h, philox.h, pointwise.cuh, random.cu, reduce.cu, "
+          "silu.cu, softmax.cu");
     // A new .cu file without an entry in all_kernel_files() would go untested.
     const auto kernels = mt::gpu::all_kernel_files();
     for (std::string_view n : names) {
@@ -1456,7 +1461,7 @@ TEST_SUITE("jit") {
     mt::Tensor u = mt::rand({n}, {.dtype = DType::Float64}, &g);
     mt::Tensor z = mt::randn({n}, {.dtype = DType::Float64}, &g);
     std::vector<double> du(n), dz(n);
-    // rand took counters [0, n), randn [n, 3n).
+    // rand took counters [0, n), randn [n, 2n) (one Philox block an element).
     emu::launch(LaunchShape{{3, 1, 1}, {64, 1, 1}}, [&] { emu::random_uniform<double>(du.data(), n, 1234, 0); });
     emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] { emu::random_normal<double>(dz.data(), n, 1234, n); });
     CHECK(du == u.to_vector<double>());

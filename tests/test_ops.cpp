@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One harness for every built-in op (ggml's test-backend-ops idea): a table of sample
 // inputs per registered "mt::" op. Each sample is checked against a float64 reference
 // written here with plain loops, the small ones through mt::opcheck (schema, fake against
@@ -654,6 +655,7 @@ std::map<std::string, OpEntry> build_table() {
       {{"[4] into [3, 4] dim 0 index 1", with(make({4}), Stack{V{3, 4}, int64_t(0), int64_t(1)})},
        {"[3] into [3, 4] dim 1 index -1", with(make({3}), Stack{V{3, 4}, int64_t(1), int64_t(-1)})},
        {"0-d into [5] index 2", with(make({}), Stack{V{5}, int64_t(0), int64_t(2)})},
+       {"[3] into [3, 3] dim 0 index 2", with(make({3}), Stack{V{3, 3}, int64_t(0), int64_t(2)})},
        {"float32 stepped [2, 3] into [2, 4, 3] dim 1 index 3",
         with(make({2, 3}, F32, -2, 2, Layout::Stepped),
              Stack{V{2, 4, 3}, int64_t(1), int64_t(3)})}},
@@ -1264,6 +1266,147 @@ TEST_CASE("ops on cuda (gpu): every op and sample against the float64 reference,
     CAPTURE(family);
     check_ops_gpu(names);
   }
+}
+
+// ---- every schema argument does something -------------------------------------------------
+
+namespace {
+
+// Arguments that no change of their own value alone can show to matter (issue 22: mt::mul
+// advertised `*, float alpha=1.0` and ignored it; the check below catches that). Each entry
+// says why the argument is in the schema anyway.
+const std::map<std::string, std::string>& inert_arguments() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"mt::slice_backward end",
+       "PyTorch's signature; the grad's size along dim already fixes how many elements the "
+       "slice had, so the result never reads end"},
+      {"mt::slice_backward dim",
+       "the grad has input_sizes' shape except along dim, so a grad that fits two dims "
+       "covers both whole and lands the same (the values samples check dim)"},
+  };
+  return *m;
+}
+
+// Other values to try for a scalar argument: the first the op accepts must change an output.
+std::vector<Value> other_values(const Value& v) {
+  if (v.is_bool()) return {Value(!v.to_bool())};
+  if (v.is_int()) {
+    const int64_t i = v.to_int();
+    return {Value(i + 1), Value(i - 1), Value(int64_t(0)), Value(int64_t(1))};
+  }
+  const double d = v.to_double();
+  return {Value(d + 0.75), Value(-d - 1.5), Value(2.0 * d + 3.0)};
+}
+
+Value from_default(const DefaultValue& d) {
+  return std::visit(
+      [](const auto& x) -> Value {
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) return Value();
+        else return Value(x);
+      },
+      d);
+}
+
+// The sample with every argument present (defaults filled in) and its tensors cloned, so an
+// in-place op leaves the table's tensors alone.
+Stack full_args(const FunctionSchema& schema, const Stack& args) {
+  Stack out;
+  for (size_t i = 0; i < schema.arguments.size(); ++i) {
+    const Argument& a = schema.arguments[i];
+    Value v = i < args.size() ? args[i] : a.default_value ? from_default(*a.default_value) : Value();
+    if (v.is_tensor() && v.to_tensor().defined()) v = v.to_tensor().clone();
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The outputs as sizes, dtypes and values, compared exactly (NaN equal to NaN).
+std::string fingerprint(const Stack& outs) {
+  std::string f;
+  for (const Tensor& t : tensors_of(outs)) {
+    f += fmt::format("{} {} [", t.sizes(), t.dtype());
+    for (double x : t.to_vector<double>()) f += std::isnan(x) ? "nan," : fmt::format("{},", x);
+    f += "] ";
+  }
+  return f;
+}
+
+std::optional<std::string> run_for_fingerprint(const OperatorHandle& op, Stack args) {
+  try {
+    op.call_boxed(&args);
+  } catch (const Error&) {
+    return std::nullopt;  // the op refuses this value: no evidence either way
+  }
+  return fingerprint(args);
+}
+
+}  // namespace
+
+TEST_CASE("ops schemas: every int, float and bool argument changes a result") {
+  std::vector<std::string> inert, unchecked;
+  for (const auto& [name, e] : op_table()) {
+    const OperatorHandle op = dispatcher().find_or_throw(name);
+    const FunctionSchema& schema = op.schema();
+    for (size_t i = 0; i < schema.arguments.size(); ++i) {
+      const Argument& a = schema.arguments[i];
+      const TypeKind k = a.type.kind;
+      if (a.type.is_list || (k != TypeKind::Int && k != TypeKind::Float && k != TypeKind::Bool))
+        continue;
+      const std::string what = fmt::format("{} {}", name, a.name);
+      bool changed = false, tried = false;
+      for (const Sample& s : e.samples) {
+        if (changed) break;
+        const Stack base = full_args(schema, s.args);
+        if (base[i].is_none()) continue;  // an optional left out: nothing to vary
+        const auto want = run_for_fingerprint(op, full_args(schema, s.args));
+        if (!want) continue;
+        for (const Value& v : other_values(base[i])) {
+          Stack varied = full_args(schema, s.args);
+          varied[i] = v;
+          const auto got = run_for_fingerprint(op, varied);
+          if (!got) continue;
+          tried = true;
+          if (*got != *want) {
+            changed = true;
+            break;
+          }
+        }
+      }
+      const bool excused = inert_arguments().count(what) > 0;
+      if (!changed && !excused) (tried ? inert : unchecked).push_back(what);
+      CHECK_MESSAGE(!(changed && excused),
+                    what << " changes a result now: remove it from inert_arguments()");
+    }
+  }
+  CHECK_MESSAGE(inert.empty(),
+                fmt::format("these schema arguments change no output on any sample: {}; make "
+                            "the kernel read them, drop them from the schema, or list them with "
+                            "a reason in inert_arguments()",
+                            fmt::join(inert, ", ")));
+  CHECK_MESSAGE(unchecked.empty(),
+                fmt::format("every other value of these arguments was refused on every sample, "
+                            "so nothing shows they matter: {}; add a sample",
+                            fmt::join(unchecked, ", ")));
+}
+
+// The check itself fails on an op whose schema has an argument its kernel ignores.
+TEST_CASE("ops schemas: an argument the kernel ignores is caught") {
+  Library lib(Library::Kind::Def, "inert_test");
+  lib.def("scale(Tensor x, *, float alpha=1.0) -> Tensor");
+  lib.impl("scale", DispatchKey::CPU, [](const Tensor& x, double) { return x.clone(); });
+  const OperatorHandle op = dispatcher().find_or_throw("inert_test::scale");
+  Stack base = full_args(op.schema(), {Value(make({3}))});
+  CHECK(base.size() == 2);
+  CHECK(base[1].to_double() == 1.0);
+  Stack varied = base;
+  varied[1] = other_values(base[1]).front();
+  CHECK(run_for_fingerprint(op, base) == run_for_fingerprint(op, varied));
+  // and mt::add's alpha does change its result
+  const OperatorHandle add_op = dispatcher().find_or_throw("mt::add");
+  Stack a = full_args(add_op.schema(), {Value(make({3})), Value(make({3}))});
+  Stack b = a;
+  b[2] = other_values(a[2]).front();
+  CHECK(run_for_fingerprint(add_op, a) != run_for_fingerprint(add_op, b));
 }
 
 static std::vector<Tensor> grad_of(const Tensor& loss, const std::vector<Tensor>& xs) {

@@ -1,14 +1,19 @@
+// SPDX-License-Identifier: MIT
 // The runtime core: dtypes, devices, storage, views, copies, factories, printing, errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "minitensor.h"
 #include "tests/helpers.h"
+#include "kernels/settings.h"
+#include "runtime/philox.h"
+#include "runtime/version.h"
 #include "runtime/view.h"
 
 using namespace mt;
@@ -270,6 +275,77 @@ TEST_CASE("factories: rand and randn repeat for the same seed and look right") {
   Generator g(7), h(7);
   CHECK(equal(rand({5}, {}, &g), rand({5}, {}, &h)));
   CHECK_THROWS_AS(rand({2}, {.dtype = DType::Int64}), Error);
+}
+
+TEST_CASE("version: the headers' macros are the library's mt::version()") {
+  CHECK(std::string(mt::version()) ==
+        fmt::format("{}.{}.{}", MT_VERSION_MAJOR, MT_VERSION_MINOR, MT_VERSION_PATCH));
+  CHECK(MT_VERSION_NUMBER == MT_VERSION_MAJOR * 10000 + MT_VERSION_MINOR * 100 + MT_VERSION_PATCH);
+  // The documented settings are reachable from minitensor.h (kernels/settings.h).
+  const int threads = mt::cpu::num_threads();
+  mt::cpu::set_num_threads(1);
+  CHECK(mt::cpu::num_threads() == 1);
+  mt::cpu::set_num_threads(threads);
+  const bool tf32 = mt::gpu::allow_tf32();
+  mt::gpu::set_allow_tf32(!tf32);
+  CHECK(mt::gpu::allow_tf32() == !tf32);
+  mt::gpu::set_allow_tf32(tf32);
+}
+
+TEST_CASE("random: Philox4x32-10 gives the Random123 known answers") {
+  // The philox4x32 10 lines of kat_vectors in the Random123 distribution: counter, key, output.
+  struct Kat {
+    Philox4x32 ctr;
+    unsigned k0, k1;
+    Philox4x32 want;
+  };
+  const Kat kats[] = {
+      {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+       {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+       {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
+  };
+  for (const Kat& k : kats) {
+    const Philox4x32 got = philox4x32_10(k.ctr, k.k0, k.k1);
+    for (int w = 0; w < 4; ++w) CHECK(got.v[w] == k.want.v[w]);
+  }
+  // The stream's layout (Note [The random stream]): key = seed, counter = offset in words 0-1.
+  const Philox4x32 b = philox_block(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull);
+  const Philox4x32 direct = philox4x32_10({{0x243f6a88, 0x85a308d3, 0, 0}}, 0xa4093822, 0x299f31d0);
+  for (int w = 0; w < 4; ++w) CHECK(b.v[w] == direct.v[w]);
+  CHECK(philox_uniform01(0, 0) == 0.0);
+  CHECK(philox_uniform01(0xffffffff, 0xffffffff) == 1.0 - 0x1p-53);
+  // rand's first element for seed 0 is the first 64 bits of the all-zero known answer.
+  Generator g(0);
+  CHECK(rand({1}, {.dtype = DType::Float64}, &g).item<double>() ==
+        double(0xe169c58d6627e8d5ull >> 11) * 0x1p-53);
+}
+
+TEST_CASE("random: different seeds are independent streams, not shifted copies") {
+  // The splitmix64 hash this replaced made seed 1 the stream of seed 0 shifted by a constant.
+  const uint64_t old_shift = 0xf98bf33101a7ab07ull;
+  for (uint64_t c = 0; c < 64; ++c) {
+    const Philox4x32 a = philox_block(1, c), b = philox_block(0, c + old_shift);
+    CHECK_FALSE((a.v[0] == b.v[0] && a.v[1] == b.v[1]));
+  }
+  // No value of seed 1's first 4096 draws appears among seed 0's first 4096 (a shift by
+  // less than 4096 would repeat 4095 of them), and the two are uncorrelated.
+  Generator g0(0), g1(1);
+  const std::vector<double> a = rand({4096}, {.dtype = DType::Float64}, &g0).to_vector<double>();
+  const std::vector<double> b = rand({4096}, {.dtype = DType::Float64}, &g1).to_vector<double>();
+  std::set<double> seen(a.begin(), a.end());
+  int shared = 0;
+  for (double x : b) shared += int(seen.count(x));
+  CHECK(shared == 0);
+  double ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ma += a[i] / double(a.size()), mb += b[i] / double(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  CHECK(std::abs(sab / std::sqrt(saa * sbb)) < 0.05);  // 3 standard errors at n = 4096
 }
 
 TEST_CASE("from_blob wraps user memory without copying and runs the deleter once") {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Schema parser and printer: every feature parses, prints back canonically, and every
 // mistake gets an exact message with a caret under the column.
 #include <doctest/doctest.h>

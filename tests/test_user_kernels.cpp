@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A user's own GPU kernel: the typed launch (mt::jit::kernel + launch(config, args...)) and
 // the pointwise builder (mt::jit::pointwise). Without a GPU: the expression language, the
 // CPU evaluation, the signature checks against NVRTC's output, the CUBIN compiles of every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // bench_cpu: times the CPU kernels on this machine.
 //  - SiLU forward (8 bytes/element moved) and the fused backward (12 bytes/element)
 //    on float32 from 2^12 to 2^26 elements, against a memcpy of the same bytes

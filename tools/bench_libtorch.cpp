@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libtorch's side of `minitensor bench dispatch`: the same six host costs, measured the
 // same way (the same loop, tools/bench/host_loop.h, and iteration counts), so that
 // `compare_torch.py --dispatch` can put both on one machine in one run instead of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // bench_silu: SiLU forward and fused backward on one CUDA device, timed like
 // triton.testing.do_bench (CUDA events, warm-up, repeats, median, an L2 flush between
 // repeats), next to a device-to-device copy of the same bytes (the bandwidth ceiling)

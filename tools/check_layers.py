@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks every #include "..." line against DESIGN's "may include" table.
 
 The library's layers, lowest first: runtime < dispatcher < autograd < kernels. A file may

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """SiLU on the GPU: PyTorch, the tutorial-style Triton kernel and minitensor side by side.
 
 Times with triton.testing.do_bench (medians, ms) at the sizes bench_silu uses:

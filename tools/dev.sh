@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # minitensor's developer entry point; `tools/dev.sh --help` lists the commands.
 # Set-up installs the Debian packages that are missing (with sudo when not root),
 # configures the build directory when needed and builds what the command needs.
@@ -66,7 +67,7 @@ else
   say() { printf '[dev.sh] %s\n' "$*"; }
 fi
 
-packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev nlohmann-json3-dev)
+packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev nlohmann-json3-dev cmake)
 
 install_missing() {
   local missing=()

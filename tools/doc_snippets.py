@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Turns the ```cpp blocks of a markdown file into one C++ program, so the docs' code is
 compiled and run by the tests (tests/docs/meson.build) and cannot rot.
 

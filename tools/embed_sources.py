@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Embed device sources (.cu/.cuh/.h) into a C++ file for mt::jit::embedded_source().
 
 usage: embed_sources.py -o OUT.cpp FILE...

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # The whole GPU check, for the offline GPU host (see ../shared/gpu/README.md), from the
 # project's root:  bash tools/gpu_check.sh
 # Builds build-gpu with CUDA, runs every test suite (CUDA cases enabled), the SiLU

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The minitensor command: doctor, ops, dump, demo, bench, memory, cache.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "dispatcher/load_library.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
@@ -62,6 +64,8 @@ int doctor(bool json) {
   kv.emplace_back("compiler", __VERSION__);
 #ifdef MT_HAVE_CUDA
   kv.emplace_back("cuda backend", "built (driver and NVRTC loaded at run time)");
+#elif defined(MT_CUDA_DISABLED)
+  kv.emplace_back("cuda backend", "not built (configured with -Dcuda=disabled)");
 #else
   kv.emplace_back("cuda backend", "not built (no cuda.h/nvrtc.h at configure time)");
 #endif
@@ -973,7 +977,7 @@ int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--") break;
     if (a.starts_with("-")) {
-      if (a == "--plot" || a == "--namespace" || a == "--device") ++i;  // takes a value
+      if (a == "--plot" || a == "--namespace" || a == "--device" || a == "--load") ++i;  // takes a value
       continue;
     }
     if (at->get_subcommands({}).empty()) break;  // a positional argument of a leaf
@@ -1004,6 +1008,11 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 success; 1 an error (the message says why) or a failed check (doctor);\n"
       "2 a usage error (an unknown command or option, a bad value).");
+  std::vector<std::string> load;
+  app.add_option("--load", load,
+                 "load a shared library of ops first (its MT_LIBRARY blocks register), e.g. "
+                 "minitensor --load ./libmyops.so ops; repeatable")
+      ->type_name("LIB.so");
   bool json = false;
   auto* doc = app.add_subcommand("doctor", "the build, the CPU, CUDA, NVRTC, the kernel cache, a SiLU check");
   doc->add_flag("--json", json, "machine-readable output");
@@ -1138,6 +1147,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    for (const std::string& lib : load) load_library(lib);
     bound_omp_threads();
     for (auto* o : {&silu_o, &matmul_o})
       for (int& t : o->threads) t = clamp_threads(t, "--threads");

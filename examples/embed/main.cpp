@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: MIT
 // An app embedding minitensor: defines an op with custom_op, gives it a fake kernel and
 // a backward, calls it, and checks the result and the gradient. Prints one line.
 #include <cmath>
 #include <cstdio>
+#include <string>
 
-#include <minitensor.h>
+#include <minitensor/minitensor.h>
 
 // y = x * x + 1, elementwise (the app's own kernel, float32 only).
 static mt::Tensor square_plus_one(const mt::Tensor& x) {
@@ -34,8 +36,12 @@ int main() {
     std::vector<float> grad = x.grad().to_vector<float>();
     mt::Tensor shape_only = op(mt::fake_empty({2, 3}));  // the fake kernel: no compute
 
+    // The library it runs with is the one its headers describe.
+    const bool same_version = mt::version() == std::to_string(MT_VERSION_MAJOR) + "." +
+                                                   std::to_string(MT_VERSION_MINOR) + "." +
+                                                   std::to_string(MT_VERSION_PATCH);
     bool ok = total == 17.0f && grad == std::vector<float>{2, 4, 6} &&
-              shape_only.sizes() == mt::Shape{2, 3};
+              shape_only.sizes() == mt::Shape{2, 3} && same_version;
     std::printf("embed: %s(x) sums to %g, grad [%g, %g, %g]: %s\n", op.name().c_str(), total,
                 grad[0], grad[1], grad[2], ok ? "OK" : "WRONG");
     return ok ? 0 : 1;

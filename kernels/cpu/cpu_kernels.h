@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU compute kernels behind the built-in ops. Each one writes into an output
 // the caller has allocated with the right shape and dtype; the op files in
 // kernels/ops/ do the shape and dtype logic, these only compute. Inputs may have

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Elementwise CPU kernels: the rows of kernels/elementwise_table.h (unary math, add/sub/
 // mul/div and their scalar forms, the mse_loss square), pow, where and the fused SiLU
 // backward. Each is one plain loop (Note [Elementwise loops]).

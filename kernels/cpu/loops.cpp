@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Threads, broadcasting and dim merging for the CPU kernels (Note [Elementwise loops]).
 #include "kernels/cpu/loops.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The elementwise loop helper of the CPU kernels (PyTorch's TensorIterator idea, small):
 // broadcast the inputs to out's shape, drop and merge dims, then run a kernel written
 // as one plain loop over n contiguous elements of the compute type.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scalar math for the CPU kernels, written so that loops over it vectorize.
 #pragma once
 

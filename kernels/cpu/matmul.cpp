@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matmul on the CPU: cblas_sgemm/dgemm when the build found cblas (MT_HAVE_CBLAS), else
 // (or after set_use_blas(false), or for int64) a cache-blocked kernel.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions on the CPU: sum, mean, max (with indices) over any set of dims, and sum_to.
 //
 // Note [Reduction plan]

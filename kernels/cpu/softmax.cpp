@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // softmax and log_softmax along one dim, numerically stable: the row's max is
 // subtracted before exp, so large inputs (1000) neither overflow nor lose the row.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device helpers shared by minitensor's NVRTC kernels: the 16-bit float types as
 // bits, conversions, 16-byte packs and strided offsets. Needs no toolkit header
 // (NVRTC resolves none by itself), and compiles as host C++ for the CPU tests.

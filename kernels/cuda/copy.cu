@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fill and copy-with-conversion on the GPU, for the runtime's device copies.
 // Types: float, double, mt::Half, mt::BFloat16, long long (int64) and bool;
 // conversions follow mt::convert in common.cuh. Grid-stride loops throughout.

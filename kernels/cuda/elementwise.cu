@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The elementwise ops on the GPU from four templates: unary and binary, each contiguous
 // (16-byte packs when every pointer is aligned) and strided (views and broadcasts read in
 // place; a broadcast dim has stride 0). An op is one functor below, named by the Id of its

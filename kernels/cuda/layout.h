@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // StridedLayout: sizes and per-operand strides of a strided elementwise kernel.
 // Plain C++ shared by the host (kernels/jit/builtin.cpp) and the NVRTC kernels,
 // so both sides agree on the layout of the struct passed by value.

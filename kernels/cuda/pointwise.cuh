@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernels of mt::jit::pointwise: NIN inputs and NOUT outputs of one dtype T, each
 // element computed by a functor Op (generated from the user's expression) in the compute
 // type C (float for the 16-bit types):  Op{}(const C* in, C* out, const C* s).

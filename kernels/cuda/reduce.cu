@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions on the GPU: sum (mean is a sum with a scale) and max with its index, over
 // an input seen as a contiguous [O, R, I] block: out[o, i] = reduce over r of x[o, r, i].
 // Two kernels: reduce_rows when I == 1 (a warp per row chunk, shuffles to combine), and

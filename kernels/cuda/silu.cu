@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SiLU on the GPU: forward y = x * sigmoid(x) and the fused backward
 // grad_in = grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.
 // T is float, double, mt::Half or mt::BFloat16 (the 16-bit types compute in float).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // softmax and log_softmax along the last dim of a contiguous [rows, n] input, numerically
 // stable: a block per row finds the row's max, then sum(exp(x - max)), then writes
 // exp(x - max) / sum or x - max - log(sum). Math in float (double for double).

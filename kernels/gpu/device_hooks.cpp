@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The runtime's device hooks: the kernels cuda::copy, cuda::fill and the CUDA rand/randn
 // call for what a memcpy or memset cannot do (strided or dtype-converting copies on one
 // device, fills with a non-zero value, random draws). They launch the NVRTC-compiled

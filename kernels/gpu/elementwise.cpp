@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The elementwise ops on the GPU: the row's functor of kernels/cuda/elementwise.cu
 // (kernels/elementwise_table.h), the contiguous or strided template, inputs converted to
 // out's dtype, one launch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA compute kernels behind the built-in ops: the GPU twins of kernels/cpu's
 // functions, with the same contracts (the op files in kernels/ops/ allocate out with the
 // right shape and dtype; these compute into it on the device's current stream). Device

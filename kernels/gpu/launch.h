@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the GPU kernels' host code shares: the stream of a tensor's device, shapes as
 // spans, broadcast strides, and device-side dtype conversion.
 #pragma once

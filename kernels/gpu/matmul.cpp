@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matmul on the GPU through cuBLAS, opened with dlopen on first use (like the driver and
 // NVRTC), so a build or a machine without it still runs everything else.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/gpu/names.h"
 
 #include "runtime/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The name expressions of the GPU op kernels (kernels/cuda/elementwise.cu, reduce.cu,
 // softmax.cu, random.cu): what NVRTC instantiates, and the full lists the tests compile.
 #pragma once

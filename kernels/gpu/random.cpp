@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rand and randn on the GPU (kernels/cuda/random.cu), installed as the runtime's random
 // kernel: the draws equal the host's, element by element.
 #include "kernels/gpu/gpu_kernels.h"

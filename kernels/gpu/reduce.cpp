@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions on the GPU (kernels/cuda/reduce.cu): the input is brought to a contiguous
 // [O, R, I] block (in place when it already is one, else by a copy that moves the reduced
 // dims last), then reduce_rows (I == 1) or reduce_cols runs, over chunks of R and then

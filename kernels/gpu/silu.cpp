@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SiLU on the GPU: gpu::silu and gpu::silu_backward (the CUDA kernels of mt::silu and
 // mt::silu_backward, registered in kernels/ops/silu.cpp) and their launchers.
 #include "kernels/gpu/silu.h"

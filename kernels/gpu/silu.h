@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The launchers of SiLU's device kernels (kernels/cuda/silu.cu) on raw device pointers,
 // for gpu::silu and gpu::silu_backward (kernels/gpu/silu.cpp) and for the benchmarks.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // softmax and log_softmax on the GPU (kernels/cuda/softmax.cu, rows along the last dim):
 // another dim is moved last by a copy, and the result copied back into out's layout.
 #include <algorithm>

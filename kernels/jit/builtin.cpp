@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/builtin.h"
 
 #include <algorithm>

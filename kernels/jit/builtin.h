@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The built-in device kernels (kernels/cuda/*.cu): their name expressions, the
 // layouts and launch shapes they take, and launchers on raw device pointers for the
 // runtime's copies and fills (kernels/gpu/device_hooks.cpp). SiLU's launchers are in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/cache.h"
 
 #include <fcntl.h>

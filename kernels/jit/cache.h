@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernel cache: NVRTC results kept in memory and in files on disk, keyed by a
 // SHA-256 of everything that changes the binary. Note [Kernel cache consistency]
 // in cache.cpp says how files stay valid with several processes at once.

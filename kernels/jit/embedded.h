@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The device sources of kernels/cuda, embedded into the library at build time by
 // tools/embed_sources.py ("silu.cu", "copy.cu", "common.cuh", "layout.h").
 #pragma once

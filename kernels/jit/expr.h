@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The pointwise builder's little language: C-style expressions over named inputs, parsed
 // once into a list of single-assignment nodes, from which come both the CUDA functor
 // (pointwise.cpp compiles it with NVRTC) and the CPU evaluation, so both devices compute

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Kernels on a GPU: compile (through the kernel cache) for the device's own
 // architecture, load the module once per device, look up the function, launch.
 // Built-in kernels name an embedded .cu file; users pass their own source string.

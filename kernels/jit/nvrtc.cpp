@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/nvrtc.h"
 
 #include <fmt/format.h>
@@ -348,9 +349,15 @@ CompileResult compile(std::string_view source, std::string_view name,
 #else  // !MT_HAVE_CUDA: a stub that says why.
 
 namespace {
+#ifdef MT_CUDA_DISABLED  // meson.build: -Dcuda=disabled
+constexpr const char* kNoCuda =
+    "minitensor was configured with -Dcuda=disabled, which leaves out NVRTC with the rest of "
+    "the CUDA backend; reconfigure with -Dcuda=auto or -Dcuda=enabled";
+#else
 constexpr const char* kNoCuda =
     "minitensor was built without the CUDA headers (MT_HAVE_CUDA is not defined); rebuild "
     "with the CUDA toolkit installed (meson setup -Dcuda=enabled -Dcudatoolkit=/path/to/cuda)";
+#endif
 }
 
 bool nvrtc_available() { return false; }

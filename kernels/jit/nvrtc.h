@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The NVRTC boundary: CUDA C++ source in, CUBIN (or PTX) out, or an mt::Error
 // carrying NVRTC's log. libnvrtc is opened with dlopen on first use, so this
 // works, or says why not, on any machine; no GPU is needed to compile.

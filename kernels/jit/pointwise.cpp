@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/pointwise.h"
 
 #include <algorithm>
@@ -55,12 +56,14 @@ std::string generate_source(const PointwiseSpec& spec, const expr::Program& p,
 
 // Sizes and per-operand strides with size-1 dims dropped and dims contiguous in every
 // operand merged, laid out as PwLayout<K>: {int ndim, pad, sizes[8], strides[K][8]}.
+// These three helpers serve the CUDA launch only: [[maybe_unused]] keeps a -Dcuda=disabled
+// build (no MT_HAVE_CUDA) free of -Wunused-function under -Werror.
 struct LayoutBuffer {
   long long words[1 + kMaxKernelDims + kMaxOperands * kMaxKernelDims] = {};
 };
 
-LayoutBuffer make_layout(std::string_view op, const Shape& shape,
-                         const std::vector<std::vector<int64_t>>& strides) {
+[[maybe_unused]] LayoutBuffer make_layout(std::string_view op, const Shape& shape,
+                                          const std::vector<std::vector<int64_t>>& strides) {
   const size_t k = strides.size();
   std::vector<int64_t> sz;
   std::vector<std::array<int64_t, kMaxOperands>> st;
@@ -91,7 +94,7 @@ LayoutBuffer make_layout(std::string_view op, const Shape& shape,
 }
 
 // t's strides for reading it as `shape`: 0 along broadcast dims.
-std::vector<int64_t> strides_as(const Tensor& t, const Shape& shape) {
+[[maybe_unused]] std::vector<int64_t> strides_as(const Tensor& t, const Shape& shape) {
   const size_t n = shape.size(), lead = n - t.sizes().size();
   std::vector<int64_t> s(n, 0);
   for (size_t d = lead; d < n; ++d)
@@ -99,7 +102,7 @@ std::vector<int64_t> strides_as(const Tensor& t, const Shape& shape) {
   return s;
 }
 
-int variant_index(PointwiseVariant v) { return int(v); }
+[[maybe_unused]] int variant_index(PointwiseVariant v) { return int(v); }
 
 }  // namespace
 

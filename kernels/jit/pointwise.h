@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A pointwise kernel from one expression, PyTorch's jiterator idea:
 //   auto silu = mt::jit::pointwise("my_silu", "x / (1.0f + expf(-x))");
 //   Tensor y = silu(x);

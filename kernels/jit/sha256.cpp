@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/sha256.h"
 
 #include <algorithm>

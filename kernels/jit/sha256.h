@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SHA-256 (FIPS 180-4), small and dependency-free: the kernel cache's key and checksum.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "kernels/jit/user_kernel.h"
 
 #include <cxxabi.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Your own CUDA kernel, launched with C++ values: mt::jit::kernel(source, "my_silu<float>")
 // compiles it through the kernel cache for the device of the tensors it gets, and
 // launch(config, args...) turns tensors into device pointers and scalars into their own

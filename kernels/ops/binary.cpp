@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::add, sub, mul, div (tensor and scalar forms) and the in-place add_, sub_, mul_.
 // Broadcasting and type promotion happen here; kernels/cpu computes.
 #include <cmath>
@@ -41,11 +42,19 @@ Tensor reduce_grad(const Tensor& g, const Tensor& like) {
   return r.dtype() == like.dtype() ? r : r.to(like.dtype());
 }
 
+// add and sub take `*, float alpha=1.0` (Alpha is double); mul and div take none (Alpha is
+// empty): a schema lists only what the kernels read (the ops harness checks that every
+// argument changes the result). The kernels' alpha is then 1.
+template <typename... Alpha>
+double alpha_or_one(Alpha... alpha) {
+  return (1.0 * ... * alpha);
+}
+
 // The kernels of one op: Compute is cpu::binary or gpu::binary (likewise below).
-template <BinaryOp Op, auto Compute>
-Tensor tensor_form(const Tensor& a, const Tensor& b, double alpha) {
+template <BinaryOp Op, auto Compute, typename... Alpha>
+Tensor tensor_form(const Tensor& a, const Tensor& b, Alpha... alpha) {
   Tensor out = binary_result(a, b, Op);
-  Compute(Op, a, b, out, alpha);
+  Compute(Op, a, b, out, alpha_or_one(alpha...));
   return out;
 }
 
@@ -89,28 +98,28 @@ void check_inplace(const Tensor& self, const Tensor& other, double alpha, Binary
            name_of(op), alpha, self.dtype());
 }
 
-template <BinaryOp Op, auto Compute>
-Tensor inplace_form(const Tensor& self, const Tensor& other, double alpha) {
-  check_inplace(self, other, alpha, Op);
-  Compute(Op, self, other, self, alpha);
+template <BinaryOp Op, auto Compute, typename... Alpha>
+Tensor inplace_form(const Tensor& self, const Tensor& other, Alpha... alpha) {
+  check_inplace(self, other, alpha_or_one(alpha...), Op);
+  Compute(Op, self, other, self, alpha_or_one(alpha...));
   return self;
 }
 
 // loc, in each of these: the caller's line, what `minitensor dump` shows.
-template <BinaryOp Op>
+template <BinaryOp Op, typename... Alpha>
 void register_tensor_form(const char* name, const char* schema,
                           std::source_location loc = std::source_location::current()) {
-  auto op = custom_op(name, tensor_form<Op, cpu::binary>, {.schema = schema}, loc);
-  op.register_kernel(DeviceType::CUDA, tensor_form<Op, gpu::binary>, loc);
-  op.register_fake([](const Tensor& a, const Tensor& b, double) { return binary_result(a, b, Op); },
-                   loc);
+  auto op = custom_op(name, tensor_form<Op, cpu::binary, Alpha...>, {.schema = schema}, loc);
+  op.register_kernel(DeviceType::CUDA, tensor_form<Op, gpu::binary, Alpha...>, loc);
+  op.register_fake(
+      [](const Tensor& a, const Tensor& b, Alpha...) { return binary_result(a, b, Op); }, loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
         auto s = ctx.saved();
         const Tensor &a = s[0], &b = s[1];
-        double alpha = std::any_cast<double>(ctx.data["alpha"]);
         Tensor ga, gb;
-        if constexpr (Op == BinaryOp::Add || Op == BinaryOp::Sub) {
+        if constexpr (sizeof...(Alpha) > 0) {
+          const double alpha = std::any_cast<double>(ctx.data["alpha"]);
           if (ctx.needs_input_grad(0)) ga = reduce_grad(g, a);
           double k = Op == BinaryOp::Add ? alpha : -alpha;
           if (ctx.needs_input_grad(1)) gb = reduce_grad(k == 1 ? g : mul(g, k), b);
@@ -123,9 +132,9 @@ void register_tensor_form(const char* name, const char* schema,
         }
         return std::tuple<Tensor, Tensor>(ga, gb);
       },
-      [](AutogradContext& ctx, const Tensor& a, const Tensor& b, double alpha, const Tensor&) {
+      [](AutogradContext& ctx, const Tensor& a, const Tensor& b, Alpha... alpha, const Tensor&) {
         ctx.save_for_backward({a, b});
-        ctx.data["alpha"] = alpha;
+        if constexpr (sizeof...(Alpha) > 0) ctx.data["alpha"] = alpha_or_one(alpha...);
       },
       loc);
   keep(op);
@@ -150,14 +159,14 @@ void register_scalar_form(const char* name,
   keep(op);
 }
 
-template <BinaryOp Op>
+template <BinaryOp Op, typename... Alpha>
 void register_inplace(const char* name, const char* schema,
                       std::source_location loc = std::source_location::current()) {
-  auto op = custom_op(name, inplace_form<Op, cpu::binary>, {.schema = schema}, loc);
-  op.register_kernel(DeviceType::CUDA, inplace_form<Op, gpu::binary>, loc);
+  auto op = custom_op(name, inplace_form<Op, cpu::binary, Alpha...>, {.schema = schema}, loc);
+  op.register_kernel(DeviceType::CUDA, inplace_form<Op, gpu::binary, Alpha...>, loc);
   op.register_fake(
-      [](const Tensor& self, const Tensor& other, double alpha) {
-        check_inplace(self, other, alpha, Op);
+      [](const Tensor& self, const Tensor& other, Alpha... alpha) {
+        check_inplace(self, other, alpha_or_one(alpha...), Op);
         return self;
       },
       loc);
@@ -167,46 +176,47 @@ void register_inplace(const char* name, const char* schema,
 }  // namespace
 
 void register_binary() {
-  register_tensor_form<BinaryOp::Add>("mt::add", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
-  register_tensor_form<BinaryOp::Sub>("mt::sub", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
-  register_tensor_form<BinaryOp::Mul>("mt::mul", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
-  register_tensor_form<BinaryOp::Div>("mt::div", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_tensor_form<BinaryOp::Add, double>("mt::add", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_tensor_form<BinaryOp::Sub, double>("mt::sub", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
+  register_tensor_form<BinaryOp::Mul>("mt::mul", "(Tensor self, Tensor other) -> Tensor");
+  register_tensor_form<BinaryOp::Div>("mt::div", "(Tensor self, Tensor other) -> Tensor");
   register_scalar_form<BinaryOp::Add>("mt::add.Scalar");
   register_scalar_form<BinaryOp::Sub>("mt::sub.Scalar");
   register_scalar_form<BinaryOp::Mul>("mt::mul.Scalar");
   register_scalar_form<BinaryOp::Div>("mt::div.Scalar");
-  register_inplace<BinaryOp::Add>("mt::add_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
-  register_inplace<BinaryOp::Sub>("mt::sub_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
-  register_inplace<BinaryOp::Mul>("mt::mul_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Add, double>("mt::add_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Sub, double>("mt::sub_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Mul>("mt::mul_", "(Tensor(a!) self, Tensor other) -> Tensor(a!)");
 }
 
 }  // namespace ops
 
-using TensorTensorOp = Tensor(const Tensor&, const Tensor&, double);
+using TensorTensorAlphaOp = Tensor(const Tensor&, const Tensor&, double);
+using TensorTensorOp = Tensor(const Tensor&, const Tensor&);
 using TensorScalarOp = Tensor(const Tensor&, double);
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::add", TensorTensorOp); return op(a, b, alpha); }
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::sub", TensorTensorOp); return op(a, b, alpha); }
-Tensor mul(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::mul", TensorTensorOp); return op(a, b, 1.0); }
-Tensor div(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::div", TensorTensorOp); return op(a, b, 1.0); }
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::add", TensorTensorAlphaOp); return op(a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::sub", TensorTensorAlphaOp); return op(a, b, alpha); }
+Tensor mul(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::mul", TensorTensorOp); return op(a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::div", TensorTensorOp); return op(a, b); }
 Tensor add(const Tensor& a, double b) { MT_BUILTIN_OP("mt::add.Scalar", TensorScalarOp); return op(a, b); }
 Tensor sub(const Tensor& a, double b) { MT_BUILTIN_OP("mt::sub.Scalar", TensorScalarOp); return op(a, b); }
 Tensor mul(const Tensor& a, double b) { MT_BUILTIN_OP("mt::mul.Scalar", TensorScalarOp); return op(a, b); }
 Tensor div(const Tensor& a, double b) { MT_BUILTIN_OP("mt::div.Scalar", TensorScalarOp); return op(a, b); }
 
 const Tensor& add_(const Tensor& self, const Tensor& other, double alpha) {
-  MT_BUILTIN_OP("mt::add_", TensorTensorOp);
+  MT_BUILTIN_OP("mt::add_", TensorTensorAlphaOp);
   op(self, other, alpha);
   return self;
 }
 const Tensor& sub_(const Tensor& self, const Tensor& other, double alpha) {
-  MT_BUILTIN_OP("mt::sub_", TensorTensorOp);
+  MT_BUILTIN_OP("mt::sub_", TensorTensorAlphaOp);
   op(self, other, alpha);
   return self;
 }
 const Tensor& mul_(const Tensor& self, const Tensor& other) {
   MT_BUILTIN_OP("mt::mul_", TensorTensorOp);
-  op(self, other, 1.0);
+  op(self, other);
   return self;
 }
 const Tensor& mul_(const Tensor& self, double other) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::clone, contiguous, to (dtype and device), copy_, fill_ and the Tensor methods
 // that call them. The data movement is runtime/copy.cpp (host) or runtime/cuda.
 #include "kernels/ops/registry.h"

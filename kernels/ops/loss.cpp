@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::mse_loss(input, target): mean((input - target)^2) as a 0-d tensor, with a
 // gradient for both operands. The shapes must match (broadcasting a loss is usually a
 // bug, which PyTorch only warns about).

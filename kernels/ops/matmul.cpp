@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::matmul, as torch.matmul: 2-d products, batched ones whose batch dims broadcast,
 // and 1-d operands (a vector is promoted to a matrix, and that dim is squeezed after).
 #include <algorithm>

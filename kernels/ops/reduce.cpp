@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reductions: mt::sum, mean, max (of everything, and max.dim with indices) and
 // sum_to, the broadcast-gradient reducer. Shapes and dtypes here; kernels/cpu computes.
 #include <algorithm>

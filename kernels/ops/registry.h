@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // How the built-in op files register: each defines register_<family>(), called once
 // from kernels/register_builtins.cpp (Note [Library initialization] in runtime/init.h), and
 // keeps its custom_op handles alive here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::silu: y = x * sigmoid(x), and mt::silu_backward, its fused gradient
 // grad * s * (1 + x * (1 - s)) in one pass over x and grad. Every key registers here,
 // through one custom_op handle per op: CPU (kernels/cpu), CUDA (kernels/gpu/silu.cpp, whose

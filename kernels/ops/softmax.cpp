@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::softmax and mt::log_softmax along one dim, numerically stable (the kernel
 // subtracts the row's max). Integer inputs give float32. Backwards, with y the output
 // (recomputed from the saved input, as in Note [Saved inputs, not outputs] in unary.cpp):

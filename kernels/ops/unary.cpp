@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The elementwise unary ops: each a row of kernels/elementwise_table.h (mt::neg, exp, log,
 // sqrt, abs, sign, sigmoid, tanh, relu, gelu) registered here with its backward, and
 // mt::pow (scalar exponent). Float-valued ops give float32 for int64/bool inputs (as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The view ops (view, reshape, transpose, permute, slice, select, expand, squeeze,
 // unsqueeze) and the Tensor methods that call them. A view is metadata only, so one
 // function serves CPU, CUDA and Fake; autograd maps the gradient back through it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // copy() and fill() for CUDA tensors: what a memcpy or memset can do, plus the hooks
 // through which the kernel library adds the rest.
 #ifdef MT_HAVE_CUDA

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA backend's face to the rest of the runtime. libcuda.so.1 is opened with
 // dlopen on first use, so every function here works (or throws a clear mt::Error)
 // on a machine without a GPU or driver, and in a build without the CUDA headers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Loading libcuda.so.1, device properties, primary contexts, current streams, events.
 // Built only with the CUDA headers; stub.cpp stands in without them.
 #ifdef MT_HAVE_CUDA

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA driver API as minitensor uses it: a table of entry points resolved at run time
 // (libcuda.so.1 is opened with dlopen on first use), error checking, the primary context
 // of each device and its current stream. For code that talks to the driver directly

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA backend of a build without cuda.h and nvrtc.h: nothing is available, and
 // every call says how to get a build that has it.
 #ifndef MT_HAVE_CUDA
@@ -10,10 +11,17 @@
 namespace mt::cuda {
 namespace {
 
+#ifdef MT_CUDA_DISABLED  // meson.build: -Dcuda=disabled
+constexpr const char* kNoBackend =
+    "this build of minitensor has no CUDA backend: it was configured with -Dcuda=disabled; "
+    "reconfigure with -Dcuda=auto or -Dcuda=enabled (the CUDA headers are needed at build "
+    "time only)";
+#else
 constexpr const char* kNoBackend =
     "this build of minitensor has no CUDA backend (cuda.h and nvrtc.h were not found when "
     "it was configured); reconfigure with -Dcuda=enabled, adding -Dcudatoolkit=/path/to/cuda "
     "if the toolkit is not in /usr/local/cuda";
+#endif
 
 [[noreturn]] void unavailable() { MT_ERROR("[cuda] CUDA is unavailable: {}", kNoBackend); }
 

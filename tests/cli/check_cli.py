@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The minitensor command against bad arguments and hostile environments: exit codes,
 messages, and every --json output parsed by a JSON parser.
 
-Usage: check_cli.py PATH/TO/minitensor. Exit codes checked: 0 success, 1 an error,
+Usage: check_cli.py PATH/TO/minitensor [USER_OPS.so USER_OPS_BROKEN.so] (a user's op
+library for --load, and the same with a block that fails: tests/cli/user_ops.cpp). Exit codes checked: 0 success, 1 an error,
 2 a usage error (as `minitensor --help` documents)."""
 import json
 import os
@@ -13,6 +15,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 exe = sys.argv[1]
+user_ops, user_ops_broken = (sys.argv[2], sys.argv[3]) if len(sys.argv) > 3 else (None, None)
 failures = []
 cases = 0
 
@@ -197,6 +200,30 @@ with tempfile.TemporaryDirectory() as scratch:
     else:
         expect("memory --plot without a GPU says it needs one", ["memory", "--plot", mem_svg], 1,
                stderr_has="[memory] needs a GPU, but CUDA is unavailable")
+
+    # --load: a user's op library registers its ops, which ops and dump then show.
+    if user_ops:
+        _, out, _ = expect("--load LIB ops lists the user's op", ["--load", user_ops, "ops", "--namespace", "user_ops"],
+                           0, stdout_has="user_ops::twice(Tensor x) -> Tensor")
+        check("--load LIB ops lists only that namespace", out.count("\n") == 1, out)
+        expect("--load LIB dump shows the user's op and its CPU kernel", ["--load", user_ops, "dump", "user_ops::twice"],
+               0, stdout_has="tests/cli/user_ops.cpp")
+        ops = expect_json("--load LIB ops --json", ["--load", user_ops, "ops", "--json"])
+        check("ops --json has the user's op with a CPU kernel",
+              ops is not None and any(o["name"] == "user_ops::twice" and "CPU" in o["kernels"] for o in ops),
+              repr(ops)[:500])
+        expect("--load LIB demo runs", ["--load", user_ops, "demo"], 0, stdout_has="step 9")
+        expect("without --load the op is not there", ["dump", "user_ops::twice"], 1, stderr_has="user_ops::twice")
+        expect("--load a missing file", ["--load", scratch + "/nope.so", "ops"], 1,
+               stderr_has="[load_library] there is no file '" + scratch + "/nope.so'")
+        expect("--load a file that is not a library", ["--load", afile, "ops"], 1,
+               stderr_has="[load_library] could not load '" + afile + "'")
+        expect("--load a library whose block fails", ["--load", user_ops_broken, "ops"], 1,
+               stderr_has="1 of its library blocks failed and registered nothing: the block at "
+                          "tests/cli/user_ops.cpp:")
+        _, _, err = run(["--load", user_ops_broken, "ops"])
+        check("the failure says what was wrong", "bad_schema" in err, err)
+        expect("--load without a path is a usage error", ["--load"], 2)
 
 print(f"cli: {cases} cases, {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
 sys.exit(1 if failures else 0)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mistake: backward(grad) without the context parameter (the tutorial's Python demo
 // passes a function of this shape; there it fails only when backward runs).
 #include "tests/compile_fail/op.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mistake: backward returns 1 gradient for an op with 2 Tensor inputs.
 #include "tests/compile_fail/op.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mistake: backward returns 3 gradients for an op with 2 Tensor inputs.
 #include "tests/compile_fail/op.h"
 

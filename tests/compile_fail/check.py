@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Compile-fail check: runs a compiler command and judges its result.
 
   check.py --expect-error TEXT -- compiler args...   passes if compilation fails and the

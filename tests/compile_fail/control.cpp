@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Control: a correct register_autograd for a 2-input op must compile, so the harness's
 // compiler command (include dirs, flags) is proven to work.
 #include "tests/compile_fail/op.h"

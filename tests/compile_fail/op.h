@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The op every compile-fail case registers autograd for: two Tensor inputs, one output.
 // Only autograd/custom_op.h is included, so each case parses quickly.
 #pragma once

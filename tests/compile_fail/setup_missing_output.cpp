@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mistake: setup_context takes the inputs but not the output (the tutorial's
 // setup_context(ctx, inputs) without output, in C++ form).
 #include "tests/compile_fail/op.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mistake: setup_context takes only ctx and the first input (the op has 2 inputs and an output).
 #include "tests/compile_fail/op.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernel the README's tour declares ("your kernel") and leaves to the reader.
 #include <cmath>
 

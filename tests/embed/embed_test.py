@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""Installs the built minitensor into a temporary DESTDIR, builds examples/embed against
-it through pkg-config, runs the app and checks what it prints.
+# SPDX-License-Identifier: MIT
+"""Installs the built minitensor into a temporary DESTDIR, checks the installed tree, builds
+examples/embed against it, runs the app and checks what it prints.
 
   embed_test.py --builddir B --source examples/embed --workdir W [--sanitize address,undefined]
+                [--consumer meson|cmake]
+
+The installed tree: only the public headers (tools/public_headers.py --list), under
+include/minitensor/; no OpenBLAS in pkg-config --cflags; bin/minitensor runs without
+LD_LIBRARY_PATH (its $ORIGIN rpath); the CMake package files. The consumer: Meson through
+pkg-config (PKG_CONFIG_SYSROOT_DIR into the DESTDIR), or CMake through
+find_package(minitensor) (CMAKE_PREFIX_PATH at the installed prefix inside the DESTDIR: the
+package finds its paths from its own location). Either compiles against the installed
+headers only.
 
 The app is configured with the same compiler and sanitizers as the library (an ASan
 library needs an ASan executable), with --wrap-mode=nofallback so that it cannot fall
 back to building minitensor as a subproject. Exit 77 (skipped) without pkg-config."""
 import argparse
 import glob
+import json
 import os
 import shlex
 import shutil
@@ -40,11 +51,17 @@ def main():
     ap.add_argument("--sanitize", default="none")
     ap.add_argument("--buildtype", default="debugoptimized")
     ap.add_argument("--werror", default="false")
+    ap.add_argument("--consumer", choices=["meson", "cmake"], default="meson")
+    ap.add_argument("--srcroot", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     a = ap.parse_args()
 
     if shutil.which("pkg-config") is None and shutil.which("pkgconf") is None:
         print("[embed] skipped: no pkg-config")
         return 77
+    if a.consumer == "cmake" and shutil.which("cmake") is None:
+        print("[embed] skipped: no cmake (apt install cmake)")
+        return 77
+    srcroot = os.path.abspath(a.srcroot)
 
     work = os.path.abspath(a.workdir)
     shutil.rmtree(work, ignore_errors=True)
@@ -62,9 +79,33 @@ def main():
     libdir = os.path.dirname(pcdir)
     if not glob.glob(os.path.join(libdir, "libminitensor.so*")):
         sys.exit(f"[embed] FAILED: no libminitensor.so beside {pcs[0]}")
-    if not glob.glob(os.path.join(destdir, "**", "include", "minitensor", "minitensor.h"),
-                     recursive=True):
-        sys.exit("[embed] FAILED: minitensor.h was not installed under include/minitensor")
+    incs = glob.glob(os.path.join(destdir, "**", "include"), recursive=True)
+    if len(incs) != 1:
+        sys.exit(f"[embed] FAILED: expected one include directory under {destdir}, found {incs}")
+    incdir = incs[0]
+    prefix = os.path.dirname(incdir)
+    # Only the public headers, and only under include/minitensor/.
+    installed = sorted(os.path.relpath(os.path.join(d, f), incdir).replace(os.sep, "/")
+                       for d, _, fs in os.walk(incdir) for f in fs)
+    public = subprocess.run([sys.executable, os.path.join(srcroot, "tools", "public_headers.py"),
+                             "--list", srcroot], stdout=subprocess.PIPE, text=True,
+                            check=True).stdout.split()
+    want = sorted("minitensor/" + h for h in public)
+    if installed != want:
+        sys.exit(f"[embed] FAILED: installed headers {installed} are not the public ones {want}")
+    print(f"[embed] {len(installed)} public headers under include/minitensor/")
+    # bin/minitensor finds the library by its rpath: no LD_LIBRARY_PATH.
+    exe = os.path.join(prefix, "bin", "minitensor")
+    if os.path.exists(exe):
+        env0 = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        p = run([exe, "--version"], env=env0, what="installed bin/minitensor")
+        if not p.stdout.startswith("minitensor "):
+            sys.exit(f"[embed] FAILED: bin/minitensor --version printed {p.stdout!r}")
+    # The CMake package.
+    cmake_cfg = glob.glob(os.path.join(libdir, "cmake", "minitensor", "minitensorConfig*.cmake"))
+    if sorted(os.path.basename(c) for c in cmake_cfg) != ["minitensorConfig.cmake",
+                                                            "minitensorConfigVersion.cmake"]:
+        sys.exit(f"[embed] FAILED: the CMake package files are {cmake_cfg}")
 
     # 2. configure and build the app against it, through pkg-config.
     env = dict(os.environ)
@@ -73,24 +114,56 @@ def main():
     env["PKG_CONFIG_PATH"] = pcdir + (os.pathsep + env["PKG_CONFIG_PATH"]
                                       if env.get("PKG_CONFIG_PATH") else "")
     env["PKG_CONFIG_SYSROOT_DIR"] = destdir
+    pkg_config = shutil.which("pkg-config") or shutil.which("pkgconf")
+    cflags = run([pkg_config, "--cflags", "minitensor"], env=env, what="pkg-config --cflags").stdout
+    if "openblas" in cflags or f"-I{incdir}" not in cflags.split():
+        sys.exit(f"[embed] FAILED: pkg-config --cflags minitensor is {cflags.strip()!r} (want "
+                 f"-I{incdir} and no private dependency's flags)")
     if a.cxx:
         env["CXX"] = a.cxx
-    opts = [f"-Dbuildtype={a.buildtype}", f"-Dwerror={a.werror}", "--wrap-mode=nofallback"]
-    if a.sanitize not in ("", "none"):
-        opts += [f"-Db_sanitize={a.sanitize}", "-Db_lundef=false"]
-    p = run([a.meson, "setup", appbuild, os.path.abspath(a.source)] + opts, env=env,
-            what="configure")
-    found = [l for l in p.stdout.splitlines() if "dependency minitensor found: YES" in l]
-    if not found:
-        print(p.stdout)
-        sys.exit("[embed] FAILED: meson did not find minitensor through pkg-config")
-    print("[embed] " + found[0].strip())
-    run([a.meson, "compile", "-C", appbuild], env=env, what="build")
+    if a.consumer == "meson":
+        opts = [f"-Dbuildtype={a.buildtype}", f"-Dwerror={a.werror}", "--wrap-mode=nofallback"]
+        if a.sanitize not in ("", "none"):
+            opts += [f"-Db_sanitize={a.sanitize}", "-Db_lundef=false"]
+        p = run([a.meson, "setup", appbuild, os.path.abspath(a.source)] + opts, env=env,
+                what="configure")
+        found = [l for l in p.stdout.splitlines() if "dependency minitensor found: YES" in l]
+        if not found:
+            print(p.stdout)
+            sys.exit("[embed] FAILED: meson did not find minitensor through pkg-config")
+        print("[embed] " + found[0].strip())
+        run([a.meson, "compile", "-C", appbuild], env=env, what="build")
+    else:
+        flags = "-Werror -Wall -Wextra" if a.werror == "true" else "-Wall -Wextra"
+        if a.sanitize not in ("", "none"):
+            flags += f" -fsanitize={a.sanitize}"
+        cxx = shlex.split(a.cxx) if a.cxx else []
+        launcher = [f"-DCMAKE_CXX_COMPILER_LAUNCHER={cxx[0]}"] if len(cxx) > 1 else []
+        compiler = [f"-DCMAKE_CXX_COMPILER={cxx[-1]}"] if cxx else []
+        p = run(["cmake", "-S", os.path.abspath(a.source), "-B", appbuild, f"-DCMAKE_PREFIX_PATH={prefix}",
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCMAKE_CXX_FLAGS={flags}"] + compiler + launcher,
+                env=env, what="cmake configure")
+        run(["cmake", "--build", appbuild], env=env, what="cmake build")
 
     # The compile lines must read minitensor's headers from the DESTDIR, not the source tree.
     cmds = open(os.path.join(appbuild, "compile_commands.json")).read()
     if os.path.join(destdir, "") not in cmds:
         sys.exit("[embed] FAILED: the app was not compiled against the installed headers")
+    # and no include directory outside the DESTDIR holds minitensor's headers (the source tree).
+    for entry in json.loads(cmds):
+        words = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
+        for i, w in enumerate(words):
+            d = w[2:] if w.startswith("-I") and len(w) > 2 else \
+                words[i + 1] if w in ("-I", "-isystem") and i + 1 < len(words) else None
+            if d is None:
+                continue
+            d = os.path.normpath(os.path.join(entry["directory"], d))
+            if d.startswith(os.path.join(destdir, "")):
+                continue
+            if any(os.path.exists(os.path.join(d, f)) for f in
+                   ("minitensor.h", "runtime/tensor.h", "minitensor/minitensor.h")):
+                sys.exit(f"[embed] FAILED: the app's compile line reads minitensor's headers "
+                         f"from {d}, not from the installed tree")
 
     # 3. run it: exactly one line on stdout, nothing on stderr.
     env["LD_LIBRARY_PATH"] = libdir + (os.pathsep + env["LD_LIBRARY_PATH"]

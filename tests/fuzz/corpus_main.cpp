@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Runs the fuzz target over files without libFuzzer, so any compiler builds it: each
 // argument is a file or a directory of files, each file is one input. A finding aborts
 // (as under libFuzzer), which fails the test that runs this.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target for the schema parser: any input either parses or throws mt::Error whose
 // message starts with "[schema] " and holds no control byte but newlines (user text is
 // quoted with escapes), and a parsed schema prints to text that parses back to the same

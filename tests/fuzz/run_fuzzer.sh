@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds fuzz_schema with clang++ (libFuzzer, ASan, UBSan) into a scratch directory and
 # fuzzes for a bounded time from the seed corpus; a finding fails. Used by the meson test
 # 'fuzz_schema (60 s)' when -Dfuzz=true and clang++ is installed, whatever compiler the

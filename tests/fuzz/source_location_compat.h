@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Force-included (-include) into the fuzz build: clang 14 lacks __builtin_source_location,
 // so libstdc++ 12's <source_location> is empty there and runtime/error.h would not compile.
 // This supplies the few members error.h uses; newer compilers get the real one.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The timing loop of the host-cost benchmarks, shared by `minitensor bench dispatch` and
 // tools/bench_libtorch.cpp so that both sides are measured the same way. Standard C++
 // only: bench_libtorch builds against libtorch without the rest of minitensor.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "tools/bench/matmul.h"
 
 #include <cmath>

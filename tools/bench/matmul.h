@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Square float32 matmul, time and GFLOP/s over a sweep of sizes, next to the copy floor
 // (a copy moving the bytes a matmul must move at least: read A and B, write C).
 // CPU: the cblas and the blocked kernel, per thread count; CUDA: mt::matmul on device

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ms per training step of examples/mlp.h's two-layer MLP (forward, mse_loss, backward,
 // SGD, zero grads): median over steps after warm-up, the device synchronized before
 // each clock read. Used by `minitensor bench mlp`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Hand-written SVG plots for `minitensor bench --plot`: a line plot of one value against
 // size (log2 x-axis, log10 or linear y-axis), reference lines (copy floors) dashed; and a
 // horizontal bar chart for benchmarks without a size axis. Self-contained, no library.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A progress line on stderr for long sweeps: rewritten in place on a terminal, one line
 // per step otherwise (logs). Silent when disabled.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "tools/bench/silu.h"
 
 #include <cmath>
@@ -228,7 +229,7 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
 std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>&, int, int,
                                          const CudaTiming&, Progress&) {
   check_device(Device(DeviceType::CUDA, device), "bench silu");
-  MT_ERROR("[bench silu] this build has no CUDA backend (no cuda.h/nvrtc.h at configure time)");
+  MT_ERROR("[bench silu] {}", cuda::unavailable_reason());
 }
 
 #endif

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SiLU forward and fused backward against a copy of the same bytes (the bandwidth
 // ceiling), over a sweep of sizes: on the CPU (the kernels' threads, memcpy split the
 // same way) and on CUDA (events, L2 flush, plus an unfused two-kernel baseline).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A plain-text table with aligned columns (numbers right-aligned), printed at the end of
 // a benchmark.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Timing for the benchmarks: CPU medians with steady_clock, CUDA medians with events
 // (warm-up, repeats, an optional L2 flush before each repeat), like triton's do_bench.
 #pragma once

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""minitensor's public headers, and their installation under a namespaced path.
+
+The public headers are minitensor.h and every header it includes, transitively (found by
+following the #include "..." lines from the source root, as the build's -I. does). They
+are installed as <includedir>/minitensor/<path> (minitensor/minitensor.h,
+minitensor/runtime/tensor.h, ...), with each #include "X" of a public header rewritten
+to #include <minitensor/X>, so an app needs only -I<includedir> and its include path
+gets no generic folder names (runtime/, kernels/).
+
+  public_headers.py --list SRCROOT            print the public headers, one a line
+  public_headers.py --install SRCROOT INCDIR  install them (a Meson install script:
+                                              DESTDIR-aware through MESON_INSTALL_DESTDIR_PREFIX)
+  public_headers.py --write SRCROOT OUTDIR [STAMP]
+                                              write the installed tree into OUTDIR (and
+                                              touch STAMP: the build's custom target)
+"""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^(\s*#\s*include\s+)"([^"]+)"(.*)$')
+UMBRELLA = "minitensor.h"
+
+
+def resolve(root, includer, target):
+    """The included file relative to root: from the root (-I.), else next to the includer."""
+    for rel in (target, os.path.join(os.path.dirname(includer), target)):
+        rel = os.path.normpath(rel)
+        if os.path.isfile(os.path.join(root, rel)):
+            return rel.replace(os.sep, "/")
+    return None
+
+
+def public_headers(root):
+    seen, todo = set(), [UMBRELLA]
+    while todo:
+        rel = todo.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            for line in f:
+                m = INCLUDE.match(line)
+                if m:
+                    target = resolve(root, rel, m.group(2))
+                    if target is None:
+                        sys.exit(f"public_headers.py: {rel} includes \"{m.group(2)}\", which is "
+                                 "not in the source tree")
+                    todo.append(target)
+    return sorted(seen)
+
+
+def rewritten(root, rel, public):
+    out = []
+    with open(os.path.join(root, rel), encoding="utf-8") as f:
+        for line in f:
+            m = INCLUDE.match(line.rstrip("\n"))
+            if m:
+                target = resolve(root, rel, m.group(2))
+                assert target in public, (rel, target)
+                line = f"{m.group(1)}<minitensor/{target}>{m.group(3)}\n"
+            out.append(line)
+    return "".join(out)
+
+
+def write_tree(root, outdir):
+    public = public_headers(root)
+    for rel in public:
+        dest = os.path.join(outdir, "minitensor", rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        text = rewritten(root, rel, set(public))
+        old = open(dest, encoding="utf-8").read() if os.path.exists(dest) else None
+        if old != text:  # unchanged files keep their time stamps
+            with open(dest, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(dest, 0o644)
+    return public
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--list":
+        print("\n".join(public_headers(sys.argv[2])))
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "--write":
+        write_tree(sys.argv[2], sys.argv[3])
+        if len(sys.argv) == 5:
+            with open(sys.argv[4], "w", encoding="utf-8") as f:
+                f.write("\n".join(public_headers(sys.argv[2])) + "\n")
+    elif len(sys.argv) == 4 and sys.argv[1] == "--install":
+        root, incdir = sys.argv[2], sys.argv[3]
+        prefix = os.environ.get("MESON_INSTALL_DESTDIR_PREFIX", "")
+        destdir = os.environ.get("DESTDIR", "")
+        if os.path.isabs(incdir):  # an absolute includedir is under DESTDIR, not the prefix
+            target = destdir + incdir if destdir else incdir
+        else:
+            target = os.path.join(prefix, incdir)
+        public = write_tree(root, target)
+        if not os.environ.get("MESON_INSTALL_QUIET"):
+            print(f"Installing {len(public)} public headers to {os.path.join(target, 'minitensor')}")
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
