@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::compile: capture through fake tensors, the printed graph, pointwise fusion and
 // replay, compared with eager execution (bitwise where nothing is fused).
 #include <doctest/doctest.h>

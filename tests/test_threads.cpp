@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Threads: every public call path of the dispatcher and autograd while other threads
 // register and drop ops (issues #16 and #23). This file uses only the runtime, the
 // dispatcher and autograd, with ops of its own, so that CI can also build it with

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks that every mt::Error message the library can throw starts with a name in brackets.
 
 docs/embedding.md promises that every mt::Error's message starts with the op's name in

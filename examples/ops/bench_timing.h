@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Timing for the examples/ops benches: the median of CUDA-event times on cuda:0.
 #pragma once
 

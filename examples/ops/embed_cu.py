@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Turns a .cu file into a header holding its text, so the op's C++ can hand it to
 mt::jit::kernel while the kernel stays an ordinary .cu file (editable, and includable as
 host C++ by a CPU emulation test).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A CPU emulation of a CUDA grid, for testing a .cu file's kernels without a GPU: each
 // thread of a block is a std::thread, __syncthreads is a barrier, and the block's threads
 // walk the grid's blocks in order. Include it after every other header (it defines

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::compile: capture a function as a graph of op calls by running it on fake tensors,
 // fuse its pointwise chains into generated kernels, and replay it without the dispatcher
 // (torch.compile's capture-and-replay idea in miniature; docs/compile.md walks through it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pointwise fusion: chains of elementwise op calls in a captured graph become one
 // generated kernel each, written as a jit::pointwise expression.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::compile: guards, the cache of compiled plans, and replay without the dispatcher
 // (kernels called directly on CPU; on CUDA, through a CUDA graph when one can be captured).
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The float32 loops of exp, sigmoid, SiLU and SiLU's backward: AVX-512 where the CPU has it,
 // the portable ISA-clone loops (kernels/cpu/math.h) elsewhere.
 #include "kernels/cpu/vec_exp.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // float32 loops of the exp-bound CPU ops (exp, sigmoid, SiLU and its fused backward, GELU) with an
 // AVX-512 exp of their own (Note [AVX-512 exp] in vec_exp.cpp), used where the CPU has
 // AVX-512 (F, DQ); elsewhere the portable loops of kernels/cpu/math.h run (ISA clones).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::foreach_add_: self[i] += alpha * other[i] over lists of tensor pairs, PyTorch's
 // _foreach_add_.List. An optimizer step's op: on CUDA, contiguous pairs of one dtype take one
 // multi-tensor launch for the whole list (Note [Multi-tensor apply] in

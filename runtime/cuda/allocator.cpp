@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA caching allocator: one per device, behind mt::Allocator.
 #ifdef MT_HAVE_CUDA
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mt::cuda::Graph: stream capture into a CUDA graph, instantiated once and replayed with
 // one launch. Built only with the CUDA headers; stub.cpp stands in without them.
 #ifdef MT_HAVE_CUDA

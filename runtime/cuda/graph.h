@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CUDA graphs: the work queued on one device's stream, captured once and replayed with a
 // single launch (torch.cuda.CUDAGraph in miniature). Used directly, and by mt::compile's
 // CUDA replay (kernels/compile/).

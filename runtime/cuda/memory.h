@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pictures of the CUDA caching allocator: what it holds now (memory_snapshot) and what it
 // did (record_memory_history), as torch.cuda.memory._snapshot and _record_memory_history
 // give PyTorch's. Note [Caching allocator] in allocator.cpp says how blocks are reused;

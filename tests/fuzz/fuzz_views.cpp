@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fuzz target for the view functions (view, reshape, expand, slice, narrow, select,
 // transpose, permute, unsqueeze, squeeze, flatten), with sizes, dims and indices from a
 // table of edge values (0, 1, -1, INT64_MAX, 2^32, 2^62, ...), against a slow reference:

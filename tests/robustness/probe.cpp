@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The robustness probe (issues #16 and #23): every class of bad input those issues found,
 // tried through the public API, each case in a child process of its own (fork), so that a
 // crash or a hang is counted and the run goes on. A case passes when it gives a clear

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "tools/bench/graph.h"
 
 #include <algorithm>

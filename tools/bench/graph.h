@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `minitensor bench graph`: a tiny kernel back to back, launched eagerly and replayed from
 // one CUDA graph (runtime/cuda/graph.h).
 #pragma once

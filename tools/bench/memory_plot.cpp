@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "tools/bench/memory_plot.h"
 
 #include <fmt/format.h>

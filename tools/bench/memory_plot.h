@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The pictures of docs/memory.md: the kernel cache's LRU order over time (`minitensor cache
 // --plot`) and the CUDA caching allocator's blocks over time (`minitensor memory --plot`).
 #pragma once

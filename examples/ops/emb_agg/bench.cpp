@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Times deeprec::emb_agg on cuda:0 (float32, mode sum, bags of a fixed size with random
 // rows) at the two shapes: V=1e6 D=128 4096 bags of 50, and V=1e5 D=64 65536 bags
 // of 20. Forward and backward (grad_weight, dense, by atomics; includes zeroing the

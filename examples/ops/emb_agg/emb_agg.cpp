@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // deeprec::emb_agg, written the way a user writes a custom op: CPU loops, the CUDA kernels
 // of emb_agg.cu launched through mt::jit::kernel, and the registrations.
 #include "emb_agg.h"

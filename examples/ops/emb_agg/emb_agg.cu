@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // deeprec::emb_agg's CUDA kernels: embedding-bag sums and means, one warp a bag, the
 // lanes over the embedding dimension (VEC consecutive values a lane: 4 floats is one
 // 16-byte load, used when D and the pointers allow it). Compiled by NVRTC through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // deeprec::emb_agg: embedding-bag aggregation for recommender models as a user's custom op
 //   emb_agg(Tensor weight, Tensor indices, Tensor offsets, str mode="sum",
 //           Tensor? per_sample_weights=None, bool include_last_offset=False) -> Tensor

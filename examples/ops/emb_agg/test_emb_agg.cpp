@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // deeprec::emb_agg's tests (build/examples/ops/emb_agg/emb_agg_tests, meson test suite
 // 'extra'): against a float64 reference of plain loops over random bags (empty ones and
 // duplicates included), gradcheck in float64 for weight and per_sample_weights, opcheck,

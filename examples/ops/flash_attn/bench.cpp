@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Times mha::flash_attn on cuda:0 (float16): the forward as an op call, the backward
 // (dq, dk, dv from a given grad_out, the autograd formula's own call), medians of CUDA
 // events, with TFLOP/s (forward 4 B H Sq Sk D, half that when causal; backward 2.5 times

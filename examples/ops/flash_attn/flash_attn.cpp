@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mha::flash_attn, written the way a user writes a custom op: a blocked CPU kernel (the
 // reference), the CUDA kernels of flash_attn.cu launched through mt::jit::kernel, and the
 // registrations.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mha::flash_attn's CUDA kernels: softmax(scale * Q K^T) V over [B, H, S, D] (contiguous),
 // never holding the S x S matrix. Compiled by NVRTC through mt::jit::kernel; also compiled
 // as host C++ by the test, where grid_emulation.h's threads run them and the PTX below

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mha::flash_attn: fused scaled-dot-product attention as a user's custom op
 //   flash_attn(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None)
 //       -> (Tensor out, Tensor lse)

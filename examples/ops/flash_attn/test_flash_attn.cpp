@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mha::flash_attn's tests (build/examples/ops/flash_attn/flash_attn_tests, meson test suite
 // 'extra'): the CPU kernel against a naive float64 softmax(scale q k^T) v (causal and not,
 // sequences that are not a multiple of any block), gradcheck in float64 (through out and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Trains one single-head attention layer end to end with mha::flash_attn: x [B, S, E] ->
 // q, k, v = x Wq, x Wk, x Wv -> flash_attn (causal) -> out Wo, MSE against the output of a
 // teacher layer of the same form with other weights, plain SGD on Wq, Wk, Wv, Wo (B = 4

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Times pde::laplacian3d on cuda:0 (float32, one N^3 grid, N = 128, 256, 512): the op
 // (tiled kernel, both boundaries) and the naive kernel, medians of CUDA events, with GB/s
 // (one read and one write of the grid) and the share of a device copy of the same bytes.

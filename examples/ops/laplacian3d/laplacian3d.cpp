@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pde::laplacian3d, written the way a user writes a custom op: a CPU kernel of plain
 // loops, the CUDA kernels of laplacian3d.cu launched through mt::jit::kernel, and the
 // registrations (custom_op, register_kernel, register_fake, register_autograd).

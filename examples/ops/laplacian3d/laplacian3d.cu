@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pde::laplacian3d's CUDA kernels: the 7-point stencil
 //   out[x, y, z] = (u[x-1] + u[x+1] + u[y-1] + u[y+1] + u[z-1] + u[z+1] - 6 u) / h^2
 // on a [N, X, Y, Z] grid (contiguous, z fastest), zero (Dirichlet) or periodic boundary.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pde::laplacian3d: the 7-point finite-difference Laplacian as a user's custom op
 //   laplacian3d(Tensor u, float h=1.0, str boundary="zero") -> Tensor
 // on [N, X, Y, Z] or [X, Y, Z] grids of float32 or float64, boundary "zero" (Dirichlet:

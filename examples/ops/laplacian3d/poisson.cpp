@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A PINN-style fit with pde::laplacian3d: find u on a 16^3 grid of the unit cube (zero
 // boundary, h = 1/17) with laplacian3d(u) = f, by plain gradient descent on the residual's
 // mean square, loss = mean((L u - f)^2), every gradient through the op's registered

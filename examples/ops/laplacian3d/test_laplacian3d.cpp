@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pde::laplacian3d's tests (build/examples/ops/laplacian3d/laplacian3d_tests, meson test
 // suite 'extra'): against a float64 reference of plain loops, self-adjointness, gradcheck
 // and gradgradcheck, opcheck, fake shapes, the errors; the CUDA kernels compiled to CUBIN
