@@ -1315,6 +1315,11 @@ Stack full_args(const FunctionSchema& schema, const Stack& args) {
     const Argument& a = schema.arguments[i];
     Value v = i < args.size() ? args[i] : a.default_value ? from_default(*a.default_value) : Value();
     if (v.is_tensor() && v.to_tensor().defined()) v = v.to_tensor().clone();
+    if (v.is_tensor_list()) {
+      std::vector<Tensor> list;
+      for (const Tensor& t : v.to_tensor_list()) list.push_back(t.clone());
+      v = Value(list);
+    }
     out.push_back(v);
   }
   return out;
@@ -1331,13 +1336,16 @@ std::string fingerprint(const Stack& outs) {
   return f;
 }
 
+// The results and, for an op that writes its arguments (foreach_add_ returns nothing), the
+// argument tensors after the call.
 std::optional<std::string> run_for_fingerprint(const OperatorHandle& op, Stack args) {
+  const Stack inputs = args;  // the same tensors: an in-place write shows through
   try {
     op.call_boxed(&args);
   } catch (const Error&) {
     return std::nullopt;  // the op refuses this value: no evidence either way
   }
-  return fingerprint(args);
+  return fingerprint(args) + "| " + fingerprint(inputs);
 }
 
 }  // namespace
