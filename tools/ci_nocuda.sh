@@ -12,7 +12,7 @@ opts=(-Dcuda=disabled -Dtests=false -Dexamples=false -Doptimization=0 -Ddebug=fa
 [ "${CI:-}" = "true" ] && opts+=(-Dwerror=true)
 start=$SECONDS
 if [ ! -f "$dir/build.ninja" ]; then
-  meson setup "$dir" "${opts[@]}" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; echo "nocuda: FAILED (meson setup)"; exit 1; }
+  flock "$(pwd)/.dev.sh.setup.lock" meson setup "$dir" "${opts[@]}" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; echo "nocuda: FAILED (meson setup)"; exit 1; }
 fi
 ninja -C "$dir" -j "${MT_JOBS:-$(nproc 2>/dev/null || echo 2)}" tools/minitensor >"$dir.build.log" 2>&1 ||
   { tail -n 60 "$dir.build.log"; echo "nocuda: FAILED (build; $dir.build.log)"; exit 1; }

@@ -129,7 +129,11 @@ configure() {
   [ "${CI:-}" = "true" ] && [ "$dir" = build ] && opts+=(-Dfuzz=true -Dtsan_tests=true)
   if [ ! -f "$dir/build.ninja" ]; then
     say "configuring $dir: meson setup ${opts[*]}"
-    meson setup "$dir" "${opts[@]}" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; exit 1; }
+    # One setup at a time (flock): Meson's cmake module runs `cmake --system-information` in
+    # a scratch folder of the source root, and two setups at once (CI configures the
+    # sanitizer build beside the plain one) collide there.
+    flock "$root/.dev.sh.setup.lock" meson setup "$dir" "${opts[@]}" >"$dir.setup.log" 2>&1 ||
+      { cat "$dir.setup.log"; exit 1; }
   fi
   say "building $dir ${ninja_targets[*]} (-j $jobs; output in $dir.build.log)"
   run_ninja "$dir" "$dir.build.log" "${ninja_targets[@]}"
