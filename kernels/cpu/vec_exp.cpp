@@ -52,9 +52,9 @@ MT_ISA_CLONES void silu_backward_portable(float* o, const float* g, const float*
 // what GCC cannot use under the project's flags (-std=c++20 turns off FMA contraction) and
 // for a full division. These loops are written with AVX-512 intrinsics instead:
 //  - e^t for t <= 0 (the sigmoid-like ops need only e^-|x|): Cody-Waite reduction
-//    t = n ln2 + r, |r| <= ln2/2, with n = round(t log2 e); e^r = 1 + r (1 + r P(r)) with P
-//    Cephes' expf polynomial, all in FMAs; 2^n applied by vscalefps, which goes into
-//    subnormals and to zero as the true result rounds (t is clamped at -150).
+//    t = n ln2 + r, |r| <= ln2/2, with n = round(t log2 e); e^r = 1 + r (1 + r P(r)), P of
+//    degree 4, all in FMAs; 2^n applied by vscalefps, which goes into subnormals and to
+//    zero as the true result rounds (t is clamped at -150, -199.8 for silu).
 //  - z = e^-|x| is in (0, 1], so 1 + z is in [1, 2]: its reciprocal is vrcp14ps (relative
 //    error below 2^-14) and one Newton step (below 2^-27); no division, no overflow.
 //  - sigmoid(x) = 1/(1+z) for x >= 0 and z/(1+z) below, and 1 - sigmoid(x) the other one,
@@ -62,7 +62,8 @@ MT_ISA_CLONES void silu_backward_portable(float* o, const float* g, const float*
 //    (x r P) 2^n, so a subnormal result is rounded once.
 //  - exp itself: n from x clamped to [-104, 89] (below rounds to 0, above is inf), the
 //    same polynomial, scalef for 2^n.
-// NaN in gives NaN out (the clamps are ordered so that vminps/vmaxps pass a NaN x on), and
+// NaN in gives NaN out (the clamps pass a NaN x on: vrangeps does, and vminps/vmaxps are
+// ordered so that they do), and
 // the infinities give what x / (1 + exp(-x)) gives in IEEE arithmetic, as the portable and
 // CUDA kernels do: silu(+inf) = inf, silu(-inf) = NaN, sigmoid(+-inf) = 1, 0.
 // Max error against float64 over tests/test_cpu_kernels.cpp's sweep (every float32 exponent,
@@ -71,14 +72,15 @@ using V = __m512;
 
 inline V vset(float v) { return _mm512_set1_ps(v); }
 
-// e^r for |r| <= ln2/2: 1 + r + r^2 P(r), as 1 + r (1 + r P(r)).
+// e^r for |r| <= ln2/2: 1 + r + r^2 P(r), as 1 + r (1 + r P(r)), P of degree 4: the
+// interpolant of (e^r - 1 - r) / r^2 at 5 Chebyshev nodes, its float coefficients 0.08 ulp
+// from e^r at worst (Cephes' degree 5 P, one FMA more, is far below float's rounding too).
 [[gnu::always_inline]] inline V exp_reduced(V r) {
-  V p = vset(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, vset(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, vset(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, vset(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, vset(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, vset(5.0000001201e-1f));
+  V p = vset(1.3926176120e-3f);
+  p = _mm512_fmadd_ps(p, r, vset(8.3631730745e-3f));
+  p = _mm512_fmadd_ps(p, r, vset(4.1666554662e-2f));
+  p = _mm512_fmadd_ps(p, r, vset(1.6666577026e-1f));
+  p = _mm512_fmadd_ps(p, r, vset(0.5f));
   p = _mm512_fmadd_ps(p, r, vset(1.0f));
   return _mm512_fmadd_ps(p, r, vset(1.0f));
 }
@@ -99,11 +101,16 @@ struct SigmoidParts {
   V p, n, z, rcp;
   __mmask16 neg;
 };
-[[gnu::always_inline]] inline SigmoidParts sigmoid_parts(V x) {
+// limit: where -|x| is clamped (e^-150 is far below the smallest subnormal; silu's x z
+// needs z right down to there). vrangeps' min of |x| and limit, sign set, is -min(|x|,
+// limit) in one uop, but it drops a NaN (it returns the other operand, as measured on
+// this VM's Xeon): only for ops whose result takes x itself as a factor, which carries the
+// NaN. Otherwise two uops: max(c, NaN) is NaN (vmaxps returns its second operand then).
+template <bool kXCarriesNaN = false>
+[[gnu::always_inline]] inline SigmoidParts sigmoid_parts(V x, float limit = 150.0f) {
   SigmoidParts s;
-  // -|x|, clamped at -150 (e^-150 is far below the smallest subnormal; silu's x z needs
-  // z right down to there): max(c, NaN) is NaN (vmaxps returns its second operand then).
-  const V t = _mm512_max_ps(vset(-150.0f), _mm512_or_ps(x, vset(-0.0f)));
+  const V t = kXCarriesNaN ? _mm512_range_ps(x, vset(limit), 0x0E)
+                           : _mm512_max_ps(vset(-limit), _mm512_or_ps(x, vset(-0.0f)));
   s.p = exp_reduced(reduce(t, s.n));
   s.z = _mm512_scalef_ps(s.p, s.n);
   const V d = _mm512_add_ps(s.z, vset(1.0f));
@@ -126,19 +133,24 @@ struct SigmoidParts {
   return _mm512_mask_mul_ps(s.rcp, s.neg, s.rcp, s.z);  // 1/(1+z), or z/(1+z) below 0
 }
 
+// Note [SiLU's clamp]
+// -|x| is clamped at -199.8 here, not -150, so that x itself can be the factor: there
+// t log2 e = -288.25 rounds to n = -288, so r < 0 and p = e^r = 0.84 < 1, x p cannot
+// overflow, and x p 2^-288 rounds to 0 for every float x (|x| < 2^128, 0.84 2^-160 is far
+// below half the smallest subnormal) as x e^x does from x < -104 on. -inf * 0 is NaN in
+// x / (1 + e^-x); here it would be -inf * 2^-288 = -inf, which vfixupimmps turns into NaN
+// (token 3, the default NaN, for the class -inf). One uop fewer each than a clamp of x
+// and than vfpclassps with a masked move.
 [[gnu::always_inline]] inline V silu16(V x) {
-  const SigmoidParts s = sigmoid_parts(x);
-  // Below -150, x z is 0 (rounded); with x itself it would be x times the clamped z.
-  V y = _mm512_mul_ps(_mm512_max_ps(vset(-150.0f), x), s.rcp);
+  const SigmoidParts s = sigmoid_parts<true>(x, 199.8f);
+  V y = _mm512_mul_ps(x, s.rcp);
   y = _mm512_mask_mul_ps(y, s.neg, y, s.p);
   y = _mm512_mask_scalef_ps(y, s.neg, y, s.n);  // x z / (1 + z), rounded once
-  // -inf * 0 is NaN in x / (1 + e^-x); here it would be -inf * 2^-150 = -inf.
-  const __mmask16 minus_inf = _mm512_fpclass_ps_mask(x, 0x10);
-  return _mm512_mask_mov_ps(y, minus_inf, vset(__builtin_nanf("")));
+  return _mm512_fixupimm_ps(y, x, _mm512_set1_epi32(0x3 << 16), 0);
 }
 
 [[gnu::always_inline]] inline V silu_backward16(V g, V x) {
-  const SigmoidParts s = sigmoid_parts(x);
+  const SigmoidParts s = sigmoid_parts<true>(x);
   const V zr = _mm512_mul_ps(s.z, s.rcp);
   const V sig = _mm512_mask_mov_ps(s.rcp, s.neg, zr);        // sigmoid(x)
   const V one_minus = _mm512_mask_mov_ps(zr, s.neg, s.rcp);  // 1 - sigmoid(x)
@@ -152,7 +164,7 @@ struct SigmoidParts {
 [[gnu::always_inline]] inline V gelu16(V x) {
   const V w = _mm512_mul_ps(
       x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), vset(0.07135481627260025f), vset(1.5957691216057308f)));
-  const SigmoidParts s = sigmoid_parts(w);
+  const SigmoidParts s = sigmoid_parts<true>(w);
   V y = _mm512_mul_ps(x, s.rcp);
   y = _mm512_mask_mul_ps(y, s.neg, y, s.p);
   y = _mm512_mask_scalef_ps(y, s.neg, y, s.n);
