@@ -77,7 +77,10 @@ std::string format_bytes(size_t n) {
 
 class CachingAllocator final : public Allocator {
  public:
-  explicit CachingAllocator(int index) : index_(index) {}
+  explicit CachingAllocator(int index) : index_(index) {
+    spare_live_.reserve(kSpareNodes);
+    spare_free_.reserve(kSpareNodes);
+  }
 
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
@@ -92,15 +95,15 @@ class CachingAllocator final : public Allocator {
     if (fl) {
       auto it = fl->lower_bound(size);
       if (it != fl->end() && it->first <= 2 * size) {
-        Block b{it->first, stream, pool_id, recording_ ? context() : std::string()};
-        CUdeviceptr p = it->second;
-        live_.emplace(p, b);
-        fl->erase(it);
+        const size_t bsize = it->first;
+        const CUdeviceptr p = it->second;
+        insert_live(p, Block{bsize, stream, pool_id, recording_ ? context() : std::string()});
+        keep_spare(spare_free_, fl->extract(it));  // after the insert, which may throw
         ++stats_.cache_hits;
-        add_allocated(b.size);
+        add_allocated(bsize);
         if (recording_) {
-          event(MemoryEvent::Kind::CacheHit, p, b.size, stream, pool_id);
-          event(MemoryEvent::Kind::Alloc, p, b.size, stream, pool_id, b.op);
+          event(MemoryEvent::Kind::CacheHit, p, bsize, stream, pool_id);
+          event(MemoryEvent::Kind::Alloc, p, bsize, stream, pool_id, live_.at(p).op);
         }
         return reinterpret_cast<void*>(p);
       }
@@ -108,7 +111,7 @@ class CachingAllocator final : public Allocator {
     ++stats_.cache_misses;
     CUdeviceptr p = driver_alloc(nbytes, size);
     try {
-      live_.emplace(p, Block{size, stream, pool_id, recording_ ? context() : std::string()});
+      insert_live(p, Block{size, stream, pool_id, recording_ ? context() : std::string()});
     } catch (...) {
       DeviceGuard guard(index_);
       driver().cuMemFree(p);
@@ -134,13 +137,22 @@ class CachingAllocator final : public Allocator {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = live_.find(reinterpret_cast<CUdeviceptr>(ptr));
       if (it == live_.end()) return;  // not ours: nothing safe to do
-      Block b = it->second;
-      // May throw; the erase below cannot.
+      const Block& b = it->second;
+      const size_t bsize = b.size;
+      // May throw; the extract below cannot.
       FreeList& fl = b.pool ? pools_.at(b.pool).free : free_[b.stream];
-      fl.emplace(b.size, it->first);
-      if (recording_) event(MemoryEvent::Kind::Free, it->first, b.size, b.stream, b.pool);
-      live_.erase(it);
-      stats_.allocated_bytes -= b.size;
+      if (spare_free_.empty()) {
+        fl.emplace(bsize, it->first);
+      } else {
+        FreeList::node_type n = std::move(spare_free_.back());
+        spare_free_.pop_back();
+        n.key() = bsize;
+        n.mapped() = it->first;
+        fl.insert(std::move(n));
+      }
+      if (recording_) event(MemoryEvent::Kind::Free, it->first, bsize, b.stream, b.pool);
+      keep_spare(spare_live_, live_.extract(it));
+      stats_.allocated_bytes -= bsize;
     } catch (...) {
       // Out of host memory for the free list: the block stays counted as allocated.
     }
@@ -277,6 +289,29 @@ class CachingAllocator final : public Allocator {
 
   static std::string context() { return t_memory_context ? t_memory_context : ""; }
 
+  // Note [Allocator nodes]
+  // An allocation moves a block from a free list (a multimap) to live_ (a hash map), and
+  // its free moves it back: with plain emplace and erase that is a malloc and a free of a
+  // map node each way, four a tiny op, on the host path of every CUDA op that makes an
+  // output. The nodes taken out are kept instead (a few dozen of each kind, in vectors
+  // reserved up front, so keeping one never allocates) and reused by the next insert.
+  static constexpr size_t kSpareNodes = 64;
+  template <typename Node>
+  void keep_spare(std::vector<Node>& spares, Node&& n) noexcept {
+    if (spares.size() < spares.capacity()) spares.push_back(std::move(n));
+  }
+  void insert_live(CUdeviceptr p, Block&& b) {
+    if (spare_live_.empty()) {
+      live_.emplace(p, std::move(b));
+      return;
+    }
+    LiveMap::node_type n = std::move(spare_live_.back());
+    spare_live_.pop_back();
+    n.key() = p;
+    n.mapped() = std::move(b);
+    live_.insert(std::move(n));  // a rehash may throw: the node is then freed, no leak
+  }
+
   // Appends to the ring (mutex held, recording_ on).
   void event(MemoryEvent::Kind kind, CUdeviceptr p, size_t size, CUstream stream, uint64_t pool,
              std::string op = {}) {
@@ -374,8 +409,11 @@ class CachingAllocator final : public Allocator {
 
   int index_;
   mutable std::mutex mutex_;
-  std::unordered_map<CUdeviceptr, Block> live_;  // handed out
-  std::map<CUstream, FreeList> free_;            // cached, by stream and size
+  using LiveMap = std::unordered_map<CUdeviceptr, Block>;
+  LiveMap live_;                       // handed out
+  std::map<CUstream, FreeList> free_;  // cached, by stream and size
+  std::vector<LiveMap::node_type> spare_live_;    // Note [Allocator nodes]
+  std::vector<FreeList::node_type> spare_free_;
   std::unordered_map<uint64_t, Pool> pools_;     // the graph pools, by id
   uint64_t routing_pool_ = 0;                    // the pool the capture stream takes from
   CUstream routing_stream_ = nullptr;
