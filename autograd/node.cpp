@@ -148,7 +148,12 @@ void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t 
   m.grad_fn = node;
   m.output_nr = nr;
   out.impl()->refresh_keys();
-  node->outputs[nr] = OutputMeta{out.sizes(), out.dtype(), out.device(), out.is_fake()};
+  OutputMeta& meta = node->outputs[nr];  // in place: no temporary Shape to copy twice
+  const TensorImpl* p = out.impl();
+  meta.sizes = p->sizes;
+  meta.dtype = p->dtype;
+  meta.device = p->device;
+  meta.fake = p->fake;
 }
 
 std::vector<std::shared_ptr<Node>> tape_entries() {
