@@ -176,10 +176,15 @@ template <bool kXCarriesNaN = false>
 template <typename F>
 [[gnu::always_inline]] inline void unary_loop(float* o, const float* x, int64_t n, F f) {
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {  // two vectors in flight: the chains are long
+  // Four vectors an iteration: the chains are long (one vector at a time was 12% slower
+  // for silu in cache, two 2% slower than four, measured with rdtsc on this VM's Xeon).
+  for (; i + 64 <= n; i += 64) {
     const V a = f(_mm512_loadu_ps(x + i)), b = f(_mm512_loadu_ps(x + i + 16));
+    const V c = f(_mm512_loadu_ps(x + i + 32)), d = f(_mm512_loadu_ps(x + i + 48));
     _mm512_storeu_ps(o + i, a);
     _mm512_storeu_ps(o + i + 16, b);
+    _mm512_storeu_ps(o + i + 32, c);
+    _mm512_storeu_ps(o + i + 48, d);
   }
   for (; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
