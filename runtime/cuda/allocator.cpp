@@ -410,12 +410,12 @@ class CachingAllocator final : public Allocator {
   int index_;
   mutable std::mutex mutex_;
   using LiveMap = std::unordered_map<CUdeviceptr, Block>;
-  LiveMap live_;                       // handed out
-  std::map<CUstream, FreeList> free_;  // cached, by stream and size
-  std::vector<LiveMap::node_type> spare_live_;    // Note [Allocator nodes]
+  LiveMap live_;                                // handed out
+  std::map<CUstream, FreeList> free_;           // cached, by stream and size
+  std::vector<LiveMap::node_type> spare_live_;  // Note [Allocator nodes]
   std::vector<FreeList::node_type> spare_free_;
-  std::unordered_map<uint64_t, Pool> pools_;     // the graph pools, by id
-  uint64_t routing_pool_ = 0;                    // the pool the capture stream takes from
+  std::unordered_map<uint64_t, Pool> pools_;  // the graph pools, by id
+  uint64_t routing_pool_ = 0;                 // the pool the capture stream takes from
   CUstream routing_stream_ = nullptr;
   uint64_t next_pool_ = 1;
   AllocatorStats stats_;
