@@ -293,7 +293,7 @@ class CachingAllocator final : public Allocator {
   // An allocation moves a block from a free list (a multimap) to live_ (a hash map), and
   // its free moves it back: with plain emplace and erase that is a malloc and a free of a
   // map node each way, four a tiny op, on the host path of every CUDA op that makes an
-  // output. The nodes taken out are kept instead (a few dozen of each kind, in vectors
+  // output. The nodes taken out are kept instead (up to 64 of each kind, in vectors
   // reserved up front, so keeping one never allocates) and reused by the next insert.
   static constexpr size_t kSpareNodes = 64;
   template <typename Node>
