@@ -549,7 +549,10 @@ def main_attention(args):
               f" {r['fwd_ms']:.4f} | {tf(r['fwd_ms']):.0f} | {t['fwd']:.4f} | {tf(t['fwd']):.0f} |"
               f" {t['fwd'] / r['fwd_ms']:.2f}x | {r['bwd_ms']:.4f} | {tf(r['bwd_ms'], 2.5):.0f} |"
               f" {t['bwd']:.4f} | {t['bwd'] / r['bwd_ms']:.2f}x | {uns} |")
-    alt = [f"{r['S']}/{'causal' if r['causal'] else 'full'}: {r['fwd_one_row_tile_ms']:.4f}"
+    if "registers" in mt:
+        print("(mt registers a thread, tensor-core kernels: " + ", ".join(
+            f"{d}: fwd {v['fwd']}, bwd {v['bwd']}" for d, v in mt["registers"].items()) + ")")
+    alt = [f"{r['S']}/{r['D']}/{'causal' if r['causal'] else 'full'}: {r['fwd_one_row_tile_ms']:.4f}"
            for r in results if r.get("fwd_one_row_tile_ms", -1) > 0]
     if alt:
         print("(mt forward with one 16-row tile a warp instead of two, ms: " + ", ".join(alt) + ")")

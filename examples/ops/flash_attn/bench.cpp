@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
           mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt);
         },
         reps);
-    if (c.D == 64) {  // the forward with one row tile a warp instead of two
+    {  // the forward with one row tile a warp instead of two
       setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", "1", 1);
       r.fwd1_ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
       unsetenv("MHA_FLASH_ATTN_FWD_ROW_TILES");
@@ -112,9 +112,16 @@ int main(int argc, char** argv) {
     rows.push_back(r);
   }
   const auto& props = cuda::device_props(0);
+  // Registers a thread of the tensor-core kernels (what limits the blocks an SM runs).
+  std::string regs;
+  for (int64_t D : {64, 128}) {
+    const mha::FlashAttnRegisters r = mha::flash_attn_registers(dtype, int(D));
+    regs += fmt::format("{}\"D{}\": {{\"fwd\": {}, \"bwd\": {}}}", regs.empty() ? "" : ", ", D,
+                        r.fwd, r.bwd);
+  }
   if (json) {
-    std::printf("{\"device\": \"%s\", \"dtype\": \"%s\", \"rows\": [", props.name.c_str(),
-                dtype == DType::Float16 ? "float16" : "bfloat16");
+    std::printf("{\"device\": \"%s\", \"dtype\": \"%s\", \"registers\": {%s}, \"rows\": [",
+                props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
@@ -127,8 +134,8 @@ int main(int argc, char** argv) {
     std::printf("]}\n");
     return 0;
   }
-  std::printf("mha::flash_attn on %s, %s, median ms of CUDA events\n", props.name.c_str(),
-              dtype == DType::Float16 ? "float16" : "bfloat16");
+  std::printf("mha::flash_attn on %s, %s, median ms of CUDA events; registers a thread %s\n",
+              props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
   std::printf("| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
               "| fwd ms, 1 row tile a warp | bwd ms, 8 warps |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
