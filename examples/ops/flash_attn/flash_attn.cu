@@ -274,6 +274,21 @@ __device__ __forceinline__ float fa_quad_reduce(float v) {
 #endif
 }
 
+// Whether b holds in any thread of the warp.
+__device__ __forceinline__ bool fa_warp_any(bool b) {
+#if FA_DEVICE
+  return __any_sync(0xffffffffu, b);
+#else
+  const unsigned tid = fa_emu_tid();
+  fa_emu_slots[tid].f = b ? 1.f : 0.f;
+  __syncthreads();
+  bool r = false;
+  for (unsigned i = tid & ~31u; i < (tid & ~31u) + 32; ++i) r = r || fa_emu_slots[i].f != 0.f;
+  __syncthreads();
+  return r;
+#endif
+}
+
 // v from the thread whose lane is this one's xor 1.
 __device__ __forceinline__ float fa_shfl_xor1(float v) {
 #if FA_DEVICE
@@ -477,6 +492,7 @@ __device__ __forceinline__ void fa_load_b_trans(unsigned (&b)[4], const unsigned
 // a negative scale negates Q's fragments instead), and the key masks run only on the tiles
 // that need them (past Sk, or a causal diagonal).
 constexpr int kFaBN = 64;
+constexpr float kFaRescaleSlack = 8.f;  // Note [Lazy rescaling]
 
 template <int D, int MW>
 constexpr bool fa_fwd_q_in_regs() {
@@ -498,6 +514,8 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
                                                float c, int n0, int w0, int Sk, int causal) {
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const float neg_inf = fa_bits_float(0xff800000u);
+  float mnew[MW][2];
+  bool grow = false;
   FA_UNROLL
   for (int mi = 0; mi < MW; ++mi) {
     float mx[2] = {neg_inf, neg_inf};
@@ -511,36 +529,51 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
         }
         mx[e / 2] = fmaxf(mx[e / 2], s[mi][i][e]);
       }
-    float alpha[2];
     FA_UNROLL
     for (int h = 0; h < 2; ++h) {
       const float r = fa_quad_reduce<true>(mx[h]);
-      const float mnew = fmaxf(m[mi][h], r == neg_inf ? neg_inf : r * c);
-      // A row with every key so far masked keeps max -inf; subtract 0 then (its p are 0).
-      const float msub = mnew == neg_inf ? 0.f : mnew;
-      alpha[h] = fa_exp2(m[mi][h] - msub);
-      m[mi][h] = mnew;
-      mx[h] = msub;
+      mnew[mi][h] = fmaxf(m[mi][h], r == neg_inf ? neg_inf : r * c);
+      grow = grow || mnew[mi][h] > m[mi][h] + kFaRescaleSlack;
+    }
+  }
+  // Note [Lazy rescaling]
+  // The max subtracted before the exponential need not be the row's true max, only close
+  // enough above it that nothing overflows: the warp keeps its rows' old max until one of
+  // them grows by more than 2^8 (p stays below 256, the sums in float32), and only then
+  // rescales its sums and outputs. After the first tiles that is rare, and the rescaling
+  // (a multiply per output value, D / 2 a row) drops out of most tiles. A row whose keys
+  // are all masked so far keeps max -inf and subtracts 0 (its p are 0).
+  const bool rescale = fa_warp_any(grow);
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi) {
+    float msub[2];
+    FA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      if (rescale) {
+        const float ms = mnew[mi][h] == neg_inf ? 0.f : mnew[mi][h];
+        const float alpha = fa_exp2(m[mi][h] - ms);
+        l[mi][h] *= alpha;
+        FA_UNROLL
+        for (int i = 0; i < D / 8; ++i) {
+          o[mi][i][2 * h] *= alpha;
+          o[mi][i][2 * h + 1] *= alpha;
+        }
+        m[mi][h] = mnew[mi][h];
+      }
+      msub[h] = m[mi][h] == neg_inf ? 0.f : m[mi][h];
     }
     float rs[2] = {0.f, 0.f};
     FA_UNROLL
     for (int i = 0; i < kFaBN / 8; ++i)
       FA_UNROLL
       for (int e = 0; e < 4; ++e) {
-        float p = fa_exp2(fmaf(s[mi][i][e], c, -mx[e / 2]));
+        float p = fa_exp2(fmaf(s[mi][i][e], c, -msub[e / 2]));
         if (Masked && s[mi][i][e] == neg_inf) p = 0.f;  // also when c = 0
         s[mi][i][e] = p;
         rs[e / 2] += p;
       }
-    l[mi][0] = l[mi][0] * alpha[0] + rs[0];
-    l[mi][1] = l[mi][1] * alpha[1] + rs[1];
-    FA_UNROLL
-    for (int i = 0; i < D / 8; ++i) {
-      o[mi][i][0] *= alpha[0];
-      o[mi][i][1] *= alpha[0];
-      o[mi][i][2] *= alpha[1];
-      o[mi][i][3] *= alpha[1];
-    }
+    l[mi][0] += rs[0];
+    l[mi][1] += rs[1];
   }
 }
 

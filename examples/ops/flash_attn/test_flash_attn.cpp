@@ -335,8 +335,14 @@ TEST_SUITE("mha::flash_attn") {
         CAPTURE(c.Sq);
         CAPTURE(c.causal);
         CAPTURE(t);
-        Tensor q = rnd({1, 2, c.Sq, 64}, t), k = rnd({1, 2, c.Sk, 64}, t),
+        Tensor q = rnd({1, 2, c.Sq, 64}, t), k = randn({1, 2, c.Sk, 64}),
                v = rnd({1, 2, c.Sk, 64}, t), g = rnd({1, 2, c.Sq, 64}, t);
+        // Keys 64.. (the forward's second tile) 4 times larger: row maxima grow past the
+        // forward's slack there, so the lazy rescaling (Note [Lazy rescaling]) rescales.
+        float* kp = k.data_ptr<float>();
+        for (int64_t i = 0; i < k.numel(); ++i)
+          if ((i / 64) % c.Sk >= 64) kp[i] *= 4.f;
+        k = k.to(t);
         // The float16 case takes backward blocks of 8 warps (MHA_FLASH_ATTN_BWD_WARPS=8) and
         // a negative scale (the forward negates Q's fragments instead).
         const double scale = t == DType::Float16 ? -0.15 : 0.125;
