@@ -424,7 +424,13 @@ __device__ __forceinline__ void fa_copy_tile(FaSAddr dst, const unsigned short* 
     {
       FaVec16 v = {0, 0, 0, 0};
       if (in) v = *reinterpret_cast<const FaVec16*>(f);
+#if FA_DEVICE  // d is a shared-window address, not a generic pointer
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(d), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w)
+                   : "memory");
+#else
       *reinterpret_cast<FaVec16*>(d) = v;
+#endif
     }
   }
 #if FA_DEVICE

@@ -337,21 +337,26 @@ TEST_SUITE("mha::flash_attn") {
         CAPTURE(t);
         Tensor q = rnd({1, 2, c.Sq, 64}, t), k = randn({1, 2, c.Sk, 64}),
                v = rnd({1, 2, c.Sk, 64}, t), g = rnd({1, 2, c.Sq, 64}, t);
-        // Keys 64.. (the forward's second tile) 4 times larger: row maxima grow past the
-        // forward's slack there, so the lazy rescaling (Note [Lazy rescaling]) rescales.
+        // Keys 64.. (the forward's second tile) equal to their queries (times the scale's
+        // sign): those rows' maxima grow past the forward's slack there, so the lazy
+        // rescaling (Note [Lazy rescaling]) rescales; magnitudes stay unit-normal.
+        const double scale = t == DType::Float16 ? -0.15 : 0.125;
+        const Tensor q32 = q.to(DType::Float32);
+        const float* qp = q32.data_ptr<float>();
         float* kp = k.data_ptr<float>();
-        for (int64_t i = 0; i < k.numel(); ++i)
-          if ((i / 64) % c.Sk >= 64) kp[i] *= 4.f;
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t r = 64; r < std::min(c.Sq, c.Sk); ++r)
+            for (int64_t d = 0; d < 64; ++d)
+              kp[(h * c.Sk + r) * 64 + d] = float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * 64 + d];
         k = k.to(t);
         // The float16 case takes backward blocks of 8 warps (MHA_FLASH_ATTN_BWD_WARPS=8) and
         // a negative scale (the forward negates Q's fragments instead).
-        const double scale = t == DType::Float16 ? -0.15 : 0.125;
         const std::vector<Tensor> got =
             t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 8>(q, k, v, g, c.causal, scale)
                                 : emulate_tensor_core<EBF16, 64>(q, k, v, g, c.causal, scale);
         const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal, scale);
         const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
-        const char* what[] = {"out", "lse", "dq", "dk", "dv"};
+        const std::string what[] = {"out", "lse", "dq", "dk", "dv"};
         for (int i = 0; i < 5; ++i) {
           CAPTURE(what[i]);
           CHECK(max_err(got[size_t(i)], want[size_t(i)]) < tol);
