@@ -730,8 +730,8 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
 
 // Note [Backward tiling]
 // FlashAttention-2's backward: a block of NW warps owns 16 NW keys of one (b, h) (warp w
-// keys 16w..16w+15; NW = 4, or 8 to halve the dQ atomics and the Q and dO reloads a key)
-// and walks the query blocks of BM rows that see them. Per query block it
+// keys 16w..16w+15; NW = 8 by default, or 4: 8 halves the dQ atomics and the Q and dO
+// reloads a key) and walks the query blocks of BM rows that see them. Per query block it
 // recomputes S^T = K Q^T (keys as the mma's rows, so P^T comes out as the A fragment of
 // dV += P^T dO), P^T = exp2(S^T * scale * log2(e) - lse * log2(e)), dP^T = V dO^T,
 // dS^T = P^T (dP^T - delta), dK += dS^T Q; dK and dV stay in registers for the whole walk.

@@ -97,16 +97,16 @@ using EBF16 = ops_emu::mt::BFloat16;
 
 // Runs the tensor-core forward and backward under the emulation for 16-bit q, k, v (T the
 // .cu's type) and returns out, lse, dq, dk, dv for grad_out g.
-// NWB: warps a backward block (4, the default, or 8).
-template <typename T, int D, int NWB = 4>
+// NWB: warps a backward block (8, the default, or 4).
+template <typename T, int D, int NWB = 8>
 std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, bool causal, double scale) {
   const mha::FlashAttnTiles tiles = mha::flash_attn_tiles(D);
-  CHECK(tiles.bwd_warps == 4);
+  CHECK(tiles.bwd_warps == 8);
   constexpr int MW = 2;  // the forward's row tiles a warp (D = 128: Q read from shared memory)
   CHECK(tiles.fwd_rows == 16 * MW * 4);
   CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
-  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, 4>()));
+  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, 8>()));
   constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, NWB>();
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
   const DType dt = q.dtype();
@@ -349,10 +349,10 @@ TEST_SUITE("mha::flash_attn") {
             for (int64_t d = 0; d < 64; ++d)
               kp[(h * c.Sk + r) * 64 + d] = float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * 64 + d];
         k = k.to(t);
-        // The float16 case takes backward blocks of 8 warps (MHA_FLASH_ATTN_BWD_WARPS=8) and
+        // The float16 case takes backward blocks of 4 warps (MHA_FLASH_ATTN_BWD_WARPS=4) and
         // a negative scale (the forward negates Q's fragments instead).
         const std::vector<Tensor> got =
-            t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 8>(q, k, v, g, c.causal, scale)
+            t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 4>(q, k, v, g, c.causal, scale)
                                 : emulate_tensor_core<EBF16, 64>(q, k, v, g, c.causal, scale);
         const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal, scale);
         const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
