@@ -177,19 +177,10 @@ inline unsigned fa_emu_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + 
 inline unsigned short fa_emu_half(unsigned reg, int hi) { return (unsigned short)(hi ? reg >> 16 : reg); }
 #endif
 
+#if !FA_DEVICE
+// ldmatrix.x4's stand-in (fa_ldsm_x4 below): row is this thread's row address.
 template <bool Trans>
-__device__ __forceinline__ void fa_ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
-#if FA_DEVICE
-  const unsigned a = unsigned(__cvta_generic_to_shared(row));
-  if (Trans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
+void fa_emu_ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
   const unsigned tid = fa_emu_tid(), base = tid & ~31u, lane = tid & 31u;
   fa_emu_slots[tid].p = row;
   __syncthreads();
@@ -207,8 +198,8 @@ __device__ __forceinline__ void fa_ldmatrix_x4(unsigned (&r)[4], const unsigned 
     r[i] = unsigned(lo) | (unsigned(hi) << 16);
   }
   __syncthreads();
-#endif
 }
+#endif
 
 // c += A (16 x 16) * B (16 x 8), float accumulators.
 template <typename T>
@@ -369,7 +360,7 @@ __device__ __forceinline__ void fa_ldsm_x4(unsigned (&r)[4], FaSAddr a) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 #else
-  fa_ldmatrix_x4<Trans>(r, reinterpret_cast<const unsigned short*>(a));
+  fa_emu_ldmatrix_x4<Trans>(r, reinterpret_cast<const unsigned short*>(a));
 #endif
 }
 
@@ -449,30 +440,19 @@ __device__ __forceinline__ void fa_async_wait() {
 // 128, on eight different groups of four banks, so the load has no bank conflict (with a
 // stride of D the eight rows would sit on the same banks).
 
-// The A fragment of a 16 x 16 tile stored row by row: rows m0.., columns k0.., stride ld.
-__device__ __forceinline__ void fa_load_a(unsigned (&a)[4], const unsigned short* s, int ld, int m0,
-                                          int k0) {
+// This lane's row address for an ldmatrix.x4 of the 16 x 16 block at the origin of a 16-bit
+// matrix of row stride ld, as a byte offset (Note [mma fragments]); lanes 8i..8i+7 address
+// matrix i's rows. RowsFirst: matrices 0-3 are (rows 0-7, columns 0-7), (rows 8-15, 0-7),
+// (0-7, 8-15), (8-15, 8-15), which gives an A fragment of a tile stored [m][k] and, with
+// .trans, the B fragments of two 8-column tiles of B stored [k][n]. Otherwise matrix 1 is
+// (0-7, 8-15) and matrix 2 (8-15, 0-7): the B fragments of B stored [n][k] and, with
+// .trans, an A fragment of A stored [k][m]. A block at (row0, col0) adds
+// (row0 * ld + col0) * 2, a constant in the kernels' unrolled loops.
+template <bool RowsFirst>
+__device__ __forceinline__ unsigned fa_ldsm_off(int ld) {
   const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<false>(a, s + (m0 + r + 8 * (i % 2)) * ld + k0 + 8 * (i / 2));
-}
-// The A fragment of a 16 x 16 tile stored transposed ([k][m]).
-__device__ __forceinline__ void fa_load_a_trans(unsigned (&a)[4], const unsigned short* s, int ld,
-                                                int m0, int k0) {
-  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<true>(a, s + (k0 + r + 8 * (i / 2)) * ld + m0 + 8 * (i % 2));
-}
-// The B fragments of two 8-column tiles (n0.. and n0 + 8..) over k0..k0+15, B stored as
-// [n][k]: b[0], b[1] for the first tile, b[2], b[3] for the second.
-__device__ __forceinline__ void fa_load_b(unsigned (&b)[4], const unsigned short* s, int ld, int n0,
-                                          int k0) {
-  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<false>(b, s + (n0 + r + 8 * (i / 2)) * ld + k0 + 8 * (i % 2));
-}
-// The same with B stored as [k][n].
-__device__ __forceinline__ void fa_load_b_trans(unsigned (&b)[4], const unsigned short* s, int ld,
-                                                int n0, int k0) {
-  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<true>(b, s + (k0 + r + 8 * (i % 2)) * ld + n0 + 8 * (i / 2));
+  const int row = r + 8 * (RowsFirst ? i % 2 : i / 2), col = 8 * (RowsFirst ? i / 2 : i % 2);
+  return unsigned((row * ld + col) * 2);
 }
 
 // ------------------------------------------------------------ tensor-core forward
@@ -603,12 +583,10 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
   const unsigned qsign = scale_log2 < 0.f ? 0x80008000u : 0u;
   const float c = scale_log2 < 0.f ? -scale_log2 : scale_log2;
 
-  // This thread's ldmatrix offsets (bytes): matrix i = lane / 8, row lane % 8 (Note [mma
-  // fragments]); Q as A ([m][k]), K as B ([n][k]), V as B stored [k][n] (.trans).
-  const int li = lane / 8, lr = lane % 8;
-  const unsigned qa_off = unsigned(((16 * MW * warp + lr + 8 * (li % 2)) * LD + 8 * (li / 2)) * 2);
-  const unsigned kb_off = unsigned(((lr + 8 * (li / 2)) * LD + 8 * (li % 2)) * 2);
-  const unsigned vb_off = unsigned(((lr + 8 * (li % 2)) * LD + 8 * (li / 2)) * 2);
+  // This thread's ldmatrix offsets (bytes): Q as A ([m][k], the warp's rows), K as B
+  // ([n][k]), V as B stored [k][n] (.trans).
+  const unsigned qa_off = fa_ldsm_off<true>(LD) + unsigned(16 * MW * warp * LD * 2);
+  const unsigned kb_off = fa_ldsm_off<false>(LD), vb_off = fa_ldsm_off<true>(LD);
   const FaCopyLane cl = fa_copy_lane<D, Threads>();
   const FaSAddr sq = fa_saddr(smem);                   // Q (kept there unless kQRegs)
   const FaSAddr skv = sq + (kQRegs ? 0u : unsigned(BM * LD * 2));  // 2 x (K tile, V tile)
@@ -820,15 +798,13 @@ __device__ __forceinline__ void flash_attn_bwd_body(
   const float* lse_h = lse + bh * Sq;
   const float* delta_h = delta + bh * Sq;
 
-  // This thread's ldmatrix offsets (bytes), Note [mma fragments]: K and V as A ([m][k]),
-  // Q and dO as B ([n][k]) and as B stored [k][n] (.trans), dS^T as A stored [k][m]
-  // (.trans), K as B stored [k][n] (.trans).
-  const int li = lane / 8, lr = lane % 8;
+  // This thread's ldmatrix offsets (bytes): K and V as A ([m][k], the warp's keys), Q and
+  // dO as B ([n][k]) and as B stored [k][n] (.trans), dS^T as A stored [k][m] (.trans), K
+  // as B stored [k][n] (.trans).
   const FaSAddr sk = fa_saddr(ks), sv = fa_saddr(vs), sqd = fa_saddr(qd), sds = fa_saddr(dss);
-  const unsigned a_off = unsigned(((16 * warp + lr + 8 * (li % 2)) * LD + 8 * (li / 2)) * 2);
-  const unsigned b_off = unsigned(((lr + 8 * (li / 2)) * LD + 8 * (li % 2)) * 2);
-  const unsigned bt_off = unsigned(((lr + 8 * (li % 2)) * LD + 8 * (li / 2)) * 2);
-  const unsigned at_off = unsigned(((lr + 8 * (li / 2)) * LDS + 8 * (li % 2)) * 2);
+  const unsigned a_off = fa_ldsm_off<true>(LD) + unsigned(16 * warp * LD * 2);
+  const unsigned b_off = fa_ldsm_off<false>(LD), bt_off = fa_ldsm_off<true>(LD);
+  const unsigned at_off = fa_ldsm_off<false>(LDS);
   const FaCopyLane cl = fa_copy_lane<D, Threads>();
 
   const int m_begin = causal ? n0 / BM * BM : 0;
