@@ -100,9 +100,7 @@ int main(int argc, char** argv) {
     {  // the backward with blocks of 4 warps (64 keys) instead of 8
       setenv("MHA_FLASH_ATTN_BWD_WARPS", "4", 1);
       r.bwd4_ms = median_ms(
-          [&] {
-            mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt);
-          },
+          [&] { mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt); },
           reps);
       unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
     }
@@ -124,20 +122,22 @@ int main(int argc, char** argv) {
                 props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::printf("%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
-                  "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
-                  "\"fwd_one_row_tile_ms\": %.6f, \"bwd_4_warps_ms\": %.6f}",
-                  i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S,
-                  (long long)r.c.D, r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms,
-                  r.generic_fwd_ms, r.fwd1_ms, r.bwd4_ms);
+      std::printf(
+          "%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
+          "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
+          "\"fwd_one_row_tile_ms\": %.6f, \"bwd_4_warps_ms\": %.6f}",
+          i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
+          r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms, r.generic_fwd_ms, r.fwd1_ms,
+          r.bwd4_ms);
     }
     std::printf("]}\n");
     return 0;
   }
   std::printf("mha::flash_attn on %s, %s, median ms of CUDA events; registers a thread %s\n",
               props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
-  std::printf("| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
-              "| fwd ms, 1 row tile a warp | bwd ms, 4 warps |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
+      "| fwd ms, 1 row tile a warp | bwd ms, 4 warps |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double f = fwd_flops(r.c);
     std::printf("| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f | %.4f |\n",

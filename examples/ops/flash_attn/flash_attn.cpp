@@ -471,9 +471,9 @@ FlashAttnTiles flash_attn_tiles(int D) {
           .fwd_smem = 4 * 64 * (D + 8) * 2 + fwd_q_smem,
           .bwd_rows = bwd_rows,
           .bwd_warps = bwd_warps,
-          .bwd_smem = (2 * bwd_keys * (D + 8) + 4 * bwd_rows * (D + 8) + bwd_keys * (bwd_rows + 8)) *
-                          2 +
-                      4 * bwd_rows * 4};
+          .bwd_smem =
+              (2 * bwd_keys * (D + 8) + 4 * bwd_rows * (D + 8) + bwd_keys * (bwd_rows + 8)) * 2 +
+              4 * bwd_rows * 4};
 }
 
 FlashAttnRegisters flash_attn_registers(DType t, int head_dim) {
@@ -492,9 +492,12 @@ std::vector<jit::UserKernel> flash_attn_kernels() {
       for (K which : {K::Forward, K::Backward}) all.push_back(cu_kernel(which, t, D));
     // The knobs' variants: one row tile a forward warp, backward blocks of 4 warps.
     all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 64, 4, 1>", cu_type(t))));
-    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 128, 4, 1>", cu_type(t))));
-    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 4>", cu_type(t))));
-    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 4>", cu_type(t))));
+    all.push_back(
+        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 128, 4, 1>", cu_type(t))));
+    all.push_back(
+        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 4>", cu_type(t))));
+    all.push_back(
+        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 4>", cu_type(t))));
   }
   for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
     for (K which : {K::Prep, K::ForwardGeneric, K::DqGeneric, K::DkdvGeneric})

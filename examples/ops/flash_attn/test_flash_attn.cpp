@@ -106,7 +106,7 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   constexpr int MW = 2;  // the forward's row tiles a warp (D = 128: Q read from shared memory)
   CHECK(tiles.fwd_rows == 16 * MW * 4);
   CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
-  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, 8>()));
+  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem < T, D, D == 64 ? 64 : 32, 8 > ()));
   constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, NWB>();
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
   const DType dt = q.dtype();
