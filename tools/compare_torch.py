@@ -549,14 +549,20 @@ def main_attention(args):
               f" {r['fwd_ms']:.4f} | {tf(r['fwd_ms']):.0f} | {t['fwd']:.4f} | {tf(t['fwd']):.0f} |"
               f" {t['fwd'] / r['fwd_ms']:.2f}x | {r['bwd_ms']:.4f} | {tf(r['bwd_ms'], 2.5):.0f} |"
               f" {t['bwd']:.4f} | {t['bwd'] / r['bwd_ms']:.2f}x | {uns} |")
-    alt = [f"{r['S']}/{'causal' if r['causal'] else 'full'}: {r['fwd_one_row_tile_ms']:.4f}"
+    if "registers" in mt:
+        print("(mt registers a thread, tensor-core kernels: " + ", ".join(
+            f"{d}: fwd {v['fwd']}, bwd {v['bwd']}" for d, v in mt["registers"].items()) + ")")
+    alt = [f"{r['S']}/{r['D']}/{'causal' if r['causal'] else 'full'}: {r['fwd_one_row_tile_ms']:.4f}"
            for r in results if r.get("fwd_one_row_tile_ms", -1) > 0]
     if alt:
         print("(mt forward with one 16-row tile a warp instead of two, ms: " + ", ".join(alt) + ")")
-    alt = [f"{r['S']}/{r['D']}/{'causal' if r['causal'] else 'full'}: {r['bwd_8_warps_ms']:.4f}"
-           for r in results if r.get("bwd_8_warps_ms", -1) > 0]
-    if alt:
-        print("(mt backward with blocks of 8 warps, 128 keys, instead of 4, ms: " + ", ".join(alt) + ")")
+    for warps, other in ((8, 4), (4, 8)):
+        key = f"bwd_{warps}_warps_ms"
+        alt = [f"{r['S']}/{r['D']}/{'causal' if r['causal'] else 'full'}: {r[key]:.4f}"
+               for r in results if r.get(key, -1) > 0]
+        if alt:
+            print(f"(mt backward with blocks of {warps} warps, {16 * warps} keys, instead of "
+                  f"{other}, ms: " + ", ".join(alt) + ")")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"flash_attn": results, "torch": torch.__version__}, f, indent=1)

@@ -133,6 +133,14 @@ static void raise_dynamic_shared_limit(CUfunction f, unsigned shared_bytes, cons
   now = shared_bytes;
 }
 
+int Kernel::registers() const {
+  int n = 0;
+  const CUresult r = cuda::driver().cuFuncGetAttribute(&n, CU_FUNC_ATTRIBUTE_NUM_REGS, function_);
+  MT_CHECK(r == CUDA_SUCCESS, "[jit] {}: cannot read its register count on cuda:{}: {}",
+           name_expression_, device_, cuda::error_text(r));
+  return n;
+}
+
 void Kernel::launch(Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream_st* stream,
                     void** args) const {
   cuda::DeviceGuard guard(device_);

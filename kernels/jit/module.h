@@ -43,6 +43,9 @@ class Kernel {
   const std::string& name_expression() const { return name_expression_; }
   const std::string& lowered_name() const { return lowered_name_; }
   const std::string& target() const { return target_; }  // "sm_90", or "compute_90" (PTX)
+  // Registers a thread as compiled (CU_FUNC_ATTRIBUTE_NUM_REGS): what limits the blocks
+  // an SM runs, for benches and tuning.
+  int registers() const;
 
   // cuLaunchKernel with the device's context current; args[i] points at the i-th
   // kernel argument. Throws mt::Error naming the kernel if the launch fails.

@@ -27,7 +27,7 @@ struct Case {
 };
 struct Row {
   Case c;
-  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd8_ms = -1;
+  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd4_ms = -1;
 };
 
 double fwd_flops(const Case& c) {
@@ -92,17 +92,15 @@ int main(int argc, char** argv) {
           mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt);
         },
         reps);
-    if (c.D == 64) {  // the forward with one row tile a warp instead of two
+    {  // the forward with one row tile a warp instead of two
       setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", "1", 1);
       r.fwd1_ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
       unsetenv("MHA_FLASH_ATTN_FWD_ROW_TILES");
     }
-    {  // the backward with blocks of 8 warps (128 keys) instead of 4
-      setenv("MHA_FLASH_ATTN_BWD_WARPS", "8", 1);
-      r.bwd8_ms = median_ms(
-          [&] {
-            mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt);
-          },
+    {  // the backward with blocks of 4 warps (64 keys) instead of 8
+      setenv("MHA_FLASH_ATTN_BWD_WARPS", "4", 1);
+      r.bwd4_ms = median_ms(
+          [&] { mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt); },
           reps);
       unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
     }
@@ -112,25 +110,34 @@ int main(int argc, char** argv) {
     rows.push_back(r);
   }
   const auto& props = cuda::device_props(0);
+  // Registers a thread of the tensor-core kernels (what limits the blocks an SM runs).
+  std::string regs;
+  for (int64_t D : {64, 128}) {
+    const mha::FlashAttnRegisters r = mha::flash_attn_registers(dtype, int(D));
+    regs += fmt::format("{}\"D{}\": {{\"fwd\": {}, \"bwd\": {}}}", regs.empty() ? "" : ", ", D,
+                        r.fwd, r.bwd);
+  }
   if (json) {
-    std::printf("{\"device\": \"%s\", \"dtype\": \"%s\", \"rows\": [", props.name.c_str(),
-                dtype == DType::Float16 ? "float16" : "bfloat16");
+    std::printf("{\"device\": \"%s\", \"dtype\": \"%s\", \"registers\": {%s}, \"rows\": [",
+                props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::printf("%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
-                  "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
-                  "\"fwd_one_row_tile_ms\": %.6f, \"bwd_8_warps_ms\": %.6f}",
-                  i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S,
-                  (long long)r.c.D, r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms,
-                  r.generic_fwd_ms, r.fwd1_ms, r.bwd8_ms);
+      std::printf(
+          "%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
+          "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
+          "\"fwd_one_row_tile_ms\": %.6f, \"bwd_4_warps_ms\": %.6f}",
+          i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
+          r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms, r.generic_fwd_ms, r.fwd1_ms,
+          r.bwd4_ms);
     }
     std::printf("]}\n");
     return 0;
   }
-  std::printf("mha::flash_attn on %s, %s, median ms of CUDA events\n", props.name.c_str(),
-              dtype == DType::Float16 ? "float16" : "bfloat16");
-  std::printf("| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
-              "| fwd ms, 1 row tile a warp | bwd ms, 8 warps |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("mha::flash_attn on %s, %s, median ms of CUDA events; registers a thread %s\n",
+              props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
+  std::printf(
+      "| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
+      "| fwd ms, 1 row tile a warp | bwd ms, 4 warps |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double f = fwd_flops(r.c);
     std::printf("| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f | %.4f |\n",
@@ -138,7 +145,7 @@ int main(int argc, char** argv) {
                 r.c.causal ? "yes" : "no", r.fwd_ms, f / (r.fwd_ms * 1e9), r.bwd_ms,
                 2.5 * f / (r.bwd_ms * 1e9),
                 r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str(), r.fwd1_ms,
-                r.bwd8_ms);
+                r.bwd4_ms);
   }
   return 0;
 }

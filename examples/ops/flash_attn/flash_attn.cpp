@@ -452,23 +452,37 @@ std::tuple<Tensor, Tensor, Tensor> flash_attn_backward(const Tensor& grad_out,
 FlashAttnTiles flash_attn_tiles(int D) {
   // Note [Forward tiling] and Note [Backward tiling] in flash_attn.cu; the shared memory
   // sizes are the .cu's flash_attn_fwd_smem and flash_attn_bwd_smem (the test compares).
-  // MHA_FLASH_ATTN_FWD_ROW_TILES=1 gives D = 64 one row tile a warp (fewer registers, more
-  // blocks an SM), for the bench's comparison.
-  int fwd_row_tiles = D > 64 ? 1 : 2;
-  if (const char* e = std::getenv("MHA_FLASH_ATTN_FWD_ROW_TILES"); e != nullptr && D == 64)
+  // MHA_FLASH_ATTN_FWD_ROW_TILES=1 gives a forward warp one row tile instead of two (fewer
+  // registers, more blocks an SM), for the bench's comparison.
+  int fwd_row_tiles = 2;
+  if (const char* e = std::getenv("MHA_FLASH_ATTN_FWD_ROW_TILES"); e != nullptr)
     fwd_row_tiles = std::string(e) == "1" ? 1 : 2;
-  int bwd_warps = 4;
+  // Backward blocks of 8 warps (128 keys): faster than 4 on the H200 at both head dims
+  // (docs/scenarios.md); MHA_FLASH_ATTN_BWD_WARPS=4 gives blocks of 64 keys.
+  int bwd_warps = 8;
   if (const char* e = std::getenv("MHA_FLASH_ATTN_BWD_WARPS"); e != nullptr)
-    bwd_warps = std::string(e) == "8" ? 8 : 4;
+    bwd_warps = std::string(e) == "4" ? 4 : 8;
   const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64, bwd_keys = 16 * bwd_warps;
-  return {.fwd_rows = 16 * fwd_row_tiles * fwd_warps,
+  const int fwd_rows = 16 * fwd_row_tiles * fwd_warps;
+  // Q stays in shared memory when its fragments would not fit in registers (fa_fwd_q_in_regs).
+  const int fwd_q_smem = D * fwd_row_tiles <= 128 ? 0 : fwd_rows * (D + 8) * 2;
+  return {.fwd_rows = fwd_rows,
           .fwd_threads = 32 * fwd_warps,
-          .fwd_smem = 4 * 64 * (D + 8) * 2,
+          .fwd_smem = 4 * 64 * (D + 8) * 2 + fwd_q_smem,
           .bwd_rows = bwd_rows,
           .bwd_warps = bwd_warps,
-          .bwd_smem = (2 * bwd_keys * (D + 8) + 2 * bwd_rows * (D + 8) + bwd_keys * (bwd_rows + 8)) *
-                          2 +
-                      2 * bwd_rows * 4};
+          .bwd_smem =
+              (2 * bwd_keys * (D + 8) + 4 * bwd_rows * (D + 8) + bwd_keys * (bwd_rows + 8)) * 2 +
+              4 * bwd_rows * 4};
+}
+
+FlashAttnRegisters flash_attn_registers(DType t, int head_dim) {
+  MT_CHECK(tensor_core_ok(t, head_dim),
+           "[mha::flash_attn] the tensor-core kernels take float16 or bfloat16 and head dim 64 "
+           "or 128, got {} and {}",
+           t, head_dim);
+  return {cu_kernel(K::Forward, t, head_dim).on(0).registers(),
+          cu_kernel(K::Backward, t, head_dim).on(0).registers()};
 }
 
 std::vector<jit::UserKernel> flash_attn_kernels() {
@@ -476,10 +490,14 @@ std::vector<jit::UserKernel> flash_attn_kernels() {
   for (DType t : {DType::Float16, DType::BFloat16}) {
     for (int64_t D : {64, 128})
       for (K which : {K::Forward, K::Backward}) all.push_back(cu_kernel(which, t, D));
-    // The knobs' variants: D = 64 with one row tile a forward warp, backward blocks of 8 warps.
+    // The knobs' variants: one row tile a forward warp, backward blocks of 4 warps.
     all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 64, 4, 1>", cu_type(t))));
-    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 8>", cu_type(t))));
-    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 8>", cu_type(t))));
+    all.push_back(
+        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 128, 4, 1>", cu_type(t))));
+    all.push_back(
+        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 4>", cu_type(t))));
+    all.push_back(
+        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 4>", cu_type(t))));
   }
   for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
     for (K which : {K::Prep, K::ForwardGeneric, K::DqGeneric, K::DkdvGeneric})

@@ -177,30 +177,10 @@ inline unsigned fa_emu_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + 
 inline unsigned short fa_emu_half(unsigned reg, int hi) { return (unsigned short)(hi ? reg >> 16 : reg); }
 #endif
 
-__device__ __forceinline__ unsigned fa_smem_addr(const void* p) {
-#if FA_DEVICE
-  unsigned a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-#else
-  (void)p;
-  return 0;
-#endif
-}
-
+#if !FA_DEVICE
+// ldmatrix.x4's stand-in (fa_ldsm_x4 below): row is this thread's row address.
 template <bool Trans>
-__device__ __forceinline__ void fa_ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
-#if FA_DEVICE
-  const unsigned a = fa_smem_addr(row);
-  if (Trans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
+void fa_emu_ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
   const unsigned tid = fa_emu_tid(), base = tid & ~31u, lane = tid & 31u;
   fa_emu_slots[tid].p = row;
   __syncthreads();
@@ -218,8 +198,8 @@ __device__ __forceinline__ void fa_ldmatrix_x4(unsigned (&r)[4], const unsigned 
     r[i] = unsigned(lo) | (unsigned(hi) << 16);
   }
   __syncthreads();
-#endif
 }
+#endif
 
 // c += A (16 x 16) * B (16 x 8), float accumulators.
 template <typename T>
@@ -285,6 +265,21 @@ __device__ __forceinline__ float fa_quad_reduce(float v) {
 #endif
 }
 
+// Whether b holds in any thread of the warp.
+__device__ __forceinline__ bool fa_warp_any(bool b) {
+#if FA_DEVICE
+  return __any_sync(0xffffffffu, b);
+#else
+  const unsigned tid = fa_emu_tid();
+  fa_emu_slots[tid].f = b ? 1.f : 0.f;
+  __syncthreads();
+  bool r = false;
+  for (unsigned i = tid & ~31u; i < (tid & ~31u) + 32; ++i) r = r || fa_emu_slots[i].f != 0.f;
+  __syncthreads();
+  return r;
+#endif
+}
+
 // v from the thread whose lane is this one's xor 1.
 __device__ __forceinline__ float fa_shfl_xor1(float v) {
 #if FA_DEVICE
@@ -325,51 +320,112 @@ __device__ __forceinline__ void fa_red_fragment(float* m, long long ld, int row0
   if (row < n_rows) fa_red4(m + row * ld + col0 + 2 * (t & ~1), v);
 }
 
-__device__ __forceinline__ float fa_exp2(float x) { return exp2f(x); }
+// 2^x by the special-function unit's ex2.approx.ftz (relative error about 2^-22; 2^-inf
+// = 0): exp2f would add a range fix-up of three or four instructions around each of the
+// forward's 64 exponentials a thread a tile.
+__device__ __forceinline__ float fa_exp2(float x) {
+#if FA_DEVICE
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
 constexpr float kFaLog2e = 1.4426950408889634f;
 constexpr float kFaLn2 = 0.6931471805599453f;
 
-// Copies rows [row0, row0 + rows) of a [n_rows, D] 16-bit matrix into shared memory with a
-// row stride of D + 8 (Note [Padded rows]); rows past n_rows are zeros. 16 bytes a step.
+// Shared-memory addresses as bytes: the shared window's 32-bit address on the device (one
+// register, and the compiler folds constant offsets into ldmatrix's and cp.async's
+// immediates), the host pointer's value under the emulation.
+#if FA_DEVICE
+using FaSAddr = unsigned;
+__device__ __forceinline__ FaSAddr fa_saddr(const void* p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+#else
+using FaSAddr = unsigned long long;
+inline FaSAddr fa_saddr(const void* p) { return reinterpret_cast<unsigned long long>(p); }
+#endif
+
+template <bool Trans>
+__device__ __forceinline__ void fa_ldsm_x4(unsigned (&r)[4], FaSAddr a) {
+#if FA_DEVICE
+  if (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  fa_emu_ldmatrix_x4<Trans>(r, reinterpret_cast<const unsigned short*>(a));
+#endif
+}
+
+// Note [Tile copies]
+// A tile of Rows x D 16-bit values goes from global to shared memory (row stride D + 8,
+// Note [Padded rows]) in 16-byte chunks, D / 8 a row: thread tid copies chunk tid % (D / 8)
+// of rows tid / (D / 8) + i * Threads / (D / 8). FaCopyLane holds a thread's first chunk's
+// offsets, computed once a kernel, so a tile's copy is Rows * D / (8 * Threads) unrolled
+// steps of a pointer plus a constant: no division, multiplication or loop control per tile.
+// Rows at or past the matrix's end are zeros.
+struct FaCopyLane {
+  int row;       // the thread's first row within the tile
+  int src;       // its first chunk's offset in a [rows, D] matrix, in elements
+  unsigned dst;  // and in the padded tile, in bytes
+};
+template <int D, int Threads>
+__device__ __forceinline__ FaCopyLane fa_copy_lane() {
+  constexpr int kChunks = D / 8;
+  static_assert(Threads % kChunks == 0, "a pass copies whole rows");
+  const int tid = int(threadIdx.x), r = tid / kChunks, cc = tid % kChunks;
+  return {r, r * D + cc * 8, unsigned((r * (D + 8) + cc * 8) * 2)};
+}
+
+// Copies rows row0.. of the [n_rows, D] matrix src into the tile at dst, with cp.async
+// (Async: the copies run in the background until fa_async_wait(); rows past the end are
+// zero-filled by a source size of 0) or by plain 16-byte loads and stores.
 struct alignas(16) FaVec16 {
   unsigned x, y, z, w;
 };
-template <int D, int Threads>
-__device__ __forceinline__ void fa_tile_load(unsigned short* dst, const unsigned short* src,
-                                             int row0, int rows, int n_rows) {
-  constexpr int kChunks = D / 8;
-  const int tid = int(threadIdx.x);
-  for (int c = tid; c < rows * kChunks; c += Threads) {
-    const int r = c / kChunks, cc = c % kChunks;
-    FaVec16 v = {0, 0, 0, 0};
-    if (row0 + r < n_rows) v = *reinterpret_cast<const FaVec16*>(src + (long long)(row0 + r) * D + cc * 8);
-    *reinterpret_cast<FaVec16*>(dst + r * (D + 8) + cc * 8) = v;
-  }
-}
-
-// The same with cp.async (sm_80): the copies run in the background until fa_async_wait();
-// rows past n_rows are zero-filled (a source size of 0). The emulation copies at once.
-template <int D, int Threads>
-__device__ __forceinline__ void fa_tile_load_async(unsigned short* dst, const unsigned short* src,
-                                                   int row0, int rows, int n_rows) {
-  constexpr int kChunks = D / 8;
-  const int tid = int(threadIdx.x);
-  for (int c = tid; c < rows * kChunks; c += Threads) {
-    const int r = c / kChunks, cc = c % kChunks;
-    const bool in = row0 + r < n_rows;
-    const unsigned short* from = src + (long long)(in ? row0 + r : 0) * D + cc * 8;
+struct alignas(8) FaF2 {
+  float x, y;
+};
+template <int D, int Rows, int Threads, bool Async>
+__device__ __forceinline__ void fa_copy_tile(FaSAddr dst, const unsigned short* src, int row0,
+                                             int n_rows, const FaCopyLane& lane) {
+  constexpr int kStep = Threads / (D / 8);  // rows a pass
+  static_assert(Rows % kStep == 0, "every thread copies as many chunks");
+  const unsigned short* from = src + (long long)row0 * D + lane.src;
+  const FaSAddr to = dst + lane.dst;
+  const int left = n_rows - row0 - lane.row;  // this thread's rows in the matrix
+  FA_UNROLL
+  for (int i = 0; i < Rows / kStep; ++i) {
+    const bool in = i * kStep < left;
+    const unsigned short* f = in ? from + i * kStep * D : src;
+    const FaSAddr d = to + FaSAddr(i * kStep * (D + 8) * 2);
 #if FA_DEVICE
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-                     fa_smem_addr(dst + r * (D + 8) + cc * 8)),
-                 "l"(from), "r"(in ? 16 : 0));
-#else
-    FaVec16 v = {0, 0, 0, 0};
-    if (in) v = *reinterpret_cast<const FaVec16*>(from);
-    *reinterpret_cast<FaVec16*>(dst + r * (D + 8) + cc * 8) = v;
+    if (Async)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(f),
+                   "r"(in ? 16 : 0));
+    else
 #endif
+    {
+      FaVec16 v = {0, 0, 0, 0};
+      if (in) v = *reinterpret_cast<const FaVec16*>(f);
+#if FA_DEVICE  // d is a shared-window address, not a generic pointer
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(d), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w)
+                   : "memory");
+#else
+      *reinterpret_cast<FaVec16*>(d) = v;
+#endif
+    }
   }
 #if FA_DEVICE
-  asm volatile("cp.async.commit_group;");
+  if (Async) asm volatile("cp.async.commit_group;");
 #endif
 }
 __device__ __forceinline__ void fa_async_wait() {
@@ -384,52 +440,127 @@ __device__ __forceinline__ void fa_async_wait() {
 // 128, on eight different groups of four banks, so the load has no bank conflict (with a
 // stride of D the eight rows would sit on the same banks).
 
-// The A fragment of a 16 x 16 tile stored row by row: rows m0.., columns k0.., stride ld.
-__device__ __forceinline__ void fa_load_a(unsigned (&a)[4], const unsigned short* s, int ld, int m0,
-                                          int k0) {
+// This lane's row address for an ldmatrix.x4 of the 16 x 16 block at the origin of a 16-bit
+// matrix of row stride ld, as a byte offset (Note [mma fragments]); lanes 8i..8i+7 address
+// matrix i's rows. RowsFirst: matrices 0-3 are (rows 0-7, columns 0-7), (rows 8-15, 0-7),
+// (0-7, 8-15), (8-15, 8-15), which gives an A fragment of a tile stored [m][k] and, with
+// .trans, the B fragments of two 8-column tiles of B stored [k][n]. Otherwise matrix 1 is
+// (0-7, 8-15) and matrix 2 (8-15, 0-7): the B fragments of B stored [n][k] and, with
+// .trans, an A fragment of A stored [k][m]. A block at (row0, col0) adds
+// (row0 * ld + col0) * 2, a constant in the kernels' unrolled loops.
+template <bool RowsFirst>
+__device__ __forceinline__ unsigned fa_ldsm_off(int ld) {
   const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<false>(a, s + (m0 + r + 8 * (i % 2)) * ld + k0 + 8 * (i / 2));
-}
-// The A fragment of a 16 x 16 tile stored transposed ([k][m]).
-__device__ __forceinline__ void fa_load_a_trans(unsigned (&a)[4], const unsigned short* s, int ld,
-                                                int m0, int k0) {
-  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<true>(a, s + (k0 + r + 8 * (i / 2)) * ld + m0 + 8 * (i % 2));
-}
-// The B fragments of two 8-column tiles (n0.. and n0 + 8..) over k0..k0+15, B stored as
-// [n][k]: b[0], b[1] for the first tile, b[2], b[3] for the second.
-__device__ __forceinline__ void fa_load_b(unsigned (&b)[4], const unsigned short* s, int ld, int n0,
-                                          int k0) {
-  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<false>(b, s + (n0 + r + 8 * (i / 2)) * ld + k0 + 8 * (i % 2));
-}
-// The same with B stored as [k][n].
-__device__ __forceinline__ void fa_load_b_trans(unsigned (&b)[4], const unsigned short* s, int ld,
-                                                int n0, int k0) {
-  const int lane = int(threadIdx.x % 32), i = lane / 8, r = lane % 8;
-  fa_ldmatrix_x4<true>(b, s + (k0 + r + 8 * (i % 2)) * ld + n0 + 8 * (i / 2));
+  const int row = r + 8 * (RowsFirst ? i % 2 : i / 2), col = 8 * (RowsFirst ? i / 2 : i % 2);
+  return unsigned((row * ld + col) * 2);
 }
 
 // ------------------------------------------------------------ tensor-core forward
 
 // Note [Forward tiling]
 // A block of NW warps takes 16 * MW * NW query rows (warp w MW tiles of 16 rows) of one
-// (b, h), keeps their Q fragments in registers, and streams 64-key tiles of K and V through
-// shared memory. Per tile, each warp computes its 16 MW x 64 scores with mma (B = K, rows
-// [n][k], no transpose), rescales its running max and sum (online softmax in base 2, the
-// row spread over a quad), and adds P V (P from the score registers, V through
-// ldmatrix.trans). The next K and V tile is copied with cp.async into the other half of a
-// double buffer while the tensor cores work on this one (one __syncthreads a tile). Causal
-// blocks stop at the tile that holds their last row's diagonal; blocks are issued last
-// query block first, so the longest ones start first. Each K or V fragment a warp loads
-// with ldmatrix feeds its MW row tiles: shared memory delivers 128 bytes a cycle, about
-// what one m16n8k16 mma a cycle-pair needs for its B operand, so MW = 2 halves the reads
-// per mma (D = 64; at D = 128 two tiles would not fit in 255 registers).
+// (b, h) and streams 64-key tiles of K and V through shared memory. Per tile, each warp
+// computes its 16 MW x 64 scores with mma (B = K, rows [n][k], no transpose), rescales its
+// running max and sum (online softmax in base 2, the row spread over a quad), and adds P V
+// (P from the score registers, V through ldmatrix.trans). The next K and V tile is copied
+// with cp.async into the other half of a double buffer while the tensor cores work on this
+// one (one __syncthreads a tile). Causal blocks stop at the tile that holds their last
+// row's diagonal; blocks are issued last query block first, so the longest ones start
+// first. Each K or V fragment a warp loads with ldmatrix feeds its MW row tiles, so MW = 2
+// halves the shared-memory reads per mma. Q's fragments stay in registers when they fit
+// (16 MW D / 64 registers a thread: MW = 2 at D = 64, 1 at D = 128); at D = 128 with
+// MW = 2 Q stays in shared memory and is read again each tile, as FlashAttention-2 does.
+//
+// What keeps the loop short (the mma.sync rate leaves about 12 issue slots an mma, and a
+// tile has 32 MW mma a warp): every ldmatrix address is a per-thread base plus a constant,
+// the copies are unrolled (Note [Tile copies]), the scale is folded into the exponent
+// (p = 2^(s c - m c), one fma and one ex2 a score; the max is taken over the raw scores, so
+// a negative scale negates Q's fragments instead), and the key masks run only on the tiles
+// that need them (past Sk, or a causal diagonal).
 constexpr int kFaBN = 64;
+constexpr float kFaRescaleSlack = 8.f;  // Note [Lazy rescaling]
+
+template <int D, int MW>
+constexpr bool fa_fwd_q_in_regs() {
+  return D * MW <= 128;
+}
 
 template <typename T, int D, int NW, int MW>
 constexpr int flash_attn_fwd_smem() {
-  return 4 * kFaBN * (D + 8) * 2;  // two K and V tiles; Q is staged in the same space first
+  // Two K and V tiles; Q is staged in the same space first when it goes to registers.
+  return 4 * kFaBN * (D + 8) * 2 + (fa_fwd_q_in_regs<D, MW>() ? 0 : 16 * MW * NW * (D + 8) * 2);
+}
+
+// One tile's online softmax for a warp's MW row tiles of scores s (raw q . k): the running
+// max m (scaled, base 2), the per-thread partial sums l and the output o rescaled; s
+// becomes P. Masked: keys at or past Sk and, causal, keys after the query are left out.
+template <bool Masked, int D, int MW>
+__device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], float (&m)[MW][2],
+                                               float (&l)[MW][2], float (&o)[MW][D / 8][4],
+                                               float c, int n0, int w0, int Sk, int causal) {
+  const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const float neg_inf = fa_bits_float(0xff800000u);
+  float mnew[MW][2];
+  bool grow = false;
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi) {
+    float mx[2] = {neg_inf, neg_inf};
+    FA_UNROLL
+    for (int i = 0; i < kFaBN / 8; ++i)
+      FA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        if (Masked) {
+          const int col = n0 + 8 * i + 2 * t + (e % 2), row = w0 + 16 * mi + g + 8 * (e / 2);
+          if (col >= Sk || (causal && col > row)) s[mi][i][e] = neg_inf;
+        }
+        mx[e / 2] = fmaxf(mx[e / 2], s[mi][i][e]);
+      }
+    FA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float r = fa_quad_reduce<true>(mx[h]);
+      mnew[mi][h] = fmaxf(m[mi][h], r == neg_inf ? neg_inf : r * c);
+      grow = grow || mnew[mi][h] > m[mi][h] + kFaRescaleSlack;
+    }
+  }
+  // Note [Lazy rescaling]
+  // The max subtracted before the exponential need not be the row's true max, only close
+  // enough above it that nothing overflows: the warp keeps its rows' old max until one of
+  // them grows by more than 2^8 (p stays below 256, the sums in float32), and only then
+  // rescales its sums and outputs. After the first tiles that is rare, and the rescaling
+  // (a multiply per output value, D / 2 a row) drops out of most tiles. A row whose keys
+  // are all masked so far keeps max -inf and subtracts 0 (its p are 0).
+  const bool rescale = fa_warp_any(grow);
+  FA_UNROLL
+  for (int mi = 0; mi < MW; ++mi) {
+    float msub[2];
+    FA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      if (rescale) {
+        const float ms = mnew[mi][h] == neg_inf ? 0.f : mnew[mi][h];
+        const float alpha = fa_exp2(m[mi][h] - ms);
+        l[mi][h] *= alpha;
+        FA_UNROLL
+        for (int i = 0; i < D / 8; ++i) {
+          o[mi][i][2 * h] *= alpha;
+          o[mi][i][2 * h + 1] *= alpha;
+        }
+        m[mi][h] = mnew[mi][h];
+      }
+      msub[h] = m[mi][h] == neg_inf ? 0.f : m[mi][h];
+    }
+    float rs[2] = {0.f, 0.f};
+    FA_UNROLL
+    for (int i = 0; i < kFaBN / 8; ++i)
+      FA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        float p = fa_exp2(fmaf(s[mi][i][e], c, -msub[e / 2]));
+        if (Masked && s[mi][i][e] == neg_inf) p = 0.f;  // also when c = 0
+        s[mi][i][e] = p;
+        rs[e / 2] += p;
+      }
+    l[mi][0] += rs[0];
+    l[mi][1] += rs[1];
+  }
 }
 
 template <typename T, int D, int NW, int MW>
@@ -439,25 +570,43 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
                                                     float scale_log2, int causal,
                                                     unsigned short* smem) {
   constexpr int BM = 16 * MW * NW, LD = D + 8, Threads = 32 * NW;
-  static_assert(BM <= 4 * kFaBN, "Q is staged in the K and V space");
+  constexpr bool kQRegs = fa_fwd_q_in_regs<D, MW>();
+  constexpr unsigned kTile = kFaBN * LD * 2;  // bytes of one K or V tile
+  static_assert(!kQRegs || BM <= 4 * kFaBN, "Q is staged in the K and V space");
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const int qb = int(gridDim.x - 1 - blockIdx.x), q0 = qb * BM, w0 = q0 + 16 * MW * warp;
   const long long bh = blockIdx.y;
   const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
   const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
   const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
+  // A negative scale: the max is over the raw scores, so negate Q instead (exactly).
+  const unsigned qsign = scale_log2 < 0.f ? 0x80008000u : 0u;
+  const float c = scale_log2 < 0.f ? -scale_log2 : scale_log2;
 
-  fa_tile_load<D, Threads>(smem, qg, q0, BM, Sq);
+  // This thread's ldmatrix offsets (bytes): Q as A ([m][k], the warp's rows), K as B
+  // ([n][k]), V as B stored [k][n] (.trans).
+  const unsigned qa_off = fa_ldsm_off<true>(LD) + unsigned(16 * MW * warp * LD * 2);
+  const unsigned kb_off = fa_ldsm_off<false>(LD), vb_off = fa_ldsm_off<true>(LD);
+  const FaCopyLane cl = fa_copy_lane<D, Threads>();
+  const FaSAddr sq = fa_saddr(smem);                   // Q (kept there unless kQRegs)
+  const FaSAddr skv = sq + (kQRegs ? 0u : unsigned(BM * LD * 2));  // 2 x (K tile, V tile)
+
+  fa_copy_tile<D, BM, Threads, false>(sq, qg, q0, Sq, cl);
   __syncthreads();
-  unsigned qf[MW][D / 16][4];
-  FA_UNROLL
-  for (int mi = 0; mi < MW; ++mi)
+  unsigned qf[kQRegs ? MW : 1][D / 16][4];
+  if constexpr (kQRegs) {
     FA_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk)
-      fa_load_a(qf[mi][kk], smem, LD, 16 * (MW * warp + mi), 16 * kk);
-  __syncthreads();  // Q is in registers; its space takes the first tiles
-  fa_tile_load_async<D, Threads>(smem, kg, 0, kFaBN, Sk);
-  fa_tile_load_async<D, Threads>(smem + kFaBN * LD, vg, 0, kFaBN, Sk);
+    for (int mi = 0; mi < MW; ++mi)
+      FA_UNROLL
+      for (int kk = 0; kk < D / 16; ++kk) {
+        fa_ldsm_x4<false>(qf[mi][kk], sq + qa_off + unsigned((16 * mi * LD + 16 * kk) * 2));
+        FA_UNROLL
+        for (int e = 0; e < 4; ++e) qf[mi][kk][e] ^= qsign;
+      }
+    __syncthreads();  // Q is in registers; its space takes the first tiles
+  }
+  fa_copy_tile<D, kFaBN, Threads, true>(skv, kg, 0, Sk, cl);
+  fa_copy_tile<D, kFaBN, Threads, true>(skv + kTile, vg, 0, Sk, cl);
 
   float o[MW][D / 8][4];
   const float neg_inf = fa_bits_float(0xff800000u);
@@ -474,12 +623,11 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
   for (int n0 = 0, buf = 0; n0 < n_end; n0 += kFaBN, buf ^= 1) {
     fa_async_wait();
     __syncthreads();  // this tile has landed; every warp is done with the other buffer
-    const unsigned short* ks = smem + buf * 2 * kFaBN * LD;
-    const unsigned short* vs = ks + kFaBN * LD;
+    const FaSAddr ks = skv + unsigned(buf) * 2 * kTile, vs = ks + kTile;
     if (n0 + kFaBN < n_end) {
-      unsigned short* next = smem + (buf ^ 1) * 2 * kFaBN * LD;
-      fa_tile_load_async<D, Threads>(next, kg, n0 + kFaBN, kFaBN, Sk);
-      fa_tile_load_async<D, Threads>(next + kFaBN * LD, vg, n0 + kFaBN, kFaBN, Sk);
+      const FaSAddr next = skv + unsigned(buf ^ 1) * 2 * kTile;
+      fa_copy_tile<D, kFaBN, Threads, true>(next, kg, n0 + kFaBN, Sk, cl);
+      fa_copy_tile<D, kFaBN, Threads, true>(next + kTile, vg, n0 + kFaBN, Sk, cl);
     }
 
     // S = Q K^T: each B fragment of K feeds the warp's MW row tiles.
@@ -489,66 +637,36 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
       FA_UNROLL
       for (int i = 0; i < kFaBN / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
     FA_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < D / 16; ++kk) {
+      unsigned qs[kQRegs ? 1 : MW][4];
+      if constexpr (!kQRegs) {
+        FA_UNROLL
+        for (int mi = 0; mi < MW; ++mi) {
+          fa_ldsm_x4<false>(qs[mi], sq + qa_off + unsigned((16 * mi * LD + 16 * kk) * 2));
+          FA_UNROLL
+          for (int e = 0; e < 4; ++e) qs[mi][e] ^= qsign;
+        }
+      }
       FA_UNROLL
       for (int nn = 0; nn < kFaBN / 16; ++nn) {
         unsigned b[4];
-        fa_load_b(b, ks, LD, 16 * nn, 16 * kk);
+        fa_ldsm_x4<false>(b, ks + kb_off + unsigned((16 * nn * LD + 16 * kk) * 2));
         FA_UNROLL
         for (int mi = 0; mi < MW; ++mi) {
-          fa_mma<T>(s[mi][2 * nn], qf[mi][kk], b[0], b[1]);
-          fa_mma<T>(s[mi][2 * nn + 1], qf[mi][kk], b[2], b[3]);
+          const unsigned(&a)[4] = kQRegs ? qf[kQRegs ? mi : 0][kk] : qs[kQRegs ? 0 : mi];
+          fa_mma<T>(s[mi][2 * nn], a, b[0], b[1]);
+          fa_mma<T>(s[mi][2 * nn + 1], a, b[2], b[3]);
         }
-      }
-
-    // Mask keys past Sk and, on causal diagonal tiles, keys after the query; the online
-    // softmax in base 2.
-    const bool edge = n0 + kFaBN > Sk || (causal && n0 + kFaBN > w0);
-    FA_UNROLL
-    for (int mi = 0; mi < MW; ++mi) {
-      const int row0 = w0 + 16 * mi + g;
-      float mx[2] = {neg_inf, neg_inf};
-      FA_UNROLL
-      for (int i = 0; i < kFaBN / 8; ++i)
-        FA_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          float x = s[mi][i][e] * scale_log2;
-          if (edge) {
-            const int col = n0 + 8 * i + 2 * t + (e % 2);
-            if (col >= Sk || (causal && col > row0 + 8 * (e / 2))) x = neg_inf;
-          }
-          s[mi][i][e] = x;
-          mx[e / 2] = fmaxf(mx[e / 2], x);
-        }
-      float alpha[2];
-      FA_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        const float mnew = fmaxf(m[mi][h], fa_quad_reduce<true>(mx[h]));
-        // A row with every key so far masked keeps max -inf; subtract 0 then (its p are 0).
-        const float msub = mnew == neg_inf ? 0.f : mnew;
-        alpha[h] = fa_exp2(m[mi][h] - msub);
-        m[mi][h] = mnew;
-        mx[h] = msub;
-      }
-      float rs[2] = {0.f, 0.f};
-      FA_UNROLL
-      for (int i = 0; i < kFaBN / 8; ++i)
-        FA_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          const float p = fa_exp2(s[mi][i][e] - mx[e / 2]);
-          s[mi][i][e] = p;
-          rs[e / 2] += p;
-        }
-      l[mi][0] = l[mi][0] * alpha[0] + rs[0];
-      l[mi][1] = l[mi][1] * alpha[1] + rs[1];
-      FA_UNROLL
-      for (int i = 0; i < D / 8; ++i) {
-        o[mi][i][0] *= alpha[0];
-        o[mi][i][1] *= alpha[0];
-        o[mi][i][2] *= alpha[1];
-        o[mi][i][3] *= alpha[1];
       }
     }
+
+    // The online softmax; the masks only where a key of the tile is past Sk or, causal,
+    // after one of the warp's queries (a warp-uniform branch).
+    if (n0 + kFaBN > Sk || (causal && n0 + kFaBN - 1 > w0))
+      fa_fwd_softmax<true, D, MW>(s, m, l, o, c, n0, w0, Sk, causal);
+    else
+      fa_fwd_softmax<false, D, MW>(s, m, l, o, c, n0, w0, Sk, causal);
+
     // O += P V: P's C fragments are A fragments (Note [mma fragments]).
     FA_UNROLL
     for (int j = 0; j < kFaBN / 16; ++j) {
@@ -558,7 +676,7 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
       FA_UNROLL
       for (int dd = 0; dd < D / 16; ++dd) {
         unsigned b[4];
-        fa_load_b_trans(b, vs, LD, 16 * dd, 16 * j);
+        fa_ldsm_x4<true>(b, vs + vb_off + unsigned((16 * j * LD + 16 * dd) * 2));
         FA_UNROLL
         for (int mi = 0; mi < MW; ++mi) {
           fa_mma<T>(o[mi][2 * dd], pa[mi], b[0], b[1]);
@@ -590,17 +708,70 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
 
 // Note [Backward tiling]
 // FlashAttention-2's backward: a block of NW warps owns 16 NW keys of one (b, h) (warp w
-// keys 16w..16w+15; NW = 4, or 8 to halve the dQ atomics and the Q and dO reloads a key)
-// and walks the query blocks of BM rows that see them. Per query block it
+// keys 16w..16w+15; NW = 8 by default, or 4: 8 halves the dQ atomics and the Q and dO
+// reloads a key) and walks the query blocks of BM rows that see them. Per query block it
 // recomputes S^T = K Q^T (keys as the mma's rows, so P^T comes out as the A fragment of
 // dV += P^T dO), P^T = exp2(S^T * scale * log2(e) - lse * log2(e)), dP^T = V dO^T,
 // dS^T = P^T (dP^T - delta), dK += dS^T Q; dK and dV stay in registers for the whole walk.
 // dQ += dS K needs dS with queries as rows: dS^T goes through shared memory and each warp
 // adds its share of the BM x D product to a float32 dQ with atomics (sm_90: one 4-float
 // vector reduction a lane per 16 x 8 tile). Nothing of size S x S is stored.
+// Q, dO, lse and delta of the next query block are copied by cp.async into the other half
+// of a double buffer while this one is worked on (Note [Tile copies]); rows past Sq arrive
+// as zeros, which give p = 1 but dP = 0 and dS = 0, so they add nothing. Keys past Sk and,
+// causal, keys after a query are masked only on the steps that have such keys.
 template <typename T, int D, int BM, int NW>
 constexpr int flash_attn_bwd_smem() {
-  return (2 * 16 * NW * (D + 8) + 2 * BM * (D + 8) + 16 * NW * (BM + 8)) * 2 + 2 * BM * 4;
+  return (2 * 16 * NW * (D + 8) + 4 * BM * (D + 8) + 16 * NW * (BM + 8)) * 2 + 4 * BM * 4;
+}
+
+// Copies lse[row0..] and delta[row0..] (BM floats each, zeros past n_rows) into shared
+// memory, 4 bytes a cp.async (rows of a head need not be 16-byte aligned).
+template <int BM, int Threads>
+__device__ __forceinline__ void fa_copy_rows(float* lses, float* dels, const float* lse,
+                                             const float* delta, int row0, int n_rows) {
+  FA_UNROLL
+  for (int j = 0; j < (2 * BM + Threads - 1) / Threads; ++j) {
+    const int i = int(threadIdx.x) + j * Threads, r = i % BM;
+    if (i >= 2 * BM) break;
+    const bool in = row0 + r < n_rows;
+    const float* from = (i < BM ? lse : delta) + (in ? row0 + r : 0);
+    float* to = (i < BM ? lses : dels) + r;
+#if FA_DEVICE
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(fa_saddr(to)), "l"(from),
+                 "r"(in ? 4 : 0));
+#else
+    *to = in ? *from : 0.f;
+#endif
+  }
+#if FA_DEVICE
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+
+// One step's P^T and dS^T from S^T (raw k . q) and dP^T, in place, for a warp's 16 keys
+// and BM queries (columns); Masked: keys past Sk and, causal, keys after the query get 0.
+template <bool Masked, int BM>
+__device__ __forceinline__ void fa_bwd_p_ds(float (&st)[BM / 8][4], float (&dpt)[BM / 8][4],
+                                            const float* lses, const float* dels, float c,
+                                            int m0, int key0, int Sk, int causal) {
+  const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  FA_UNROLL
+  for (int i = 0; i < BM / 8; ++i) {
+    const FaF2 l2 = *reinterpret_cast<const FaF2*>(lses + 8 * i + 2 * t);
+    const FaF2 d2 = *reinterpret_cast<const FaF2*>(dels + 8 * i + 2 * t);
+    FA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const float lq = (e % 2 ? l2.y : l2.x) * kFaLog2e, dq = e % 2 ? d2.y : d2.x;
+      float p = fa_exp2(fmaf(st[i][e], c, -lq));
+      if (Masked) {
+        const int qc = m0 + 8 * i + 2 * t + (e % 2), kr = key0 + g + 8 * (e / 2);
+        if (kr >= Sk || (causal && kr > qc)) p = 0.f;
+      }
+      st[i][e] = p;
+      dpt[i][e] = p * (dpt[i][e] - dq);
+    }
+  }
 }
 
 template <typename T, int D, int BM, int NW>
@@ -610,6 +781,7 @@ __device__ __forceinline__ void flash_attn_bwd_body(
     float* __restrict__ dq, T* __restrict__ dk, T* __restrict__ dv, int Sq, int Sk, float scale,
     int causal, unsigned short* smem) {
   constexpr int BN = 16 * NW, Threads = 32 * NW, LD = D + 8, LDS = BM + 8;
+  constexpr unsigned kQTile = BM * LD * 2;  // bytes of one Q or dO tile
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const int n0 = int(blockIdx.x) * BN;
   const long long bh = blockIdx.y;
@@ -619,33 +791,51 @@ __device__ __forceinline__ void flash_attn_bwd_body(
   const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
   unsigned short* ks = smem;
   unsigned short* vs = ks + BN * LD;
-  unsigned short* qs = vs + BN * LD;
-  unsigned short* dos = qs + BM * LD;
-  unsigned short* dss = dos + BM * LD;  // dS^T: [key][query]
-  float* lses = reinterpret_cast<float*>(dss + BN * LDS);
-  float* dels = lses + BM;
-  const float scale_log2 = scale * kFaLog2e;
+  unsigned short* qd = vs + BN * LD;          // 2 x (Q tile, dO tile)
+  unsigned short* dss = qd + 4 * BM * LD;     // dS^T: [key][query]
+  float* rows = reinterpret_cast<float*>(dss + BN * LDS);  // 2 x (lse, delta)
+  const float c = scale * kFaLog2e;
+  const float* lse_h = lse + bh * Sq;
+  const float* delta_h = delta + bh * Sq;
 
-  fa_tile_load<D, Threads>(ks, kg, n0, BN, Sk);
-  fa_tile_load<D, Threads>(vs, vg, n0, BN, Sk);
+  // This thread's ldmatrix offsets (bytes): K and V as A ([m][k], the warp's keys), Q and
+  // dO as B ([n][k]) and as B stored [k][n] (.trans), dS^T as A stored [k][m] (.trans), K
+  // as B stored [k][n] (.trans).
+  const FaSAddr sk = fa_saddr(ks), sv = fa_saddr(vs), sqd = fa_saddr(qd), sds = fa_saddr(dss);
+  const unsigned a_off = fa_ldsm_off<true>(LD) + unsigned(16 * warp * LD * 2);
+  const unsigned b_off = fa_ldsm_off<false>(LD), bt_off = fa_ldsm_off<true>(LD);
+  const unsigned at_off = fa_ldsm_off<false>(LDS);
+  const FaCopyLane cl = fa_copy_lane<D, Threads>();
+
+  const int m_begin = causal ? n0 / BM * BM : 0;
+  fa_copy_tile<D, BN, Threads, true>(sk, kg, n0, Sk, cl);
+  fa_copy_tile<D, BN, Threads, true>(sv, vg, n0, Sk, cl);
+  if (m_begin < Sq) {
+    fa_copy_tile<D, BM, Threads, true>(sqd, qg, m_begin, Sq, cl);
+    fa_copy_tile<D, BM, Threads, true>(sqd + kQTile, dog, m_begin, Sq, cl);
+    fa_copy_rows<BM, Threads>(rows, rows + BM, lse_h, delta_h, m_begin, Sq);
+  }
 
   float dkacc[D / 8][4], dvacc[D / 8][4];
   FA_UNROLL
   for (int i = 0; i < D / 8; ++i)
     FA_UNROLL
     for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.f;
-  const int key[2] = {n0 + 16 * warp + g, n0 + 16 * warp + g + 8};
+  const int key0 = n0 + 16 * warp;
 
-  for (int m0 = causal ? n0 / BM * BM : 0; m0 < Sq; m0 += BM) {
-    __syncthreads();  // the previous block's Q, dO and dS are no longer read
-    fa_tile_load<D, Threads>(qs, qg, m0, BM, Sq);
-    fa_tile_load<D, Threads>(dos, dog, m0, BM, Sq);
-    for (int i = int(threadIdx.x); i < BM; i += Threads) {
-      const bool in = m0 + i < Sq;
-      lses[i] = in ? lse[bh * Sq + m0 + i] * kFaLog2e : fa_bits_float(0x7f800000u);
-      dels[i] = in ? delta[bh * Sq + m0 + i] : 0.f;
+  for (int m0 = m_begin, buf = 0; m0 < Sq; m0 += BM, buf ^= 1) {
+    fa_async_wait();
+    __syncthreads();  // this block's Q, dO, lse, delta landed; the last step's dS^T is read
+    const FaSAddr qs = sqd + unsigned(buf) * 2 * kQTile, dos = qs + kQTile;
+    const float* lses = rows + buf * 2 * BM;
+    const float* dels = lses + BM;
+    if (m0 + BM < Sq) {
+      const FaSAddr nq = sqd + unsigned(buf ^ 1) * 2 * kQTile;
+      fa_copy_tile<D, BM, Threads, true>(nq, qg, m0 + BM, Sq, cl);
+      fa_copy_tile<D, BM, Threads, true>(nq + kQTile, dog, m0 + BM, Sq, cl);
+      float* nr = rows + (buf ^ 1) * 2 * BM;
+      fa_copy_rows<BM, Threads>(nr, nr + BM, lse_h, delta_h, m0 + BM, Sq);
     }
-    __syncthreads();
 
     // S^T and dP^T, 16 keys x BM queries a warp.
     float st[BM / 8][4], dpt[BM / 8][4];
@@ -656,31 +846,27 @@ __device__ __forceinline__ void flash_attn_bwd_body(
     FA_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
       unsigned ka[4], va[4];
-      fa_load_a(ka, ks, LD, 16 * warp, 16 * kk);
-      fa_load_a(va, vs, LD, 16 * warp, 16 * kk);
+      fa_ldsm_x4<false>(ka, sk + a_off + unsigned(32 * kk));
+      fa_ldsm_x4<false>(va, sv + a_off + unsigned(32 * kk));
       FA_UNROLL
       for (int nn = 0; nn < BM / 16; ++nn) {
         unsigned b[4];
-        fa_load_b(b, qs, LD, 16 * nn, 16 * kk);
+        fa_ldsm_x4<false>(b, qs + b_off + unsigned((16 * nn * LD + 16 * kk) * 2));
         fa_mma<T>(st[2 * nn], ka, b[0], b[1]);
         fa_mma<T>(st[2 * nn + 1], ka, b[2], b[3]);
-        fa_load_b(b, dos, LD, 16 * nn, 16 * kk);
+        fa_ldsm_x4<false>(b, dos + b_off + unsigned((16 * nn * LD + 16 * kk) * 2));
         fa_mma<T>(dpt[2 * nn], va, b[0], b[1]);
         fa_mma<T>(dpt[2 * nn + 1], va, b[2], b[3]);
       }
     }
-    // P^T and dS^T in place; dS^T to shared memory for dQ.
+    // P^T and dS^T in place (a warp-uniform branch for the masks); dS^T to shared memory.
+    if (key0 + 16 > Sk || (causal && key0 + 15 > m0))
+      fa_bwd_p_ds<true, BM>(st, dpt, lses, dels, c, m0, key0, Sk, causal);
+    else
+      fa_bwd_p_ds<false, BM>(st, dpt, lses, dels, c, m0, key0, Sk, causal);
+    auto* d32 = reinterpret_cast<unsigned*>(dss);
     FA_UNROLL
     for (int i = 0; i < BM / 8; ++i) {
-      FA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int qc = 8 * i + 2 * t + (e % 2), kr = key[e / 2];
-        float p = fa_exp2(st[i][e] * scale_log2 - lses[qc]);
-        if (kr >= Sk || (causal && kr > m0 + qc)) p = 0.f;
-        st[i][e] = p;
-        dpt[i][e] = p * (dpt[i][e] - dels[qc]);
-      }
-      auto* d32 = reinterpret_cast<unsigned*>(dss);
       d32[((16 * warp + g) * LDS + 8 * i + 2 * t) / 2] = fa_pack<T>(dpt[i][0], dpt[i][1]);
       d32[((16 * warp + g + 8) * LDS + 8 * i + 2 * t) / 2] = fa_pack<T>(dpt[i][2], dpt[i][3]);
     }
@@ -693,10 +879,10 @@ __device__ __forceinline__ void flash_attn_bwd_body(
       FA_UNROLL
       for (int dd = 0; dd < D / 16; ++dd) {
         unsigned b[4];
-        fa_load_b_trans(b, dos, LD, 16 * dd, 16 * j);
+        fa_ldsm_x4<true>(b, dos + bt_off + unsigned((16 * j * LD + 16 * dd) * 2));
         fa_mma<T>(dvacc[2 * dd], pa, b[0], b[1]);
         fa_mma<T>(dvacc[2 * dd + 1], pa, b[2], b[3]);
-        fa_load_b_trans(b, qs, LD, 16 * dd, 16 * j);
+        fa_ldsm_x4<true>(b, qs + bt_off + unsigned((16 * j * LD + 16 * dd) * 2));
         fa_mma<T>(dkacc[2 * dd], da, b[0], b[1]);
         fa_mma<T>(dkacc[2 * dd + 1], da, b[2], b[3]);
       }
@@ -705,35 +891,39 @@ __device__ __forceinline__ void flash_attn_bwd_body(
     // dQ[m0.., :] += scale * dS K: (BM / 16) x (D / 16) tasks of 16 x 16, shared by the warps.
     constexpr int kTasks = (BM / 16) * (D / 16);
     static_assert(kTasks % NW == 0, "every warp takes as many dQ tasks");
-    for (int task = warp; task < kTasks; task += NW) {
-      const int mt = task / (D / 16), dd = task % (D / 16);
-      float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float* dqb = dq + bh * Sq * D;
+    FA_UNROLL
+    for (int task = 0; task < kTasks / NW; ++task) {
+      const int mt = (warp + NW * task) / (D / 16), dd = (warp + NW * task) % (D / 16);
+      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       FA_UNROLL
       for (int kk = 0; kk < BN / 16; ++kk) {
         unsigned a[4], b[4];
-        fa_load_a_trans(a, dss, LDS, 16 * mt, 16 * kk);
-        fa_load_b_trans(b, ks, LD, 16 * dd, 16 * kk);
-        fa_mma<T>(c[0], a, b[0], b[1]);
-        fa_mma<T>(c[1], a, b[2], b[3]);
+        // dS (queries as rows) is dS^T stored [key][query]: A stored [k][m], .trans.
+        fa_ldsm_x4<true>(a, sds + at_off + unsigned((16 * kk * LDS + 16 * mt) * 2));
+        fa_ldsm_x4<true>(b, sk + bt_off + unsigned((16 * kk * LD + 16 * dd) * 2));
+        fa_mma<T>(acc[0], a, b[0], b[1]);
+        fa_mma<T>(acc[1], a, b[2], b[3]);
       }
-      float* dqb = dq + bh * Sq * D;
-      fa_red_fragment(dqb, D, m0 + 16 * mt, 16 * dd, Sq, c[0], scale);
-      fa_red_fragment(dqb, D, m0 + 16 * mt, 16 * dd + 8, Sq, c[1], scale);
+      fa_red_fragment(dqb, D, m0 + 16 * mt, 16 * dd, Sq, acc[0], scale);
+      fa_red_fragment(dqb, D, m0 + 16 * mt, 16 * dd + 8, Sq, acc[1], scale);
     }
   }
 
   auto* dkg = reinterpret_cast<unsigned*>(dk);
   auto* dvg = reinterpret_cast<unsigned*>(dv);
   FA_UNROLL
-  for (int h = 0; h < 2; ++h)
-    if (key[h] < Sk) {
-      const long long base = ((bh * Sk + key[h]) * D) / 2;
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + g + 8 * h;
+    if (key < Sk) {
+      const long long base = ((bh * Sk + key) * D) / 2;
       FA_UNROLL
       for (int i = 0; i < D / 8; ++i) {
         dkg[base + 4 * i + t] = fa_pack<T>(dkacc[i][2 * h] * scale, dkacc[i][2 * h + 1] * scale);
         dvg[base + 4 * i + t] = fa_pack<T>(dvacc[i][2 * h], dvacc[i][2 * h + 1]);
       }
     }
+  }
 }
 
 #if FA_DEVICE
@@ -747,8 +937,9 @@ __global__ void __launch_bounds__(32 * NW)
   flash_attn_fwd_body<T, D, NW, MW>(q, k, v, out, lse, Sq, Sk, scale_log2, causal, fa_smem);
 }
 
+// D = 64 with 4 warps: at most 168 registers, so 3 blocks fit an SM (Note [Backward tiling]).
 template <typename T, int D, int BM, int NW>
-__global__ void __launch_bounds__(32 * NW)
+__global__ void __launch_bounds__(32 * NW, D == 64 && NW == 4 ? 3 : 1)
     flash_attn_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    const T* __restrict__ dout, const float* __restrict__ lse,
                    const float* __restrict__ delta, float* __restrict__ dq, T* __restrict__ dk,

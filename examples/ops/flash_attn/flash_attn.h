@@ -45,12 +45,18 @@ void flash_attn_check_launch(int arch, const mt::Tensor& q, const mt::Tensor& k,
                              const mt::Tensor& v, bool causal, bool generic);
 // The block sizes of the tensor-core kernels: query rows a forward block, query rows a
 // backward step, warps a backward block (16 keys each), dynamic shared memory. Two knobs
-// for the bench's comparisons: MHA_FLASH_ATTN_FWD_ROW_TILES=1 (D = 64: one 16-row tile a
-// forward warp instead of two) and MHA_FLASH_ATTN_BWD_WARPS=8 (128 keys a backward block
-// instead of 64).
+// for the bench's comparisons: MHA_FLASH_ATTN_FWD_ROW_TILES=1 (one 16-row tile a forward
+// warp instead of two) and MHA_FLASH_ATTN_BWD_WARPS=4 (64 keys a backward block
+// instead of 128).
 struct FlashAttnTiles {
   int fwd_rows, fwd_threads, fwd_smem, bwd_rows, bwd_warps, bwd_smem;
 };
 FlashAttnTiles flash_attn_tiles(int head_dim);
+// Registers a thread of the tensor-core forward and backward kernels for dtype t (float16
+// or bfloat16) and head_dim (64 or 128) as compiled for cuda:0 (compiles them if needed).
+struct FlashAttnRegisters {
+  int fwd, bwd;
+};
+FlashAttnRegisters flash_attn_registers(mt::DType t, int head_dim);
 
 }  // namespace mha

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,19 +97,18 @@ using EBF16 = ops_emu::mt::BFloat16;
 
 // Runs the tensor-core forward and backward under the emulation for 16-bit q, k, v (T the
 // .cu's type) and returns out, lse, dq, dk, dv for grad_out g.
-// NWB: warps a backward block (4, the default, or 8).
-template <typename T, int D, int NWB = 4>
+// NWB: warps a backward block (8, the default, or 4).
+template <typename T, int D, int NWB = 8>
 std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Tensor& g, bool causal) {
+                                        const Tensor& g, bool causal, double scale) {
   const mha::FlashAttnTiles tiles = mha::flash_attn_tiles(D);
-  CHECK(tiles.bwd_warps == 4);
-  constexpr int MW = D == 64 ? 2 : 1;  // the forward's row tiles a warp
+  CHECK(tiles.bwd_warps == 8);
+  constexpr int MW = 2;  // the forward's row tiles a warp (D = 128: Q read from shared memory)
   CHECK(tiles.fwd_rows == 16 * MW * 4);
   CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
-  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, 4>()));
+  CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem < T, D, D == 64 ? 64 : 32, 8 > ()));
   constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, NWB>();
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
-  const double scale = 1.0 / std::sqrt(double(D));
   const DType dt = q.dtype();
   Tensor out = full(q.sizes(), 7.0, {.dtype = dt}), lse = full({B, H, Sq}, 7.0);
   auto cp = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
@@ -141,11 +141,12 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
 
 // The float64 reference of the op and its gradients for grad_out g (through the CPU op).
 std::vector<Tensor> reference_with_grads(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         const Tensor& g, bool causal) {
+                                         const Tensor& g, bool causal,
+                                         std::optional<double> scale = std::nullopt) {
   Tensor q64 = q.cpu().to(DType::Float64).requires_grad_(),
          k64 = k.cpu().to(DType::Float64).requires_grad_(),
          v64 = v.cpu().to(DType::Float64).requires_grad_();
-  auto [out, lse] = mha::flash_attn(q64, k64, v64, causal);
+  auto [out, lse] = mha::flash_attn(q64, k64, v64, causal, scale);
   backward(sum(mul(out, g.cpu().to(DType::Float64))));
   return {out.detach(), lse.detach(), q64.grad(), k64.grad(), v64.grad()};
 }
@@ -287,7 +288,7 @@ TEST_SUITE("mha::flash_attn") {
   TEST_CASE("flash_attn: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
     const std::vector<jit::UserKernel> all = mha::flash_attn_kernels();
-    CHECK(all.size() == 30);
+    CHECK(all.size() == 32);
     for (int arch : {80, 90}) {
       CAPTURE(arch);
       for (const jit::UserKernel& k : all) {
@@ -334,15 +335,28 @@ TEST_SUITE("mha::flash_attn") {
         CAPTURE(c.Sq);
         CAPTURE(c.causal);
         CAPTURE(t);
-        Tensor q = rnd({1, 2, c.Sq, 64}, t), k = rnd({1, 2, c.Sk, 64}, t),
+        Tensor q = rnd({1, 2, c.Sq, 64}, t), k = randn({1, 2, c.Sk, 64}),
                v = rnd({1, 2, c.Sk, 64}, t), g = rnd({1, 2, c.Sq, 64}, t);
-        // The float16 case takes backward blocks of 8 warps (MHA_FLASH_ATTN_BWD_WARPS=8).
+        // Keys 64.. (the forward's second tile) equal to their queries (times the scale's
+        // sign): those rows' maxima grow past the forward's slack there, so the lazy
+        // rescaling (Note [Lazy rescaling]) rescales; magnitudes stay unit-normal.
+        const double scale = t == DType::Float16 ? -0.15 : 0.125;
+        const Tensor q32 = q.to(DType::Float32);
+        const float* qp = q32.data_ptr<float>();
+        float* kp = k.data_ptr<float>();
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t r = 64; r < std::min(c.Sq, c.Sk); ++r)
+            for (int64_t d = 0; d < 64; ++d)
+              kp[(h * c.Sk + r) * 64 + d] = float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * 64 + d];
+        k = k.to(t);
+        // The float16 case takes backward blocks of 4 warps (MHA_FLASH_ATTN_BWD_WARPS=4) and
+        // a negative scale (the forward negates Q's fragments instead).
         const std::vector<Tensor> got =
-            t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 8>(q, k, v, g, c.causal)
-                                : emulate_tensor_core<EBF16, 64>(q, k, v, g, c.causal);
-        const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal);
+            t == DType::Float16 ? emulate_tensor_core<EHalf, 64, 4>(q, k, v, g, c.causal, scale)
+                                : emulate_tensor_core<EBF16, 64>(q, k, v, g, c.causal, scale);
+        const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal, scale);
         const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
-        const char* what[] = {"out", "lse", "dq", "dk", "dv"};
+        const std::string what[] = {"out", "lse", "dq", "dk", "dv"};
         for (int i = 0; i < 5; ++i) {
           CAPTURE(what[i]);
           CHECK(max_err(got[size_t(i)], want[size_t(i)]) < tol);
@@ -352,7 +366,8 @@ TEST_SUITE("mha::flash_attn") {
     // Head dim 128 (the backward's 32-row query blocks), causal, one head.
     Tensor q = rnd({1, 1, 50, 128}, DType::Float16), k = rnd({1, 1, 50, 128}, DType::Float16),
            v = rnd({1, 1, 50, 128}, DType::Float16), g = rnd({1, 1, 50, 128}, DType::Float16);
-    const std::vector<Tensor> got = emulate_tensor_core<EHalf, 128>(q, k, v, g, true);
+    const std::vector<Tensor> got =
+        emulate_tensor_core<EHalf, 128>(q, k, v, g, true, 1 / std::sqrt(128.0));
     const std::vector<Tensor> want = reference_with_grads(q, k, v, g, true);
     for (int i = 0; i < 5; ++i) CHECK(max_err(got[size_t(i)], want[size_t(i)]) < 2e-3);
   }
