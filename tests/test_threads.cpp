@@ -137,7 +137,7 @@ std::unique_ptr<Library> define_dyn(const char* ns = "test_threads_dyn", double 
 
 }  // namespace
 
-// Every public call path on eight threads while two others define and drop ops (Note
+// Every public call path on nine threads while two others define and drop ops (Note
 // [Schema publication] and Note [Dispatch table publication] in dispatcher/dispatcher.cpp):
 // a typed handle of a stable op whose CPU kernel is overridden and restored, by-name calls,
 // boxed calls and typed calls through handles that outlive their op, dump, the Trace
@@ -189,10 +189,21 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
     if (!ok && bad_trace_lines.fetch_add(1) == 0) first_bad_line = l;
   });
 
+  // forward and backward of twice on the calling thread's own tape (one per thread)
+  auto autograd_round = [&](Outcomes& o, double v) {
+    o.run(
+        [&] {
+          Tensor x = full({3}, v, {.requires_grad = true});
+          Tensor y = twice(x);
+          backward(y, ones_like(y));
+          return all_equal(y, 3, float(2 * v)) && x.grad().defined() && all_equal(x.grad(), 3, 2);
+        },
+        {});
+  };
   std::atomic<bool> stop{false};
-  const char* names[] = {"typed", "by name", "boxed",    "dropped handle",
-                         "dump",  "trace",   "autograd", "by name, traced, of dyn2"};
-  std::array<Outcomes, 8> out;
+  const char* names[] = {"typed", "by name",  "boxed", "dropped handle", "dump", "trace",
+                         "autograd", "by name, traced, of dyn2", "autograd, another tape"};
+  std::array<Outcomes, 9> out;
   std::vector<std::function<void()>> callers = {
       [&] {  // a typed handle of the stable op: its own kernel (x) or the override (7s)
         Tensor x = zeros({1});
@@ -244,16 +255,7 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
         for (const TracedCall& c : trace.calls)
           if (c.op != "test_threads_dyn::op") out[5].wrong("a traced call of " + c.op);
       },
-      [&] {  // forward and backward on this thread's own tape
-        out[6].run(
-            [&] {
-              Tensor x = full({3}, 1.5, {.requires_grad = true});
-              Tensor y = twice(x);
-              backward(y, ones_like(y));
-              return all_equal(y, 3, 3) && x.grad().defined() && all_equal(x.grad(), 3, 2);
-            },
-            {});
-      },
+      [&] { autograd_round(out[6], 1.5); },
       [&] {  // by name, traced, the op the second registering thread defines and drops
         Tensor x = zeros({4});
         CallTrace trace;
@@ -266,6 +268,7 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
         for (const TracedCall& c : trace.calls)
           if (c.op != "test_threads_dyn2::op") out[7].wrong("a traced call of " + c.op);
       },
+      [&] { autograd_round(out[8], -4); },
   };
   std::vector<std::thread> threads;
   for (auto& caller : callers) {
