@@ -5,8 +5,8 @@
 // Every mt::Error thrown during the run has its message checked (Note [Every error the
 // suites trigger]).
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
 #include <dlfcn.h>
+#include <doctest/doctest.h>
 
 #include <atomic>
 #include <cstdio>

@@ -8,7 +8,6 @@
 // MT_STRESS_SECONDS=10 runs the stress test for at least that long (default: 300 rounds
 // of registrations).
 #include <doctest/doctest.h>
-
 #include <stdlib.h>
 
 #include <array>
@@ -182,9 +181,8 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
     while (l.starts_with(" ")) l.remove_prefix(1);
     bool ok = false;
     for (std::string_view kind : {"[call] ", "[redispatch] "})
-      for (std::string_view op :
-           {"test_threads::op ", "test_threads::twice ", "test_threads_dyn::op ",
-            "test_threads_dyn2::op ", "mt::"})
+      for (std::string_view op : {"test_threads::op ", "test_threads::twice ",
+                                  "test_threads_dyn::op ", "test_threads_dyn2::op ", "mt::"})
         ok = ok || (l.starts_with(kind) && l.substr(kind.size()).starts_with(op));
     if (!ok && bad_trace_lines.fetch_add(1) == 0) first_bad_line = l;
   });
@@ -201,8 +199,15 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
         {});
   };
   std::atomic<bool> stop{false};
-  const char* names[] = {"typed", "by name",  "boxed", "dropped handle", "dump", "trace",
-                         "autograd", "by name, traced, of dyn2", "autograd, another tape"};
+  const char* names[] = {"typed",
+                         "by name",
+                         "boxed",
+                         "dropped handle",
+                         "dump",
+                         "trace",
+                         "autograd",
+                         "by name, traced, of dyn2",
+                         "autograd, another tape"};
   std::array<Outcomes, 9> out;
   std::vector<std::function<void()>> callers = {
       [&] {  // a typed handle of the stable op: its own kernel (x) or the override (7s)
@@ -336,9 +341,10 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
   CHECK(error_text([&] { dyn.typed<Tensor(const Tensor&)>(); }).starts_with(dropped));
   CHECK(error_text([&] { dyn.schema(); }).starts_with(dropped));
   for (const char* name : {"test_threads_dyn::op", "test_threads_dyn2::op"})
-    CHECK(error_text([&] { call<Tensor>(name, zeros({1})); })
-              .starts_with(std::string("[dispatcher] no operator named '") + name +
-                           "' is registered"));
+    CHECK(
+        error_text([&] {
+          call<Tensor>(name, zeros({1}));
+        }).starts_with(std::string("[dispatcher] no operator named '") + name + "' is registered"));
 }
 
 // ---- the JIT kernel cache (kernels/jit/cache.cpp) used by many threads at once ----
@@ -350,13 +356,12 @@ bool no_nvrtc() { return !jit::nvrtc_available(); }
 // A one-line kernel; each tag gives another source (another key) and another constant in
 // the binary, so a result loaded under the wrong key would differ from the others' one.
 jit::CompileRequest threads_kernel(int tag, int arch) {
-  jit::CompileRequest r;
-  r.name = "threads.cu";
-  r.source = "template <typename T>\n__global__ void k(T* p) { p[threadIdx.x] = T(" +
-             std::to_string(tag) + "); }\n";
-  r.name_expressions = {"k<float>"};
-  r.arch = arch;
-  return r;
+  return {.source = "template <typename T>\n__global__ void k(T* p) { p[threadIdx.x] = T(" +
+                    std::to_string(tag) + "); }\n",
+          .name = "threads.cu",
+          .name_expressions = {"k<float>"},
+          .arch = arch,
+          .headers = {}};
 }
 
 // A fresh directory under /tmp, removed with what is in it.
@@ -382,8 +387,7 @@ TEST_CASE("jit cache: threads asking for one key at once compile it once" *
   const jit::CompileRequest req = threads_kernel(20, 90);
   std::vector<std::shared_ptr<const jit::CompileResult>> got(8);
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < got.size(); ++i)
-    threads.emplace_back([&, i] { got[i] = cache.get(req); });
+  for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = cache.get(req); });
   for (auto& t : threads) t.join();
   CHECK(cache.stats().misses == 1);
   CHECK(cache.stats().memory_hits == 7);
@@ -519,7 +523,8 @@ TEST_CASE("jit cache: threads compiling, loading, storing, listing and evicting 
   CHECK(recorded == gets.load());
   CHECK(uint64_t(compiles) == s.misses);
   int64_t logged_compiles = 0;  // every process's disk events, appended by eight threads
-  for (const auto& e : cache.disk_log()) logged_compiles += e.kind == jit::CacheEvent::Kind::Compile;
+  for (const auto& e : cache.disk_log())
+    logged_compiles += e.kind == jit::CacheEvent::Kind::Compile;
   CHECK(logged_compiles == compiles);
   for (const auto& e : cache.list()) CHECK_MESSAGE(e.valid, e.path, ": ", e.problem);
   for (const auto& f : std::filesystem::directory_iterator(dir.path))
