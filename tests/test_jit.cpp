@@ -864,21 +864,6 @@ TEST_SUITE("jit") {
     CHECK(cache.list().empty());
   }
 
-  TEST_CASE("jit cache: threads asking for one key at once compile it once" *
-            doctest::skip(no_nvrtc())) {
-    TempDir dir;
-    KernelCache cache({.dir = dir.path});
-    const CompileRequest req = tiny_request(20);
-    std::vector<std::shared_ptr<const CompileResult>> got(8);
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < got.size(); ++i)
-      threads.emplace_back([&, i] { got[i] = cache.get(req); });
-    for (auto& t : threads) t.join();
-    CHECK(cache.stats().misses == 1);
-    CHECK(cache.stats().memory_hits == 7);
-    for (const auto& g : got) CHECK(g == got[0]);
-  }
-
   TEST_CASE("jit cache: processes filling one directory at once leave only valid files" *
             doctest::skip(no_nvrtc())) {
     TempDir dir;

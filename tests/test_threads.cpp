@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: MIT
 // Threads: every public call path of the dispatcher and autograd while other threads
-// register and drop ops (issues #16 and #23). This file uses only the runtime, the
-// dispatcher and autograd, with ops of its own, so that CI can also build it with
-// ThreadSanitizer against those three layers alone (tests/meson.build, 'threads (tsan)'),
-// without a sanitized build of the whole library. MT_STRESS_SECONDS=10 runs the stress
-// test for at least that long (default: 300 rounds of registrations).
+// register and drop ops (issues #16 and #23), and the JIT kernel cache used by many
+// threads at once. This file uses only the runtime, the dispatcher, autograd and the
+// kernel cache with NVRTC (kernels/jit: cache, nvrtc, sha256), with ops of its own, so
+// that CI can also build it with ThreadSanitizer against those sources alone
+// (tests/meson.build, 'threads (tsan)'), without a sanitized build of the whole library.
+// MT_STRESS_SECONDS=10 runs the stress test for at least that long (default: 300 rounds
+// of registrations).
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +25,7 @@
 
 #include "autograd/autograd.h"
 #include "dispatcher/library.h"
+#include "kernels/jit/cache.h"
 #include "runtime/tensor.h"
 #include "runtime/view.h"
 
@@ -119,23 +125,25 @@ std::string error_text(auto&& fn) {
   return "(no error)";
 }
 
-// The op that is defined and dropped, as a user's Library: its kernel returns 3s.
-std::unique_ptr<Library> define_dyn() {
-  auto l = std::make_unique<Library>(Library::Kind::Def, "test_threads_dyn");
+// The ops that are defined and dropped, as a user's Library: test_threads_dyn::op returns
+// 3s, test_threads_dyn2::op (which a second thread defines and drops) 5s.
+std::unique_ptr<Library> define_dyn(const char* ns = "test_threads_dyn", double value = 3) {
+  auto l = std::make_unique<Library>(Library::Kind::Def, ns);
   l->def("op(Tensor x) -> Tensor");
-  l->impl("op", DispatchKey::CPU, [](const Tensor& x) { return full_like(x, 3); });
+  l->impl("op", DispatchKey::CPU, [value](const Tensor& x) { return full_like(x, value); });
   return l;
 }
 
 }  // namespace
 
-// Every public call path while one thread defines and drops ops (Note [Schema
-// publication] and Note [Dispatch table publication] in dispatcher/dispatcher.cpp): a
-// typed handle of a stable op whose CPU kernel is overridden and restored, by-name calls,
+// Every public call path on nine threads while two others define and drop ops (Note
+// [Schema publication] and Note [Dispatch table publication] in dispatcher/dispatcher.cpp):
+// a typed handle of a stable op whose CPU kernel is overridden and restored, by-name calls,
 // boxed calls and typed calls through handles that outlive their op, dump, the Trace
 // key's fallback, MT_TRACE=dispatch logging, and forward and backward of a custom op with
 // an autograd formula. Each call returns the right value or a clear mt::Error naming the
-// op. tools/dev.sh test --tsan and CI's 'threads (tsan)' run it under ThreadSanitizer.
+// op. tools/dev.sh test --tsan and CI's 'threads (tsan)' run it under ThreadSanitizer, the
+// ASan build of mt_tests under AddressSanitizer.
 TEST_CASE("registering and deregistering while other threads dispatch is safe") {
   Library lib(Library::Kind::Def, "test_threads");
   lib.def("op(Tensor x) -> Tensor");
@@ -159,6 +167,8 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
   // While dyn is absent or half-registered, the clear errors a call may see.
   const std::initializer_list<std::string_view> dyn_errors = {
       "[test_threads_dyn::op] ", "[dispatcher] no operator named 'test_threads_dyn::op'"};
+  const std::initializer_list<std::string_view> dyn2_errors = {
+      "[test_threads_dyn2::op] ", "[dispatcher] no operator named 'test_threads_dyn2::op'"};
 
   // MT_TRACE=dispatch logging, on for the whole loop: every line is a call or redispatch
   // of these ops, or of a built-in one the library calls (mt::add in the full library's
@@ -171,16 +181,34 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
     while (l.starts_with(" ")) l.remove_prefix(1);
     bool ok = false;
     for (std::string_view kind : {"[call] ", "[redispatch] "})
-      for (std::string_view op :
-           {"test_threads::op ", "test_threads::twice ", "test_threads_dyn::op ", "mt::"})
+      for (std::string_view op : {"test_threads::op ", "test_threads::twice ",
+                                  "test_threads_dyn::op ", "test_threads_dyn2::op ", "mt::"})
         ok = ok || (l.starts_with(kind) && l.substr(kind.size()).starts_with(op));
     if (!ok && bad_trace_lines.fetch_add(1) == 0) first_bad_line = l;
   });
 
+  // forward and backward of twice on the calling thread's own tape (one per thread)
+  auto autograd_round = [&](Outcomes& o, double v) {
+    o.run(
+        [&] {
+          Tensor x = full({3}, v, {.requires_grad = true});
+          Tensor y = twice(x);
+          backward(y, ones_like(y));
+          return all_equal(y, 3, float(2 * v)) && x.grad().defined() && all_equal(x.grad(), 3, 2);
+        },
+        {});
+  };
   std::atomic<bool> stop{false};
-  const char* names[] = {"typed", "by name", "boxed",   "dropped handle",
-                         "dump",  "trace",   "autograd"};
-  std::array<Outcomes, 7> out;
+  const char* names[] = {"typed",
+                         "by name",
+                         "boxed",
+                         "dropped handle",
+                         "dump",
+                         "trace",
+                         "autograd",
+                         "by name, traced, of dyn2",
+                         "autograd, another tape"};
+  std::array<Outcomes, 9> out;
   std::vector<std::function<void()>> callers = {
       [&] {  // a typed handle of the stable op: its own kernel (x) or the override (7s)
         Tensor x = zeros({1});
@@ -232,16 +260,20 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
         for (const TracedCall& c : trace.calls)
           if (c.op != "test_threads_dyn::op") out[5].wrong("a traced call of " + c.op);
       },
-      [&] {  // forward and backward on this thread's own tape
-        out[6].run(
+      [&] { autograd_round(out[6], 1.5); },
+      [&] {  // by name, traced, the op the second registering thread defines and drops
+        Tensor x = zeros({4});
+        CallTrace trace;
+        out[7].run(
             [&] {
-              Tensor x = full({3}, 1.5, {.requires_grad = true});
-              Tensor y = twice(x);
-              backward(y, ones_like(y));
-              return all_equal(y, 3, 3) && x.grad().defined() && all_equal(x.grad(), 3, 2);
+              TraceCallsGuard guard(&trace);
+              return all_equal(call<Tensor>("test_threads_dyn2::op", x), 4, 5);
             },
-            {});
+            dyn2_errors);
+        for (const TracedCall& c : trace.calls)
+          if (c.op != "test_threads_dyn2::op") out[7].wrong("a traced call of " + c.op);
       },
+      [&] { autograd_round(out[8], -4); },
   };
   std::vector<std::thread> threads;
   for (auto& caller : callers) {
@@ -249,6 +281,15 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
       while (!stop.load()) caller();
     });
   }
+  // The second registering thread: defines and drops test_threads_dyn2 until the end.
+  std::atomic<int64_t> rounds2{0};
+  threads.emplace_back([&] {
+    while (!stop.load()) {
+      auto l = define_dyn("test_threads_dyn2", 5);
+      std::this_thread::yield();
+      rounds2.fetch_add(1);
+    }
+  });
   d.set_trace_dispatch(true);
   auto total = [&] {
     int64_t n = 0;
@@ -287,7 +328,9 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
     CHECK(out[i].bad.load() == 0);
     CHECK(out[i].ok.load() > 0);
   }
-  MESSAGE(rounds, " rounds of registrations, ", total() - before, " calls during them");
+  MESSAGE(rounds, " and ", rounds2.load(), " rounds of registrations on two threads, ",
+          total() - before, " calls during them");
+  CHECK(rounds2.load() > 0);
   CHECK(trace_lines.load() > 0);
   CHECK_MESSAGE(bad_trace_lines.load() == 0, "the first: ", first_bad_line);
   // dyn is dropped now: its old handles say so, by every path.
@@ -297,7 +340,193 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
   CHECK(error_text([&] { dyn.call_boxed(&s); }).starts_with(dropped));
   CHECK(error_text([&] { dyn.typed<Tensor(const Tensor&)>(); }).starts_with(dropped));
   CHECK(error_text([&] { dyn.schema(); }).starts_with(dropped));
-  CHECK(error_text([&] {
-          call<Tensor>("test_threads_dyn::op", zeros({1}));
-        }).starts_with("[dispatcher] no operator named 'test_threads_dyn::op' is registered"));
+  for (const char* name : {"test_threads_dyn::op", "test_threads_dyn2::op"})
+    CHECK(
+        error_text([&] {
+          call<Tensor>(name, zeros({1}));
+        }).starts_with(std::string("[dispatcher] no operator named '") + name + "' is registered"));
+}
+
+// ---- the JIT kernel cache (kernels/jit/cache.cpp) used by many threads at once ----
+
+namespace {
+
+bool no_nvrtc() { return !jit::nvrtc_available(); }
+
+// A one-line kernel; each tag gives another source (another key) and another constant in
+// the binary, so a result loaded under the wrong key would differ from the others' one.
+jit::CompileRequest threads_kernel(int tag, int arch) {
+  return {.source = "template <typename T>\n__global__ void k(T* p) { p[threadIdx.x] = T(" +
+                    std::to_string(tag) + "); }\n",
+          .name = "threads.cu",
+          .name_expressions = {"k<float>"},
+          .arch = arch,
+          .headers = {}};
+}
+
+// A fresh directory under /tmp, removed with what is in it.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "mt_test_threads_XXXXXX").string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("jit cache: threads asking for one key at once compile it once" *
+          doctest::skip(no_nvrtc())) {
+  ScratchDir dir;
+  jit::KernelCache cache({.dir = dir.path, .warn = false});
+  const jit::CompileRequest req = threads_kernel(20, 90);
+  std::vector<std::shared_ptr<const jit::CompileResult>> got(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = cache.get(req); });
+  for (auto& t : threads) t.join();
+  CHECK(cache.stats().misses == 1);
+  CHECK(cache.stats().memory_hits == 7);
+  for (const auto& g : got) CHECK(g == got[0]);
+  REQUIRE(got[0]);
+  CHECK(got[0]->target == "sm_90");
+}
+
+// Eight threads on one cache object and its directory: four ask for keys they share and
+// one of their own (for sm_80 and sm_90), one of them dropping the memory level every
+// round so that the others load from disk while it compiles and stores again; one stores
+// and loads a shared key over and over; one lists the directory; one shrinks and restores
+// the size bound, evicting files the others are reading. Each result must be a CUBIN for
+// the arch asked with the one binary of its key; the counters, the event record, the
+// MT_LOG=jit lines and the shared events.log must add up to the calls made.
+TEST_CASE("jit cache: threads compiling, loading, storing, listing and evicting at once" *
+          doctest::skip(no_nvrtc())) {
+  ScratchDir dir;
+  jit::KernelCache cache({.dir = dir.path, .warn = false, .log = true, .event_log = true});
+  cache.record_history(true, 1 << 20);
+  std::atomic<int64_t> log_lines{0}, bad_log_lines{0};
+  Dispatcher::singleton().set_log_sink([&](std::string_view l) {
+    const bool ok = l.starts_with("[jit] compile ") || l.starts_with("[jit] disk hit ") ||
+                    l.starts_with("[jit] memory hit ");
+    (ok ? log_lines : bad_log_lines).fetch_add(1);
+  });
+
+  std::vector<jit::CompileRequest> shared;
+  for (int tag : {1, 2})
+    for (int arch : {80, 90}) shared.push_back(threads_kernel(tag, arch));
+  constexpr int kGetters = 4, kRounds = 6;
+  std::mutex mutex;
+  std::map<std::string, std::string> binary_of;  // key -> the first binary seen for it
+  std::vector<std::string> wrong;
+  auto fail = [&](std::string what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    wrong.push_back(std::move(what));
+  };
+  // A right result: a CUBIN for the arch asked, holding k<float>, the same binary for one key.
+  auto check = [&](const jit::CompileRequest& r, const jit::CompileResult& res) {
+    const std::string key = jit::cache_key(r);
+    if (res.target != "sm_" + std::to_string(r.arch) || !res.is_cubin() ||
+        res.lowered_names.size() != 1 ||
+        res.binary.find(res.lowered_name("k<float>") + '\0') == std::string::npos)
+      return fail("a result that is not the CUBIN asked for, key " + key);
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, first] = binary_of.emplace(key, res.binary);
+    if (!first && it->second != res.binary) wrong.push_back("two binaries for key " + key);
+  };
+  std::atomic<int64_t> gets{0};
+  std::atomic<int> getters_left{kGetters};
+  std::vector<std::thread> threads;
+  for (int g = 0; g < kGetters; ++g)
+    threads.emplace_back([&, g] {
+      try {
+        std::vector<jit::CompileRequest> reqs = shared;
+        reqs.push_back(threads_kernel(100 + g, g % 2 ? 80 : 90));
+        for (int round = 0; round < kRounds; ++round) {
+          if (g == 0) cache.clear_memory();
+          for (const auto& r : reqs) {
+            check(r, *cache.get(r));
+            gets.fetch_add(1);
+          }
+        }
+      } catch (const std::exception& e) {
+        fail(std::string("get threw: ") + e.what());
+      }
+      getters_left.fetch_sub(1);
+    });
+  // Runs body while the getters run, at most `times` times (the writers and the evicter
+  // stay under the size at which events.log is rotated, so that it keeps every line).
+  auto while_getters_run = [&](int times, auto body) {
+    return [&, times, body] {
+      try {
+        for (int i = 0; i < times && getters_left.load() > 0; ++i) body();
+      } catch (const std::exception& e) {
+        fail(std::string("threw: ") + e.what());
+      }
+    };
+  };
+  threads.emplace_back(while_getters_run(100, [&] {  // store and load one shared key
+    const auto res = cache.get(shared[0]);
+    gets.fetch_add(1);
+    const std::string key = jit::cache_key(shared[0]);
+    if (!cache.store(key, *res, &shared[0])) fail("a store failed");
+    const auto loaded = cache.load(key, &shared[0]);  // may be evicted, never another kernel
+    if (loaded) check(shared[0], *loaded);
+  }));
+  threads.emplace_back(while_getters_run(1000, [&] {  // list: every file whole, or evicted
+    for (const auto& e : cache.list())
+      if (!e.valid && e.problem != "missing")
+        fail("a listed entry is invalid: " + e.path + ": " + e.problem);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }));
+  threads.emplace_back(while_getters_run(40, [&] {  // evict everything, then bound nothing
+    cache.set_max_bytes(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    cache.set_max_bytes(uint64_t(256) << 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }));
+  std::atomic<uint64_t> last_total{0};
+  threads.emplace_back(while_getters_run(100000, [&] {  // the counters only grow
+    const jit::CacheStats s = cache.stats();
+    const uint64_t n = s.memory_hits + s.disk_hits + s.misses;
+    if (n < last_total.exchange(n)) fail("the counters went back");
+    (void)cache.history();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }));
+  for (auto& t : threads) t.join();
+  Dispatcher::singleton().set_log_sink(nullptr);
+
+  CHECK_MESSAGE(wrong.size() == 0, "the first wrong: ", wrong.empty() ? "" : wrong.front());
+  CHECK(binary_of.size() == shared.size() + kGetters);
+  std::map<std::string, int> binaries;  // distinct sources give distinct binaries
+  for (const auto& [key, bin] : binary_of) binaries[bin] += 1;
+  CHECK(binaries.size() == binary_of.size());
+  const jit::CacheStats s = cache.stats();
+  MESSAGE(gets.load(), " gets: ", s.memory_hits, " from memory, ", s.disk_hits, " from disk, ",
+          s.misses, " compiled; ", s.disk_writes, " writes, ", s.evictions, " evictions");
+  CHECK(s.memory_hits + s.disk_hits + s.misses == uint64_t(gets.load()));
+  CHECK(s.misses >= binary_of.size());
+  CHECK(s.corrupt_files == 0);
+  CHECK(s.write_failures == 0);
+  CHECK(log_lines.load() == gets.load());
+  CHECK(bad_log_lines.load() == 0);
+  int64_t recorded = 0, compiles = 0;
+  for (const auto& e : cache.history()) {
+    recorded += e.kind == jit::CacheEvent::Kind::MemoryHit ||
+                e.kind == jit::CacheEvent::Kind::DiskHit ||
+                e.kind == jit::CacheEvent::Kind::Compile;
+    compiles += e.kind == jit::CacheEvent::Kind::Compile;
+  }
+  CHECK(recorded == gets.load());
+  CHECK(uint64_t(compiles) == s.misses);
+  int64_t logged_compiles = 0;  // every process's disk events, appended by eight threads
+  for (const auto& e : cache.disk_log())
+    logged_compiles += e.kind == jit::CacheEvent::Kind::Compile;
+  CHECK(logged_compiles == compiles);
+  for (const auto& e : cache.list()) CHECK_MESSAGE(e.valid, e.path, ": ", e.problem);
+  for (const auto& f : std::filesystem::directory_iterator(dir.path))
+    CHECK_MESSAGE(!f.path().filename().string().starts_with(".tmp-"), f.path());
 }
