@@ -464,16 +464,17 @@ def main_scenarios(args):
     print(f"pde::laplacian3d (float32, one N^3 grid) on {torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, medians in ms (ratio = torch / minitensor op, > 1 means "
           f"minitensor is faster)")
-    print("| N | mt op ms | GB/s | mt % of copy | mt periodic ms | mt naive ms | copy ms |"
-          " torch conv3d ms | conv3d/mt | torch sliced ms | sliced/mt | torch sliced periodic ms |"
-          " periodic/mt periodic |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| N | mt op ms | GB/s | mt % of copy | mt periodic ms | mt x-chunk 1 ms | mt tiled ms |"
+          " mt naive ms | copy ms | torch conv3d ms | conv3d/mt | torch sliced ms | sliced/mt |"
+          " torch sliced periodic ms | periodic/mt periodic |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         n, mm, t = r["n"], r["mt"], r["torch"]
         op, per, naive = mm.get("op zero"), mm.get("op periodic"), mm.get("naive zero")
         gbs = 2 * n ** 3 * 4 / (op * 1e6)
+        x1, tiled = mm.get("stream x1 zero", float("nan")), mm.get("tiled zero", float("nan"))
         print(f"| {n} | {op:.4f} | {gbs:.0f} | {100 * r['mt_copy'] / op:.0f}% | {per:.4f} |"
-              f" {naive:.4f} | {r['mt_copy']:.4f} | {t['conv3d']:.4f} | {t['conv3d'] / op:.1f}x |"
+              f" {x1:.4f} | {tiled:.4f} | {naive:.4f} | {r['mt_copy']:.4f} | {t['conv3d']:.4f} | {t['conv3d'] / op:.1f}x |"
               f" {t['sliced']:.4f} | {t['sliced'] / op:.1f}x | {t['sliced_periodic']:.4f} |"
               f" {t['sliced_periodic'] / per:.1f}x |")
     copies = ", ".join(f"N={r['n']}: {r['torch']['copy']:.4f} ms" for r in results)

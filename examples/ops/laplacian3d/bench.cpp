@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Times pde::laplacian3d on cuda:0 (float32, one N^3 grid, N = 128, 256, 512): the op
-// (tiled kernel, both boundaries) and the naive kernel, medians of CUDA events, with GB/s
-// (one read and one write of the grid) and the share of a device copy of the same bytes.
+// (the stream kernel, both boundaries), the stream kernel with x chunks of one plane, the
+// tiled (2.5-D, shared-memory) kernel the op used before and the naive kernel, medians of
+// CUDA events, with GB/s (one read and one write of the grid) and the share of a device
+// copy of the same bytes.
 //   build/examples/ops/laplacian3d/laplacian3d_bench [--json] [--sizes 128,256]
 // --json prints one JSON object instead of the table (tools/compare_torch.py --scenarios).
 #include <algorithm>
@@ -60,6 +62,13 @@ int main(int argc, char** argv) {
         {n, "op zero", median_ms([&] { pde::laplacian3d(u, 1.0, "zero"); }, reps), copy_ms});
     rows.push_back({n, "op periodic",
                     median_ms([&] { pde::laplacian3d(u, 1.0, "periodic"); }, reps), copy_ms});
+    using K = pde::Laplacian3dKernel;
+    rows.push_back({n, "stream x1 zero",
+                    median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, K::Stream, 1); }, reps),
+                    copy_ms});
+    rows.push_back({n, "tiled zero",
+                    median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, K::Tiled); }, reps),
+                    copy_ms});
     rows.push_back(
         {n, "naive zero",
          median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, pde::Laplacian3dKernel::Naive); },
