@@ -8,8 +8,8 @@
 //   #include "my_kernels.cu"
 //   }
 //   ops_emu::launch({blocks}, {256}, [&] { ops_emu::my_kernel<float>(x, y, n); });
-// __shfl_down_sync synchronizes the whole block, so kernels that shuffle must be launched
-// with one warp a block (32 threads); atomicAdd takes a global lock.
+// __shfl_down_sync and __shfl_sync synchronize the whole block, so kernels that shuffle must be launched
+// with one warp a block (32 threads), and all its threads must reach them; atomicAdd takes a global lock.
 #pragma once
 
 #include <barrier>
@@ -44,6 +44,16 @@ T __shfl_down_sync(unsigned, T v, int offset) {
   slots[threadIdx.x] = v;
   sync_block();
   const T got = lane + unsigned(offset) < 32 ? slots[threadIdx.x + unsigned(offset)] : v;
+  sync_block();
+  return got;
+}
+
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane) {
+  static T slots[1024];
+  slots[threadIdx.x] = v;
+  sync_block();
+  const T got = slots[threadIdx.x - threadIdx.x % 32 + unsigned(src_lane) % 32];
   sync_block();
   return got;
 }
