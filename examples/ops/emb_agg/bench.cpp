@@ -8,7 +8,8 @@
 // Medians of CUDA events, beside a gather floor (a device copy moving as many bytes, read
 // + write, as the rows the forward must read, bags x bag x D values) and a fill floor (a
 // zero-fill of the [V, D] gradient, which any dense backward writes).
-//   build/examples/ops/emb_agg/emb_agg_bench [--json]
+//   build/examples/ops/emb_agg/emb_agg_bench [--json | --stages]
+// --stages adds, for float32, the deterministic path's kernels one by one (ms each).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,7 @@ struct Shape4 {
 
 int main(int argc, char** argv) {
   const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  const bool stages = argc > 1 && std::strcmp(argv[1], "--stages") == 0;
   if (!cuda::is_available()) {
     std::printf("emb_agg bench: no GPU (%s); nothing timed\n", cuda::unavailable_reason().c_str());
     return 0;
@@ -95,6 +97,15 @@ int main(int argc, char** argv) {
                     name, (long long)s.V, (long long)s.D, (long long)s.bags, (long long)s.bag, fwd,
                     floor_ms, fwd / floor_ms, bwd_ms, det_ms, fill_ms);
       first = false;
+      if (stages && t == DType::Float32) {
+        deeprec::emb_agg_segment_profile(w, idx, off, g);  // compiles the kernels
+        double total = 0;
+        for (const auto& [name, ms] : deeprec::emb_agg_segment_profile(w, idx, off, g)) {
+          std::printf("    %-36s %.4f ms\n", name.c_str(), ms);
+          total += ms;
+        }
+        std::printf("    %-36s %.4f ms\n", "(sum)", total);
+      }
     }
   if (json) std::printf("]}\n");
   return 0;

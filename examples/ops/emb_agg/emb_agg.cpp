@@ -288,19 +288,21 @@ void with_backward_segment(const Tensor& grad, const Tensor& idx, const Tensor& 
   int passes = 0;  // 8-bit digits of the keys, 0 to V
   for (long long v = V; v > 0; v >>= 8) ++passes;
   const long long tiles = (n + kSortTile - 1) / kSortTile;
-  MT_CHECK(tiles * kSortBins < std::numeric_limits<int>::max(),
+  MT_CHECK(tiles < std::numeric_limits<int>::max() / kSortBins,
            "[deeprec::emb_agg] the deterministic backward sorts at most 2^31 / 256 tiles of "
-           "indices, got {} indices",
+           "1024 indices, got {} indices",
            n);
-  Tensor hist = make(tiles * kSortBins, -1.0), keys2 = make(n, -1.0), vals2 = make(n, -1.0);
+  Tensor hist = make(tiles * kSortBins, -1.0), totals = make(kSortBins, -1.0),
+         keys2 = make(n, -1.0), vals2 = make(n, -1.0);
   for (int p = 0; p < passes; ++p) {
     const int shift = 8 * p;
     f(emb_agg_kernel(t, K::SortHist), jit::LaunchConfig{.grid = unsigned(tiles), .block = 256},
       keys, n, shift, hist, int(tiles));
-    f(emb_agg_kernel(t, K::SortScan), jit::LaunchConfig{.grid = 1u, .block = 1024}, hist,
-      (long long)(tiles * kSortBins));
+    f(emb_agg_kernel(t, K::SortScan),
+      jit::LaunchConfig{.grid = unsigned(kSortBins), .block = tiles >= 256 ? 256u : 32u}, hist,
+      int(tiles), totals);
     f(emb_agg_kernel(t, K::SortScatter), jit::LaunchConfig{.grid = unsigned(tiles), .block = 32},
-      keys, vals, keys2, vals2, n, shift, hist, int(tiles));
+      keys, vals, keys2, vals2, n, shift, hist, totals, int(tiles));
     std::swap(keys, keys2);
     std::swap(vals, vals2);
   }
@@ -334,8 +336,11 @@ Tensor forward_cuda(const Tensor& weight, const Tensor& indices, const Tensor& o
 // Note [Which weight gradient]
 // By atomics (emb_agg_backward_weight: zero-fill the [V, D] gradient, then each bag adds
 // its rows; fast, but float addition order varies between runs) unless `deterministic` is
-// set or the weights are bfloat16 (no 16-bit float atomics with float accumulation): then
-// the sorted-segment path, whose result is the same bits on every run.
+// set: then the sorted-segment path, whose result is the same bits on every run. bfloat16
+// weights have no atomics of their own here (a float sum rounded at each add would lose
+// the float accumulation): their atomic path adds into a float32 gradient and rounds it
+// to bfloat16 once (a [V, D] float32 temporary); their sorted-segment path sums in float
+// in registers and writes bfloat16 directly.
 std::tuple<Tensor, Tensor> backward_cuda(const Tensor& grad, const Tensor& weight,
                                          const Tensor& indices, const Tensor& offsets,
                                          const Tensor& psw, const Geometry& g, bool want_weight,
@@ -354,6 +359,12 @@ std::tuple<Tensor, Tensor> backward_cuda(const Tensor& grad, const Tensor& weigh
         const TensorOptions io{.dtype = DType::Int64, .device = weight.device()};
         return fill >= 0 ? full({n}, fill, io) : empty({n}, io);
       });
+    } else if (weight.dtype() == DType::BFloat16) {
+      // Float atomics into a float32 gradient, rounded to bfloat16 once at the end.
+      const DType f = DType::Float32;
+      Tensor gw32 = zeros({g.V, g.D}, {.dtype = f, .device = weight.device()});
+      with_backward_weight(gc.to(f), ic, oc, g.has_psw ? pc.to(f) : pc, gw32, g, launcher());
+      gw = gw32.to(DType::BFloat16);
     } else {
       gw = zeros({g.V, g.D}, opts);
       with_backward_weight(gc, ic, oc, pc, gw, g, launcher());
@@ -476,12 +487,44 @@ void emb_agg_check_launch(int arch, const Tensor& weight, const Tensor& indices,
   Tensor p = psw_or_empty(psw);
   Tensor out = empty({g.n_bags, g.D}, {.dtype = weight.dtype()});
   with_forward(weight, indices, offsets, p, out, g, check);
-  if (weight.dtype() != DType::BFloat16)
+  if (weight.dtype() != DType::BFloat16) {
     with_backward_weight(out, indices, offsets, p, empty_like(weight), g, check);
+  } else {
+    const DType f = DType::Float32;
+    with_backward_weight(out.to(f), indices, offsets, p.defined() ? p.to(f) : p,
+                         empty(weight.sizes(), {.dtype = f}), g, check);
+  }
   with_backward_segment(out, indices, offsets, p, empty_like(weight), g, check,
                         [](int64_t n, double) { return empty({n}, {.dtype = DType::Int64}); });
   with_backward_psw(out, weight, indices, offsets, empty({g.n_indices}, {.dtype = weight.dtype()}),
                     g, check);
+}
+
+std::vector<std::pair<std::string, double>> emb_agg_segment_profile(const Tensor& weight,
+                                                                    const Tensor& indices,
+                                                                    const Tensor& offsets,
+                                                                    const Tensor& grad) {
+  const Geometry g = check_inputs(weight, indices, offsets, "sum", std::nullopt, false);
+  MT_CHECK(weight.is_cuda() && grad.is_cuda() && grad.dtype() == weight.dtype() &&
+               grad.sizes() == Shape({g.n_bags, g.D}) && g.V > 0 && g.n_indices > 0,
+           "[deeprec::emb_agg] segment_profile takes CUDA tensors, rows, indices and a grad of "
+           "[bags, dim] in weight's dtype");
+  std::vector<std::pair<std::string, double>> out;
+  cuda::EventTimer timer(weight.device().index);
+  Tensor gw = empty({g.V, g.D}, {.dtype = weight.dtype(), .device = weight.device()});
+  with_backward_segment(
+      grad.contiguous(), indices.contiguous(), offsets.contiguous(), Tensor(), gw, g,
+      [&](const jit::UserKernel& k, const jit::LaunchConfig& c, const auto&... args) {
+        timer.start();
+        k.launch(c, args...);
+        timer.stop();
+        out.emplace_back(k.name_expression(), double(timer.elapsed_ms()));
+      },
+      [&](int64_t n, double fill) {
+        const TensorOptions io{.dtype = DType::Int64, .device = weight.device()};
+        return fill >= 0 ? full({n}, fill, io) : empty({n}, io);
+      });
+  return out;
 }
 
 }  // namespace deeprec

@@ -197,8 +197,9 @@ __global__ void emb_agg_backward_psw(const T* __restrict__ grad, const T* __rest
 //                     never summed), vals[i] = i, bag_of[i] = b
 //   emb_sort_hist     per tile of kEmbSortTile keys, the count of each 8-bit digit,
 //                     stored digit-major: hist[digit * tiles + tile]
-//   emb_sort_scan     one block: hist becomes its exclusive prefix sum, i.e. where each
-//                     tile's keys of each digit go
+//   emb_sort_scan     a block a digit: hist[digit, :] becomes its exclusive prefix sum
+//                     over the tiles, totals[digit] the digit's count (the scatter adds
+//                     the counts of the smaller digits)
 //   emb_sort_scatter  a warp a tile, 32 keys a step in order, so equal digits keep their
 //                     order (the sort is stable); integer counters in shared memory only
 //   emb_seg_starts    seg_start[r] = the first sorted position of row r (V + 1 entries)
@@ -242,46 +243,55 @@ __global__ void emb_sort_hist(const long long* __restrict__ keys, long long n, i
     hist[(long long)d * tiles + blockIdx.x] = count[d];
 }
 
-// One block (any size up to 1024): an exclusive prefix sum of a[0 .. n) in place. Thread t
-// sums its contiguous chunk, the chunk sums are scanned by thread 0, then each thread
-// rewrites its chunk.
-__global__ void emb_sort_scan(long long* __restrict__ a, long long n) {
-  __shared__ long long part[1024];
-  const long long per = (n + blockDim.x - 1) / blockDim.x;
-  const long long lo = threadIdx.x * per, hi = lo + per < n ? lo + per : n;
-  long long s = 0;
-  for (long long i = lo; i < hi; ++i) s += a[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    long long run = 0;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      const long long v = part[t];
-      part[t] = run;
-      run += v;
+// A block a digit d: hist[d, :] (one digit's counts over the tiles) becomes its exclusive
+// prefix sum, and totals[d] the row's sum. Rows are scanned blockDim.x tiles at a time,
+// coalesced, each chunk by a scan in shared memory (blockDim.x a power of two, up to 1024).
+__global__ void emb_sort_scan(long long* __restrict__ hist, int tiles,
+                              long long* __restrict__ totals) {
+  __shared__ long long buf[1024];
+  long long* row = hist + (long long)blockIdx.x * tiles;
+  long long carry = 0;
+  for (int c0 = 0; c0 < tiles; c0 += blockDim.x) {
+    const int t = c0 + threadIdx.x;
+    const long long v = t < tiles ? row[t] : 0;
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned step = 1; step < blockDim.x; step *= 2) {  // inclusive, Hillis-Steele
+      const long long add = threadIdx.x >= step ? buf[threadIdx.x - step] : 0;
+      __syncthreads();
+      buf[threadIdx.x] += add;
+      __syncthreads();
     }
+    if (t < tiles) row[t] = carry + buf[threadIdx.x] - v;
+    carry += buf[blockDim.x - 1];
+    __syncthreads();  // buf is rewritten by the next chunk
   }
-  __syncthreads();
-  long long run = part[threadIdx.x];
-  for (long long i = lo; i < hi; ++i) {
-    const long long v = a[i];
-    a[i] = run;
-    run += v;
-  }
+  if (threadIdx.x == 0) totals[blockIdx.x] = carry;
 }
 
-// One warp (a block of 32 threads) a tile: 32 keys a step, in order; a key's place is its
-// tile's start for its digit plus the keys of that digit before it (earlier steps, then
-// lower lanes of this step).
+// One warp (a block of 32 threads) a tile: 32 keys a step, in order; a key goes to the
+// keys of smaller digits (totals' prefix) plus its digit's keys in earlier tiles (hist)
+// plus those earlier in this tile (earlier steps, then lower lanes of this step: the lanes
+// with the same digit, by __match_any_sync).
 __global__ void emb_sort_scatter(const long long* __restrict__ keys_in,
                                  const long long* __restrict__ vals_in,
                                  long long* __restrict__ keys_out, long long* __restrict__ vals_out,
                                  long long n, int shift, const long long* __restrict__ hist,
-                                 int tiles) {
+                                 const long long* __restrict__ totals, int tiles) {
   __shared__ long long next[kEmbSortBins];
-  __shared__ int digit[32];
   const int lane = threadIdx.x;
-  for (int d = lane; d < kEmbSortBins; d += 32) next[d] = hist[(long long)d * tiles + blockIdx.x];
+  for (int d = lane; d < kEmbSortBins; d += 32) next[d] = totals[d];
+  __syncthreads();
+  if (lane == 0) {
+    long long run = 0;
+    for (int d = 0; d < kEmbSortBins; ++d) {
+      const long long v = next[d];
+      next[d] = run;
+      run += v;
+    }
+  }
+  __syncthreads();
+  for (int d = lane; d < kEmbSortBins; d += 32) next[d] += hist[(long long)d * tiles + blockIdx.x];
   __syncthreads();
   const long long t0 = (long long)blockIdx.x * kEmbSortTile;
   const long long t1 = t0 + kEmbSortTile < n ? t0 + kEmbSortTile : n;
@@ -289,22 +299,18 @@ __global__ void emb_sort_scatter(const long long* __restrict__ keys_in,
     const long long i = base + lane;
     const bool live = i < t1;
     const long long key = live ? keys_in[i] : 0;
+    const long long val = live ? vals_in[i] : 0;
     const int d = live ? emb_digit(key, shift) : -1;
-    digit[lane] = d;
-    __syncthreads();
-    int rank = 0;
-    bool last = live;
-    for (int j = 0; j < 32; ++j) {
-      rank += j < lane && digit[j] == d;
-      last = last && !(j > lane && digit[j] == d);
-    }
+    const unsigned peers = __match_any_sync(0xffffffffu, d);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    const bool last = (peers >> lane) == 1u;  // the highest lane of its digit
     if (live) {
       const long long at = next[d] + rank;
       keys_out[at] = key;
-      vals_out[at] = vals_in[i];
+      vals_out[at] = val;
     }
     __syncthreads();
-    if (last) next[d] += rank + 1;
+    if (live && last) next[d] += rank + 1;
     __syncthreads();
   }
 }

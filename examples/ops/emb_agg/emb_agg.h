@@ -15,6 +15,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "minitensor.h"
 
@@ -49,5 +51,13 @@ void emb_agg_check_launch(int arch, const mt::Tensor& weight, const mt::Tensor& 
                           const mt::Tensor& offsets, const std::string& mode,
                           const std::optional<mt::Tensor>& per_sample_weights,
                           bool include_last_offset);
+
+// The sorted-segment weight gradient's launches (mode sum, no per-sample weights) on CUDA
+// tensors, one by one, each timed by CUDA events: (kernel, ms) in launch order, for the
+// bench's breakdown.
+std::vector<std::pair<std::string, double>> emb_agg_segment_profile(const mt::Tensor& weight,
+                                                                    const mt::Tensor& indices,
+                                                                    const mt::Tensor& offsets,
+                                                                    const mt::Tensor& grad);
 
 }  // namespace deeprec

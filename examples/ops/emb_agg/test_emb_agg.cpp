@@ -101,15 +101,19 @@ Tensor emulate_segment(const double* grad, const long long* idx, const long long
   int passes = 0;
   for (long long v = V; v > 0; v >>= 8) ++passes;
   const int tiles = int((n + ops_emu::kEmbSortTile - 1) / ops_emu::kEmbSortTile);
-  std::vector<long long> hist(size_t(tiles) * ops_emu::kEmbSortBins);
+  std::vector<long long> hist(size_t(tiles) * ops_emu::kEmbSortBins),
+      totals(ops_emu::kEmbSortBins);
   for (int p = 0; p < passes; ++p) {
     launch({unsigned(tiles)}, {64}, [&] {
       ops_emu::emb_sort_hist(keys.data(), n, 8 * p, hist.data(), tiles);
     });
-    launch({1}, {48}, [&] { ops_emu::emb_sort_scan(hist.data(), (long long)hist.size()); });
+    // Blocks of 2 threads, so the scan's rows (3 tiles) take two chunks.
+    launch({unsigned(ops_emu::kEmbSortBins)}, {2}, [&] {
+      ops_emu::emb_sort_scan(hist.data(), tiles, totals.data());
+    });
     launch({unsigned(tiles)}, {32}, [&] {
       ops_emu::emb_sort_scatter(keys.data(), vals.data(), keys2.data(), vals2.data(), n, 8 * p,
-                                hist.data(), tiles);
+                                hist.data(), totals.data(), tiles);
     });
     std::swap(keys, keys2);
     std::swap(vals, vals2);

@@ -25,6 +25,11 @@ namespace {
 
 constexpr int kTileZ = 32, kTileY = 8;  // laplacian3d.cu's tile
 constexpr unsigned kStreamZ = 32, kStreamY = 8;  // and its stream kernel's block
+// The stream kernel's x chunks: about 32 blocks a SM (4 waves of 8 resident), at least 4
+// planes a chunk. Chosen from the H200 sweep in docs/scenarios.md (`laplacian3d_bench
+// --sweep`): 4 planes were fastest at N = 128 and 256 and within 3% of the best at 512, and
+// one plane (no reuse along x) was 10 to 20% slower.
+constexpr int kStreamBlocksPerSm = 32, kStreamMinPlanes = 4;
 
 struct Grid {
   int64_t n = 1, x = 0, y = 0, z = 0;
@@ -120,7 +125,9 @@ void with_launch(const Tensor& u, const Tensor& out, double h, bool periodic,
       const int64_t zb = (g.z / vec + kStreamZ - 1) / kStreamZ, yb = (g.y + kStreamY - 1) / kStreamY;
       const int x_chunk = x_chunk_override > 0 ? std::min(x_chunk_override, X)
                                                : laplacian3d_x_chunk(g.n, g.x, g.y, g.z, sm_count,
-                                                                     kStreamZ * vec, kStreamY);
+                                                                     kStreamZ * vec, kStreamY,
+                                                                     kStreamBlocksPerSm,
+                                                                     kStreamMinPlanes);
       const int64_t blocks = zb * yb * g.n * ((g.x + x_chunk - 1) / x_chunk);
       MT_CHECK(blocks <= kMaxInt,
                "[pde::laplacian3d] a grid of {} needs {} blocks, more than a launch takes (2^31 - "
@@ -223,12 +230,12 @@ int laplacian3d_vec(const Tensor& u) {
 }
 
 int laplacian3d_x_chunk(int64_t n_batch, int64_t X, int64_t Y, int64_t Z, int sm_count,
-                        int64_t tile_z, int64_t tile_y) {
-  // Enough blocks for 8 resident a SM (256 threads each); chunks of at least 8 planes.
+                        int64_t tile_z, int64_t tile_y, int blocks_per_sm, int min_planes) {
+  // Enough blocks for blocks_per_sm a SM (256 threads each); chunks of at least min_planes.
   const int64_t tiles = ((Z + tile_z - 1) / tile_z) * ((Y + tile_y - 1) / tile_y) * n_batch;
-  const int64_t want = int64_t(sm_count) * 8;
+  const int64_t want = int64_t(sm_count) * blocks_per_sm;
   int64_t chunks = tiles >= want ? 1 : (want + tiles - 1) / tiles;
-  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, X / 8));
+  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, X / min_planes));
   chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, 65535 / std::max<int64_t>(1, n_batch)));
   return int(std::max<int64_t>(1, (X + chunks - 1) / chunks));
 }

@@ -37,9 +37,12 @@ mt::Tensor laplacian3d_cuda(const mt::Tensor& u, double h, bool periodic,
 void laplacian3d_check_launch(int arch, const mt::Tensor& u, double h, bool periodic,
                               Laplacian3dKernel which);
 // The x chunk for a grid of n_batch x X x Y x Z on sm_count SMs, for blocks that cover
-// tile_z x tile_y points of a plane (the tiled kernel's 32 x 8 by default).
+// tile_z x tile_y points of a plane: enough chunks for blocks_per_sm blocks a SM, none
+// thinner than min_planes (the defaults are the tiled kernel's; the stream kernel asks
+// for 128 x 8 points in float32, 32 blocks a SM, 4 planes).
 int laplacian3d_x_chunk(int64_t n_batch, int64_t X, int64_t Y, int64_t Z, int sm_count,
-                        int64_t tile_z = 32, int64_t tile_y = 8);
+                        int64_t tile_z = 32, int64_t tile_y = 8, int blocks_per_sm = 8,
+                        int min_planes = 8);
 // The Stream kernel's vector width for u (contiguous): 16 bytes of points when Z and u's
 // storage offset are multiples of it, else 1.
 int laplacian3d_vec(const mt::Tensor& u);

@@ -98,7 +98,7 @@ Tensor emulate(const Tensor& u, double h, bool periodic, pde::Laplacian3dKernel 
       const int zb = (Z / vec + lap_emu::kStreamBlockZ - 1) / lap_emu::kStreamBlockZ;
       const int yb = (Y + lap_emu::kStreamBlockY - 1) / lap_emu::kStreamBlockY;
       const int x_chunk = pde::laplacian3d_x_chunk(N, X, Y, Z, 2, lap_emu::kStreamBlockZ * vec,
-                                                   lap_emu::kStreamBlockY);
+                                                   lap_emu::kStreamBlockY, 32, 4);
       const unsigned blocks = unsigned(zb * yb * N * ((X + x_chunk - 1) / x_chunk));
       const lap_emu::Dim block{unsigned(lap_emu::kStreamBlockZ), unsigned(lap_emu::kStreamBlockY)};
       lap_emu::launch({blocks}, block, [&] {
@@ -285,6 +285,11 @@ TEST_SUITE("pde::laplacian3d") {
     CHECK(pde::laplacian3d_x_chunk(64, 64, 64, 64, 132) == 32);
     CHECK(pde::laplacian3d_x_chunk(128, 64, 64, 64, 132) == 64);
     CHECK(pde::laplacian3d_x_chunk(1, 3, 3, 3, 132) == 3);
+    // The stream kernel's (128 x 8 points a block in float32, 32 blocks a SM, 4 planes):
+    // 4 planes at N = 128 and 256, 31 at 512 (256 tiles, 17 chunks).
+    CHECK(pde::laplacian3d_x_chunk(1, 128, 128, 128, 132, 128, 8, 32, 4) == 4);
+    CHECK(pde::laplacian3d_x_chunk(1, 256, 256, 256, 132, 128, 8, 32, 4) == 4);
+    CHECK(pde::laplacian3d_x_chunk(1, 512, 512, 512, 132, 128, 8, 32, 4) == 31);
   }
 
   TEST_CASE("laplacian3d: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
