@@ -421,7 +421,8 @@ def torch_embedding_bag(V, D, bags, bag, dtype="float32", dev="cuda"):
 
 
 def main_emb_agg(args):
-    p = subprocess.run([args.emb_agg_bench, "--json"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.run([args.emb_agg_bench, "--json", "--stages"], stdout=subprocess.PIPE,
+                       text=True)
     if p.returncode != 0:
         print(f"{args.emb_agg_bench} failed (exit {p.returncode})", file=sys.stderr)
         return None
@@ -445,6 +446,12 @@ def main_emb_agg(args):
               f" {r['bwd_ms']:.4f} | {r['bwd_det_ms']:.4f} | {r['fill_ms']:.4f} |"
               f" {r['torch_bwd_ms']:.4f} | {r['torch_bwd_ms'] / r['bwd_ms']:.2f}x |"
               f" {r['torch_bwd_ms'] / r['bwd_det_ms']:.2f}x |")
+    for r in results:
+        if r.get("stages"):
+            print(f"deterministic path's kernels, float32, V={r['V']} D={r['D']} "
+                  f"(ms each, CUDA events around each launch): " +
+                  ", ".join(f"{k} {ms:.4f}" for k, ms in r["stages"]) +
+                  f"; sum {sum(ms for _, ms in r['stages']):.4f}")
     return results
 
 

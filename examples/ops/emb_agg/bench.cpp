@@ -8,12 +8,15 @@
 // Medians of CUDA events, beside a gather floor (a device copy moving as many bytes, read
 // + write, as the rows the forward must read, bags x bag x D values) and a fill floor (a
 // zero-fill of the [V, D] gradient, which any dense backward writes).
-//   build/examples/ops/emb_agg/emb_agg_bench [--json | --stages]
-// --stages adds, for float32, the deterministic path's kernels one by one (ms each).
+//   build/examples/ops/emb_agg/emb_agg_bench [--json] [--stages]
+// --stages adds, for float32, the deterministic path's kernels one by one (ms each; in
+// the JSON, a "stages" list of [kernel, ms] in the float32 rows).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_timing.h"
@@ -31,8 +34,11 @@ struct Shape4 {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
-  const bool stages = argc > 1 && std::strcmp(argv[1], "--stages") == 0;
+  bool json = false, stages = false;
+  for (int i = 1; i < argc; ++i) {
+    json = json || std::strcmp(argv[i], "--json") == 0;
+    stages = stages || std::strcmp(argv[i], "--stages") == 0;
+  }
   if (!cuda::is_available()) {
     std::printf("emb_agg bench: no GPU (%s); nothing timed\n", cuda::unavailable_reason().c_str());
     return 0;
@@ -85,27 +91,34 @@ int main(int argc, char** argv) {
       };
       const double bwd_ms = bwd(false), det_ms = bwd(true);
       const char* name = t == DType::Float32 ? "float32" : "bfloat16";
-      if (json)
+      std::vector<std::pair<std::string, double>> profile;
+      if (stages && t == DType::Float32) {
+        deeprec::emb_agg_segment_profile(w, idx, off, g);  // compiles the kernels
+        profile = deeprec::emb_agg_segment_profile(w, idx, off, g);
+      }
+      if (json) {
         std::printf(
             "%s{\"dtype\": \"%s\", \"V\": %lld, \"D\": %lld, \"bags\": %lld, \"bag\": %lld, "
             "\"fwd_ms\": %.6f, \"floor_ms\": %.6f, \"bwd_ms\": %.6f, \"bwd_det_ms\": %.6f, "
-            "\"fill_ms\": %.6f}",
+            "\"fill_ms\": %.6f, \"stages\": [",
             first ? "" : ", ", name, (long long)s.V, (long long)s.D, (long long)s.bags,
             (long long)s.bag, fwd, floor_ms, bwd_ms, det_ms, fill_ms);
-      else
+        for (size_t i = 0; i < profile.size(); ++i)
+          std::printf("%s[\"%s\", %.6f]", i ? ", " : "", profile[i].first.c_str(),
+                      profile[i].second);
+        std::printf("]}");
+      } else {
         std::printf("| %s | %lld | %lld | %lld x %lld | %.4f | %.4f | %.2f | %.4f | %.4f | %.4f |\n",
                     name, (long long)s.V, (long long)s.D, (long long)s.bags, (long long)s.bag, fwd,
                     floor_ms, fwd / floor_ms, bwd_ms, det_ms, fill_ms);
-      first = false;
-      if (stages && t == DType::Float32) {
-        deeprec::emb_agg_segment_profile(w, idx, off, g);  // compiles the kernels
         double total = 0;
-        for (const auto& [name, ms] : deeprec::emb_agg_segment_profile(w, idx, off, g)) {
-          std::printf("    %-36s %.4f ms\n", name.c_str(), ms);
+        for (const auto& [kernel, ms] : profile) {
+          std::printf("    %-36s %.4f ms\n", kernel.c_str(), ms);
           total += ms;
         }
-        std::printf("    %-36s %.4f ms\n", "(sum)", total);
+        if (!profile.empty()) std::printf("    %-36s %.4f ms\n", "(sum)", total);
       }
+      first = false;
     }
   if (json) std::printf("]}\n");
   return 0;

@@ -229,15 +229,22 @@ __device__ __forceinline__ int emb_digit(long long key, int shift) {
   return int((unsigned long long)key >> shift) & (kEmbSortBins - 1);
 }
 
-// One block (any size) a tile.
+// One block (a multiple of 32 threads) a tile. The lanes of a warp with the same digit
+// add their count once, by their lowest lane (a pass over the high bits of small keys
+// has only a few digits, and one shared counter would take every lane's add in turn).
 __global__ void emb_sort_hist(const long long* __restrict__ keys, long long n, int shift,
                               long long* __restrict__ hist, int tiles) {
   __shared__ int count[kEmbSortBins];
   for (int d = threadIdx.x; d < kEmbSortBins; d += blockDim.x) count[d] = 0;
   __syncthreads();
   const long long t0 = (long long)blockIdx.x * kEmbSortTile;
-  for (long long i = t0 + threadIdx.x; i < t0 + kEmbSortTile && i < n; i += blockDim.x)
-    atomicAdd(&count[emb_digit(keys[i], shift)], 1);
+  const int lane = threadIdx.x % 32;
+  for (int k = threadIdx.x; k < kEmbSortTile; k += blockDim.x) {  // the same trips a warp
+    const long long i = t0 + k;
+    const int d = i < n ? emb_digit(keys[i], shift) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, d);
+    if (d >= 0 && (peers & ((1u << lane) - 1u)) == 0u) atomicAdd(&count[d], __popc(peers));
+  }
   __syncthreads();
   for (int d = threadIdx.x; d < kEmbSortBins; d += blockDim.x)
     hist[(long long)d * tiles + blockIdx.x] = count[d];
