@@ -8,8 +8,9 @@
 //   #include "my_kernels.cu"
 //   }
 //   ops_emu::launch({blocks}, {256}, [&] { ops_emu::my_kernel<float>(x, y, n); });
-// __shfl_down_sync, __shfl_sync and __match_any_sync synchronize the whole block, so kernels that shuffle must be launched
-// with one warp a block (32 threads), and all its threads must reach them; atomicAdd takes a global lock.
+// __shfl_down_sync, __shfl_sync and __match_any_sync synchronize the whole block, so kernels that
+// shuffle must be launched with one warp a block (32 threads), and all its threads must reach them;
+// atomicAdd takes a global lock.
 #pragma once
 
 #include <barrier>

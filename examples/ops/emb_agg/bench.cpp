@@ -108,9 +108,10 @@ int main(int argc, char** argv) {
                       profile[i].second);
         std::printf("]}");
       } else {
-        std::printf("| %s | %lld | %lld | %lld x %lld | %.4f | %.4f | %.2f | %.4f | %.4f | %.4f |\n",
-                    name, (long long)s.V, (long long)s.D, (long long)s.bags, (long long)s.bag, fwd,
-                    floor_ms, fwd / floor_ms, bwd_ms, det_ms, fill_ms);
+        std::printf(
+            "| %s | %lld | %lld | %lld x %lld | %.4f | %.4f | %.2f | %.4f | %.4f | %.4f |\n", name,
+            (long long)s.V, (long long)s.D, (long long)s.bags, (long long)s.bag, fwd, floor_ms,
+            fwd / floor_ms, bwd_ms, det_ms, fill_ms);
         double total = 0;
         for (const auto& [kernel, ms] : profile) {
           std::printf("    %-36s %.4f ms\n", kernel.c_str(), ms);

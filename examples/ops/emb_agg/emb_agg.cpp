@@ -32,12 +32,12 @@ struct Geometry {
 Geometry check_inputs(const Tensor& weight, const Tensor& indices, const Tensor& offsets,
                       const std::string& mode, const std::optional<Tensor>& psw,
                       bool include_last_offset) {
-  MT_CHECK(weight.dim() == 2 &&
-               (weight.dtype() == DType::Float32 || weight.dtype() == DType::Float64 ||
-                weight.dtype() == DType::BFloat16),
-           "[deeprec::emb_agg] weight must be a 2-D [num_embeddings, dim] table of float32, "
-           "float64 or bfloat16, got {} of shape {}",
-           weight.dtype(), weight.sizes());
+  MT_CHECK(
+      weight.dim() == 2 && (weight.dtype() == DType::Float32 || weight.dtype() == DType::Float64 ||
+                            weight.dtype() == DType::BFloat16),
+      "[deeprec::emb_agg] weight must be a 2-D [num_embeddings, dim] table of float32, "
+      "float64 or bfloat16, got {} of shape {}",
+      weight.dtype(), weight.sizes());
   MT_CHECK(indices.dim() == 1,
            "[deeprec::emb_agg] indices must be 1-D, with offsets marking where each bag starts; "
            "got shape {}. For a [B, L] batch of bags of L, pass indices.flatten() and offsets "
@@ -160,10 +160,9 @@ Tensor forward_cpu(const Tensor& weight, const Tensor& indices, const Tensor& of
   Tensor out = empty({g.n_bags, g.D}, {.dtype = weight.dtype()});
   auto run = [&](auto* tag, auto acc_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    forward_cpu_loop<T, decltype(acc_tag)>(wc.data_ptr<T>(), ic.data_ptr<int64_t>(),
-                                           oc.data_ptr<int64_t>(),
-                                           g.has_psw ? pc.data_ptr<T>() : nullptr,
-                                           out.data_ptr<T>(), g);
+    forward_cpu_loop<T, decltype(acc_tag)>(
+        wc.data_ptr<T>(), ic.data_ptr<int64_t>(), oc.data_ptr<int64_t>(),
+        g.has_psw ? pc.data_ptr<T>() : nullptr, out.data_ptr<T>(), g);
   };
   if (weight.dtype() == DType::Float32)
     run(static_cast<float*>(nullptr), 0.0f);
@@ -259,9 +258,9 @@ void with_backward_weight(const Tensor& grad, const Tensor& idx, const Tensor& o
                           const Tensor& psw, const Tensor& gw, const Geometry& g, F&& f) {
   const EmbAggKernel which =
       vec4_ok(grad, g) ? EmbAggKernel::BackwardWeightVec4 : EmbAggKernel::BackwardWeight;
-  f(emb_agg_kernel(grad.dtype(), which), bag_config(g), grad, idx, off, g.has_psw ? psw : grad,
-    gw, int(g.n_bags), int(g.n_offsets), int(g.D), (long long)g.n_indices, (long long)g.V,
-    int(g.mean), int(g.has_psw));
+  f(emb_agg_kernel(grad.dtype(), which), bag_config(g), grad, idx, off, g.has_psw ? psw : grad, gw,
+    int(g.n_bags), int(g.n_offsets), int(g.D), (long long)g.n_indices, (long long)g.V, int(g.mean),
+    int(g.has_psw));
 }
 template <typename F>
 void with_backward_psw(const Tensor& grad, const Tensor& w, const Tensor& idx, const Tensor& off,
@@ -311,8 +310,8 @@ void with_backward_segment(const Tensor& grad, const Tensor& idx, const Tensor& 
     seg_start);
   f(emb_agg_kernel(t, vec4_ok(grad, g) ? K::SegReduceVec4 : K::SegReduce),
     jit::LaunchConfig{.grid = jit::grid_for(V, kBagsPerBlock), .block = kBlock}, grad, off,
-    g.has_psw ? psw : grad, vals, bag, seg_start, gw, int(g.n_offsets), int(g.D), n, V,
-    int(g.mean), int(g.has_psw));
+    g.has_psw ? psw : grad, vals, bag, seg_start, gw, int(g.n_offsets), int(g.D), n, V, int(g.mean),
+    int(g.has_psw));
 }
 
 auto launcher() {
@@ -337,10 +336,11 @@ Tensor forward_cuda(const Tensor& weight, const Tensor& indices, const Tensor& o
 // By atomics (emb_agg_backward_weight: zero-fill the [V, D] gradient, then each bag adds
 // its rows; fast, but float addition order varies between runs) unless `deterministic` is
 // set: then the sorted-segment path, whose result is the same bits on every run. bfloat16
-// weights have no atomics of their own here (a float sum rounded at each add would lose
-// the float accumulation): their atomic path adds into a float32 gradient and rounds it
-// to bfloat16 once (a [V, D] float32 temporary); their sorted-segment path sums in float
-// in registers and writes bfloat16 directly.
+// weights always take the sorted-segment path: it sums in float in registers and writes
+// bfloat16 once, where atomics on bfloat16 would round at every add and lose the float
+// accumulation. (Float atomics into a [V, D] float32 temporary, converted at the end, are
+// the other way; on the H200 the segment path took 0.347 ms at V = 1e6, D = 128, about
+// what the float32 atomics plus a conversion pass cost, so that one was not kept.)
 std::tuple<Tensor, Tensor> backward_cuda(const Tensor& grad, const Tensor& weight,
                                          const Tensor& indices, const Tensor& offsets,
                                          const Tensor& psw, const Geometry& g, bool want_weight,
@@ -359,12 +359,6 @@ std::tuple<Tensor, Tensor> backward_cuda(const Tensor& grad, const Tensor& weigh
         const TensorOptions io{.dtype = DType::Int64, .device = weight.device()};
         return fill >= 0 ? full({n}, fill, io) : empty({n}, io);
       });
-    } else if (weight.dtype() == DType::BFloat16) {
-      // Float atomics into a float32 gradient, rounded to bfloat16 once at the end.
-      const DType f = DType::Float32;
-      Tensor gw32 = zeros({g.V, g.D}, {.dtype = f, .device = weight.device()});
-      with_backward_weight(gc.to(f), ic, oc, g.has_psw ? pc.to(f) : pc, gw32, g, launcher());
-      gw = gw32.to(DType::BFloat16);
     } else {
       gw = zeros({g.V, g.D}, opts);
       with_backward_weight(gc, ic, oc, pc, gw, g, launcher());
@@ -385,11 +379,11 @@ Tensor forward_fake(const Tensor& weight, const Tensor& indices, const Tensor& o
 }
 
 auto make_op() {
-  auto op = custom_op(
-      "deeprec::emb_agg", forward_cpu,
-      {.schema = "(Tensor weight, Tensor indices, Tensor offsets, str mode=\"sum\", "
-                 "Tensor? per_sample_weights=None, bool include_last_offset=False, "
-                 "bool deterministic=False) -> Tensor"});
+  auto op =
+      custom_op("deeprec::emb_agg", forward_cpu,
+                {.schema = "(Tensor weight, Tensor indices, Tensor offsets, str mode=\"sum\", "
+                           "Tensor? per_sample_weights=None, bool include_last_offset=False, "
+                           "bool deterministic=False) -> Tensor"});
   op.register_kernel(DeviceType::CUDA, forward_cuda);
   op.register_fake(forward_fake);
   op.register_autograd(
@@ -440,10 +434,10 @@ const OperatorHandle& emb_agg_handle() { return the_op().handle(); }
 
 const jit::UserKernel& emb_agg_kernel(DType dtype, EmbAggKernel which) {
   using K = EmbAggKernel;
-  MT_CHECK(dtype != DType::BFloat16 ||
-               (which != K::BackwardWeight && which != K::BackwardWeightVec4),
-           "[deeprec::emb_agg] the atomic weight gradient has no bfloat16 kernel; bfloat16 takes "
-           "the sorted-segment one");
+  MT_CHECK(
+      dtype != DType::BFloat16 || (which != K::BackwardWeight && which != K::BackwardWeightVec4),
+      "[deeprec::emb_agg] the atomic weight gradient has no bfloat16 kernel; bfloat16 takes "
+      "the sorted-segment one");
   auto make = [](const std::string& name) { return jit::kernel(kEmbAggCu, name); };
   // Per dtype (float, double, bfloat16), in EmbAggKernel's order up to SegInit; the sort's
   // kernels do not depend on it.
@@ -465,14 +459,22 @@ const jit::UserKernel& emb_agg_kernel(DType dtype, EmbAggKernel which) {
                                           make("emb_seg_starts")};
   const int t = dtype == DType::Float64 ? 1 : dtype == DType::BFloat16 ? 2 : 0;
   switch (which) {
-    case K::SegReduce: return per_type[t][5];
-    case K::SegReduceVec4: return per_type[t][6];
-    case K::SegInit: return sort[0];
-    case K::SortHist: return sort[1];
-    case K::SortScan: return sort[2];
-    case K::SortScatter: return sort[3];
-    case K::SegStarts: return sort[4];
-    default: return per_type[t][int(which)];
+    case K::SegReduce:
+      return per_type[t][5];
+    case K::SegReduceVec4:
+      return per_type[t][6];
+    case K::SegInit:
+      return sort[0];
+    case K::SortHist:
+      return sort[1];
+    case K::SortScan:
+      return sort[2];
+    case K::SortScatter:
+      return sort[3];
+    case K::SegStarts:
+      return sort[4];
+    default:
+      return per_type[t][int(which)];
   }
 }
 
@@ -487,13 +489,8 @@ void emb_agg_check_launch(int arch, const Tensor& weight, const Tensor& indices,
   Tensor p = psw_or_empty(psw);
   Tensor out = empty({g.n_bags, g.D}, {.dtype = weight.dtype()});
   with_forward(weight, indices, offsets, p, out, g, check);
-  if (weight.dtype() != DType::BFloat16) {
+  if (weight.dtype() != DType::BFloat16)
     with_backward_weight(out, indices, offsets, p, empty_like(weight), g, check);
-  } else {
-    const DType f = DType::Float32;
-    with_backward_weight(out.to(f), indices, offsets, p.defined() ? p.to(f) : p,
-                         empty(weight.sizes(), {.dtype = f}), g, check);
-  }
   with_backward_segment(out, indices, offsets, p, empty_like(weight), g, check,
                         [](int64_t n, double) { return empty({n}, {.dtype = DType::Int64}); });
   with_backward_psw(out, weight, indices, offsets, empty({g.n_indices}, {.dtype = weight.dtype()}),

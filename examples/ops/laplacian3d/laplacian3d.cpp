@@ -23,7 +23,7 @@ using namespace mt;
 namespace pde {
 namespace {
 
-constexpr int kTileZ = 32, kTileY = 8;  // laplacian3d.cu's tile
+constexpr int kTileZ = 32, kTileY = 8;           // laplacian3d.cu's tile
 constexpr unsigned kStreamZ = 32, kStreamY = 8;  // and its stream kernel's block
 // The stream kernel's x chunks: about 32 blocks a SM (4 waves of 8 resident), at least 4
 // planes a chunk. Chosen from the H200 sweep in docs/scenarios.md (`laplacian3d_bench
@@ -122,19 +122,19 @@ void with_launch(const Tensor& u, const Tensor& out, double h, bool periodic,
       return;
     }
     if (which == Laplacian3dKernel::Stream) {
-      const int64_t zb = (g.z / vec + kStreamZ - 1) / kStreamZ, yb = (g.y + kStreamY - 1) / kStreamY;
-      const int x_chunk = x_chunk_override > 0 ? std::min(x_chunk_override, X)
-                                               : laplacian3d_x_chunk(g.n, g.x, g.y, g.z, sm_count,
-                                                                     kStreamZ * vec, kStreamY,
-                                                                     kStreamBlocksPerSm,
-                                                                     kStreamMinPlanes);
+      const int64_t zb = (g.z / vec + kStreamZ - 1) / kStreamZ,
+                    yb = (g.y + kStreamY - 1) / kStreamY;
+      const int x_chunk = x_chunk_override > 0
+                              ? std::min(x_chunk_override, X)
+                              : laplacian3d_x_chunk(g.n, g.x, g.y, g.z, sm_count, kStreamZ * vec,
+                                                    kStreamY, kStreamBlocksPerSm, kStreamMinPlanes);
       const int64_t blocks = zb * yb * g.n * ((g.x + x_chunk - 1) / x_chunk);
       MT_CHECK(blocks <= kMaxInt,
                "[pde::laplacian3d] a grid of {} needs {} blocks, more than a launch takes (2^31 - "
                "1); split the batch",
                u.sizes(), blocks);
-      f(k, jit::LaunchConfig{.grid = {unsigned(blocks)}, .block = {kStreamZ, kStreamY}}, u, out,
-        X, Y, Z, int(zb), int(yb), x_chunk, inv_h2);
+      f(k, jit::LaunchConfig{.grid = {unsigned(blocks)}, .block = {kStreamZ, kStreamY}}, u, out, X,
+        Y, Z, int(zb), int(yb), x_chunk, inv_h2);
       return;
     }
     const int x_chunk = x_chunk_override > 0 ? std::min(x_chunk_override, X)
@@ -217,7 +217,7 @@ const jit::UserKernel& laplacian3d_kernel(DType dtype, bool periodic, Laplacian3
       {{make("pde_laplacian3d_naive<float, false>"), make("pde_laplacian3d_naive<float, true>")},
        {make("pde_laplacian3d_naive<double, false>"),
         make("pde_laplacian3d_naive<double, true>")}}};
-  const int row = which == Laplacian3dKernel::Stream ? (vector ? 0 : 1)
+  const int row = which == Laplacian3dKernel::Stream  ? (vector ? 0 : 1)
                   : which == Laplacian3dKernel::Tiled ? 2
                                                       : 3;
   return kernels[row][dtype == DType::Float64][periodic];

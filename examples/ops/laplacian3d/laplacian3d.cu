@@ -177,8 +177,8 @@ __global__ void pde_laplacian3d_stream(const T* __restrict__ u, T* __restrict__ 
     for (int j = 0; j < VEC; ++j) {
       const T left = j == 0 ? zm : cur.v[j == 0 ? 0 : j - 1];
       const T right = j == VEC - 1 ? zp : cur.v[j == VEC - 1 ? 0 : j + 1];
-      o.v[j] = (prev.v[j] + next.v[j] + ym.v[j] + yp.v[j] + left + right - T(6) * cur.v[j]) *
-               inv_h2;
+      o.v[j] =
+          (prev.v[j] + next.v[j] + ym.v[j] + yp.v[j] + left + right - T(6) * cur.v[j]) * inv_h2;
     }
     *reinterpret_cast<PdeVec<T, VEC>*>(out + col + x * plane) = o;
     prev = cur;
