@@ -136,7 +136,9 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
              n->name, in_grads.size(), n->inputs.size());
     for (size_t i = 0; i < in_grads.size(); ++i) {
       const auto& slot = n->inputs[i];
-      Tensor g = in_grads[i];
+      // Moved, not copied: a fresh gradient that only in_grads holds can then become .grad
+      // without a clone (accumulate_leaf checks that nothing else references it).
+      Tensor g = std::move(in_grads[i]);
       if (!slot.requires_grad || !g.defined()) continue;
       MT_CHECK(g.sizes() == slot.sizes,
                "[backward] the backward of '{}' returned a gradient of shape {} for input {}, "

@@ -442,3 +442,21 @@ TEST_CASE("autograd: .grad owns contiguous memory, and saved outputs keep their 
   GradcheckResult r = gradgradcheck([&](const std::vector<Tensor>& in) { return mul(op(in[0]), op(in[0])); }, {z});
   CHECK_MESSAGE(r.ok, r.message);
 }
+
+TEST_CASE("autograd: a leaf's fresh gradient from a custom op becomes .grad without a copy") {
+  static const void* made = nullptr;
+  auto op = custom_op("triton_demo::twice_stolen", [](const Tensor& t) { return mul(t, 2.0); });
+  op.register_autograd(
+      [](AutogradContext&, const Tensor& g) {
+        Tensor r = mul(g, 2.0);
+        made = r.data_ptr();
+        return r;
+      },
+      [](AutogradContext&, const Tensor&, const Tensor&) {});
+  Tensor x = randn({1000});
+  x.requires_grad_();
+  backward(sum(op(x)));
+  CHECK(x.grad().data_ptr() == made);  // the backward's own tensor, not a clone of it
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(1000, 2.0f));
+}
+

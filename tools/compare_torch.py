@@ -34,7 +34,7 @@ against torch's forms of the same 7-point stencil, timed in the same run with do
 (F.pad, zero or circular); prints ms, GB/s, % of a copy of the same bytes and the ratio
 torch / minitensor (> 1 means minitensor is faster).
 
-And deeprec::emb_agg (examples/ops/emb_agg/emb_agg_bench --json: float32, mode sum, V=1e6
+And deeprec::emb_agg (examples/ops/emb_agg/emb_agg_bench --json: float32 and bfloat16, mode sum, V=1e6
 D=128 4096 bags of 50 and V=1e5 D=64 65536 bags of 20) against F.embedding_bag forward and
 backward (dense weight gradient) at the same shapes.
 
@@ -402,12 +402,12 @@ def torch_laplacian_forms(n, dev="cuda"):
     return out
 
 
-def torch_embedding_bag(V, D, bags, bag, dev="cuda"):
+def torch_embedding_bag(V, D, bags, bag, dtype="float32", dev="cuda"):
     """do_bench medians (ms) of F.embedding_bag (sum) forward and backward (dense grad)."""
-    w = torch.randn(V, D, device=dev, requires_grad=True)
+    w = torch.randn(V, D, device=dev).to(getattr(torch, dtype)).requires_grad_()
     idx = torch.randint(0, V, (bags * bag,), device=dev)
     off = torch.arange(0, bags * bag, bag, device=dev)
-    g = torch.randn(bags, D, device=dev)
+    g = torch.randn(bags, D, device=dev).to(w.dtype)
     fwd = do_bench(lambda: F.embedding_bag(idx, w, off, mode="sum"), return_mode="median")
 
     def step():
@@ -421,26 +421,37 @@ def torch_embedding_bag(V, D, bags, bag, dev="cuda"):
 
 
 def main_emb_agg(args):
-    p = subprocess.run([args.emb_agg_bench, "--json"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.run([args.emb_agg_bench, "--json", "--stages"], stdout=subprocess.PIPE,
+                       text=True)
     if p.returncode != 0:
         print(f"{args.emb_agg_bench} failed (exit {p.returncode})", file=sys.stderr)
         return None
     mt = json.loads(p.stdout)
     results = []
     for r in mt["rows"]:
-        t = torch_embedding_bag(r["V"], r["D"], r["bags"], r["bag"])
+        t = torch_embedding_bag(r["V"], r["D"], r["bags"], r["bag"], r.get("dtype", "float32"))
         results.append({**r, "torch_fwd_ms": t["fwd"], "torch_bwd_ms": t["bwd"]})
     print()
-    print(f"deeprec::emb_agg (float32, sum) on {torch.cuda.get_device_name()}, medians in ms "
-          f"(backward = forward + backward less the forward; ratio = torch / minitensor)")
-    print("| V | D | bags x bag | mt fwd | gather floor | mt/floor | torch fwd | torch/mt |"
-          " mt bwd | torch bwd | torch/mt |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"deeprec::emb_agg (sum) on {torch.cuda.get_device_name()}, medians in ms "
+          f"(backward = forward + backward less the forward; det = deterministic=true, the "
+          f"sorted-segment path, which bfloat16 always takes; fill = zero-fill of the [V, D] "
+          f"gradient; ratio = torch / minitensor)")
+    print("| dtype | V | D | bags x bag | mt fwd | gather floor | mt/floor | torch fwd | torch/mt |"
+          " mt bwd | mt bwd det | fill | torch bwd | torch/mt bwd | torch/mt det |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['V']} | {r['D']} | {r['bags']} x {r['bag']} | {r['fwd_ms']:.4f} |"
-              f" {r['floor_ms']:.4f} | {r['fwd_ms'] / r['floor_ms']:.2f}x |"
+        print(f"| {r.get('dtype', 'float32')} | {r['V']} | {r['D']} | {r['bags']} x {r['bag']} |"
+              f" {r['fwd_ms']:.4f} | {r['floor_ms']:.4f} | {r['fwd_ms'] / r['floor_ms']:.2f}x |"
               f" {r['torch_fwd_ms']:.4f} | {r['torch_fwd_ms'] / r['fwd_ms']:.2f}x |"
-              f" {r['bwd_ms']:.4f} | {r['torch_bwd_ms']:.4f} | {r['torch_bwd_ms'] / r['bwd_ms']:.2f}x |")
+              f" {r['bwd_ms']:.4f} | {r['bwd_det_ms']:.4f} | {r['fill_ms']:.4f} |"
+              f" {r['torch_bwd_ms']:.4f} | {r['torch_bwd_ms'] / r['bwd_ms']:.2f}x |"
+              f" {r['torch_bwd_ms'] / r['bwd_det_ms']:.2f}x |")
+    for r in results:
+        if r.get("stages"):
+            print(f"deterministic path's kernels, float32, V={r['V']} D={r['D']} "
+                  f"(ms each, CUDA events around each launch): " +
+                  ", ".join(f"{k} {ms:.4f}" for k, ms in r["stages"]) +
+                  f"; sum {sum(ms for _, ms in r['stages']):.4f}")
     return results
 
 
@@ -464,16 +475,17 @@ def main_scenarios(args):
     print(f"pde::laplacian3d (float32, one N^3 grid) on {torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, medians in ms (ratio = torch / minitensor op, > 1 means "
           f"minitensor is faster)")
-    print("| N | mt op ms | GB/s | mt % of copy | mt periodic ms | mt naive ms | copy ms |"
-          " torch conv3d ms | conv3d/mt | torch sliced ms | sliced/mt | torch sliced periodic ms |"
-          " periodic/mt periodic |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| N | mt op ms | GB/s | mt % of copy | mt periodic ms | mt x-chunk 1 ms | mt tiled ms |"
+          " mt naive ms | copy ms | torch conv3d ms | conv3d/mt | torch sliced ms | sliced/mt |"
+          " torch sliced periodic ms | periodic/mt periodic |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         n, mm, t = r["n"], r["mt"], r["torch"]
         op, per, naive = mm.get("op zero"), mm.get("op periodic"), mm.get("naive zero")
         gbs = 2 * n ** 3 * 4 / (op * 1e6)
+        x1, tiled = mm.get("stream x1 zero", float("nan")), mm.get("tiled zero", float("nan"))
         print(f"| {n} | {op:.4f} | {gbs:.0f} | {100 * r['mt_copy'] / op:.0f}% | {per:.4f} |"
-              f" {naive:.4f} | {r['mt_copy']:.4f} | {t['conv3d']:.4f} | {t['conv3d'] / op:.1f}x |"
+              f" {x1:.4f} | {tiled:.4f} | {naive:.4f} | {r['mt_copy']:.4f} | {t['conv3d']:.4f} | {t['conv3d'] / op:.1f}x |"
               f" {t['sliced']:.4f} | {t['sliced'] / op:.1f}x | {t['sliced_periodic']:.4f} |"
               f" {t['sliced_periodic'] / per:.1f}x |")
     copies = ", ".join(f"N={r['n']}: {r['torch']['copy']:.4f} ms" for r in results)

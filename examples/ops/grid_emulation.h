@@ -8,8 +8,9 @@
 //   #include "my_kernels.cu"
 //   }
 //   ops_emu::launch({blocks}, {256}, [&] { ops_emu::my_kernel<float>(x, y, n); });
-// __shfl_down_sync synchronizes the whole block, so kernels that shuffle must be launched
-// with one warp a block (32 threads); atomicAdd takes a global lock.
+// __shfl_down_sync, __shfl_sync and __match_any_sync synchronize the whole block, so kernels that
+// shuffle must be launched with one warp a block (32 threads), and all its threads must reach them;
+// atomicAdd takes a global lock.
 #pragma once
 
 #include <barrier>
@@ -47,6 +48,31 @@ T __shfl_down_sync(unsigned, T v, int offset) {
   sync_block();
   return got;
 }
+
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane) {
+  static T slots[1024];
+  slots[threadIdx.x] = v;
+  sync_block();
+  const T got = slots[threadIdx.x - threadIdx.x % 32 + unsigned(src_lane) % 32];
+  sync_block();
+  return got;
+}
+
+// The lanes of the caller's warp whose v equals its own, as a bit mask.
+template <typename T>
+unsigned __match_any_sync(unsigned, T v) {
+  static T slots[1024];
+  slots[threadIdx.x] = v;
+  sync_block();
+  const unsigned warp0 = threadIdx.x - threadIdx.x % 32;
+  unsigned mask = 0;
+  for (unsigned j = 0; j < 32 && warp0 + j < blockDim.x * blockDim.y * blockDim.z; ++j)
+    if (slots[warp0 + j] == v) mask |= 1u << j;
+  sync_block();
+  return mask;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 template <typename F>
 void launch(Dim grid, Dim block, F kernel) {

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Times pde::laplacian3d on cuda:0 (float32, one N^3 grid, N = 128, 256, 512): the op
-// (tiled kernel, both boundaries) and the naive kernel, medians of CUDA events, with GB/s
-// (one read and one write of the grid) and the share of a device copy of the same bytes.
-//   build/examples/ops/laplacian3d/laplacian3d_bench [--json] [--sizes 128,256]
-// --json prints one JSON object instead of the table (tools/compare_torch.py --scenarios).
+// (the stream kernel, both boundaries), the stream kernel with x chunks of one plane, the
+// tiled (2.5-D, shared-memory) kernel the op used before and the naive kernel, medians of
+// CUDA events, with GB/s (one read and one write of the grid) and the share of a device
+// copy of the same bytes.
+//   build/examples/ops/laplacian3d/laplacian3d_bench [--json] [--sizes 128,256] [--sweep]
+// --json prints one JSON object instead of the table (tools/compare_torch.py --scenarios);
+// --sweep adds the stream kernel with x chunks of 2 to 256 planes (the op picks its own).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -28,11 +31,13 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool json = false;
+  bool json = false, sweep = false;
   std::vector<int64_t> sizes = {128, 256, 512};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
     } else if (std::strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
       sizes.clear();
       for (char* s = argv[++i]; *s;) {
@@ -40,7 +45,7 @@ int main(int argc, char** argv) {
         if (*s == ',') ++s;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--json] [--sizes 128,256,512]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json] [--sizes 128,256,512] [--sweep]\n", argv[0]);
       return 2;
     }
   }
@@ -60,6 +65,18 @@ int main(int argc, char** argv) {
         {n, "op zero", median_ms([&] { pde::laplacian3d(u, 1.0, "zero"); }, reps), copy_ms});
     rows.push_back({n, "op periodic",
                     median_ms([&] { pde::laplacian3d(u, 1.0, "periodic"); }, reps), copy_ms});
+    using K = pde::Laplacian3dKernel;
+    rows.push_back({n, "stream x1 zero",
+                    median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, K::Stream, 1); }, reps),
+                    copy_ms});
+    for (int chunk = 2; sweep && chunk <= 256 && chunk <= n; chunk *= 2)
+      rows.push_back(
+          {n, "stream x" + std::to_string(chunk) + " zero",
+           median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, K::Stream, chunk); }, reps),
+           copy_ms});
+    rows.push_back({n, "tiled zero",
+                    median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, K::Tiled); }, reps),
+                    copy_ms});
     rows.push_back(
         {n, "naive zero",
          median_ms([&] { pde::laplacian3d_cuda(u, 1.0, false, pde::Laplacian3dKernel::Naive); },

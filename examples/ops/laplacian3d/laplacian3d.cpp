@@ -23,7 +23,13 @@ using namespace mt;
 namespace pde {
 namespace {
 
-constexpr int kTileZ = 32, kTileY = 8;  // laplacian3d.cu's tile
+constexpr int kTileZ = 32, kTileY = 8;           // laplacian3d.cu's tile
+constexpr unsigned kStreamZ = 32, kStreamY = 8;  // and its stream kernel's block
+// The stream kernel's x chunks: about 32 blocks a SM (4 waves of 8 resident), at least 4
+// planes a chunk. Chosen from the H200 sweep in docs/scenarios.md (`laplacian3d_bench
+// --sweep`): 4 planes were fastest at N = 128 and 256 and within 3% of the best at 512, and
+// one plane (no reuse along x) was 10 to 20% slower.
+constexpr int kStreamBlocksPerSm = 32, kStreamMinPlanes = 4;
 
 struct Grid {
   int64_t n = 1, x = 0, y = 0, z = 0;
@@ -101,12 +107,13 @@ Tensor laplacian_cpu(const Tensor& u, double h, const std::string& boundary) {
 // launch and the GPU-less argument check go through the same code.
 template <typename F>
 void with_launch(const Tensor& u, const Tensor& out, double h, bool periodic,
-                 Laplacian3dKernel which, int sm_count, F&& f) {
+                 Laplacian3dKernel which, int sm_count, int x_chunk_override, F&& f) {
   const Grid g = grid_of(u);
   constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
   MT_CHECK(g.x <= kMaxInt && g.y <= kMaxInt && g.z <= kMaxInt,
            "[pde::laplacian3d] grid sides must be below 2^31, got {}", u.sizes());
-  const jit::UserKernel& k = laplacian3d_kernel(u.dtype(), periodic, which);
+  const int vec = laplacian3d_vec(u);
+  const jit::UserKernel& k = laplacian3d_kernel(u.dtype(), periodic, which, vec > 1);
   const int X = int(g.x), Y = int(g.y), Z = int(g.z);
   auto go = [&](auto inv_h2) {
     if (which == Laplacian3dKernel::Naive) {
@@ -114,7 +121,24 @@ void with_launch(const Tensor& u, const Tensor& out, double h, bool periodic,
       f(k, jit::LaunchConfig{.grid = jit::grid_for(total)}, u, out, total, X, Y, Z, inv_h2);
       return;
     }
-    const int x_chunk = laplacian3d_x_chunk(g.n, g.x, g.y, g.z, sm_count);
+    if (which == Laplacian3dKernel::Stream) {
+      const int64_t zb = (g.z / vec + kStreamZ - 1) / kStreamZ,
+                    yb = (g.y + kStreamY - 1) / kStreamY;
+      const int x_chunk = x_chunk_override > 0
+                              ? std::min(x_chunk_override, X)
+                              : laplacian3d_x_chunk(g.n, g.x, g.y, g.z, sm_count, kStreamZ * vec,
+                                                    kStreamY, kStreamBlocksPerSm, kStreamMinPlanes);
+      const int64_t blocks = zb * yb * g.n * ((g.x + x_chunk - 1) / x_chunk);
+      MT_CHECK(blocks <= kMaxInt,
+               "[pde::laplacian3d] a grid of {} needs {} blocks, more than a launch takes (2^31 - "
+               "1); split the batch",
+               u.sizes(), blocks);
+      f(k, jit::LaunchConfig{.grid = {unsigned(blocks)}, .block = {kStreamZ, kStreamY}}, u, out, X,
+        Y, Z, int(zb), int(yb), x_chunk, inv_h2);
+      return;
+    }
+    const int x_chunk = x_chunk_override > 0 ? std::min(x_chunk_override, X)
+                                             : laplacian3d_x_chunk(g.n, g.x, g.y, g.z, sm_count);
     const int64_t chunks = (g.x + x_chunk - 1) / x_chunk;
     const int64_t gy = (g.y + kTileY - 1) / kTileY, gz = g.n * chunks;
     MT_CHECK(gy <= 65535 && gz <= 65535,
@@ -175,34 +199,54 @@ Tensor laplacian3d(const Tensor& u, double h, const std::string& boundary) {
 
 const OperatorHandle& laplacian3d_handle() { return the_op().handle(); }
 
-const jit::UserKernel& laplacian3d_kernel(DType dtype, bool periodic, Laplacian3dKernel which) {
+const jit::UserKernel& laplacian3d_kernel(DType dtype, bool periodic, Laplacian3dKernel which,
+                                          bool vector) {
   auto make = [](const char* name) { return jit::kernel(kLaplacian3dCu, name); };
-  // [tiled, naive][float, double][zero, periodic]
-  static const jit::UserKernel kernels[2][2][2] = {
+  // [stream 16-byte, stream scalar, tiled, naive][float, double][zero, periodic]
+  static const jit::UserKernel kernels[4][2][2] = {
+      {{make("pde_laplacian3d_stream<float, false, 4>"),
+        make("pde_laplacian3d_stream<float, true, 4>")},
+       {make("pde_laplacian3d_stream<double, false, 2>"),
+        make("pde_laplacian3d_stream<double, true, 2>")}},
+      {{make("pde_laplacian3d_stream<float, false, 1>"),
+        make("pde_laplacian3d_stream<float, true, 1>")},
+       {make("pde_laplacian3d_stream<double, false, 1>"),
+        make("pde_laplacian3d_stream<double, true, 1>")}},
       {{make("pde_laplacian3d_tiled<float, false>"), make("pde_laplacian3d_tiled<float, true>")},
        {make("pde_laplacian3d_tiled<double, false>"), make("pde_laplacian3d_tiled<double, true>")}},
       {{make("pde_laplacian3d_naive<float, false>"), make("pde_laplacian3d_naive<float, true>")},
        {make("pde_laplacian3d_naive<double, false>"),
         make("pde_laplacian3d_naive<double, true>")}}};
-  return kernels[which == Laplacian3dKernel::Naive][dtype == DType::Float64][periodic];
+  const int row = which == Laplacian3dKernel::Stream  ? (vector ? 0 : 1)
+                  : which == Laplacian3dKernel::Tiled ? 2
+                                                      : 3;
+  return kernels[row][dtype == DType::Float64][periodic];
 }
 
-int laplacian3d_x_chunk(int64_t n_batch, int64_t X, int64_t Y, int64_t Z, int sm_count) {
-  // Enough blocks for 8 resident a SM (256 threads each); chunks of at least 8 planes.
-  const int64_t tiles = ((Z + kTileZ - 1) / kTileZ) * ((Y + kTileY - 1) / kTileY) * n_batch;
-  const int64_t want = int64_t(sm_count) * 8;
+int laplacian3d_vec(const Tensor& u) {
+  const int v = u.dtype() == DType::Float64 ? 2 : 4;
+  const int64_t Z = u.dim() > 0 ? u.sizes()[size_t(u.dim() - 1)] : 0;
+  return Z % v == 0 && u.storage_offset() % v == 0 ? v : 1;
+}
+
+int laplacian3d_x_chunk(int64_t n_batch, int64_t X, int64_t Y, int64_t Z, int sm_count,
+                        int64_t tile_z, int64_t tile_y, int blocks_per_sm, int min_planes) {
+  // Enough blocks for blocks_per_sm a SM (256 threads each); chunks of at least min_planes.
+  const int64_t tiles = ((Z + tile_z - 1) / tile_z) * ((Y + tile_y - 1) / tile_y) * n_batch;
+  const int64_t want = int64_t(sm_count) * blocks_per_sm;
   int64_t chunks = tiles >= want ? 1 : (want + tiles - 1) / tiles;
-  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, X / 8));
+  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, X / min_planes));
   chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, 65535 / std::max<int64_t>(1, n_batch)));
   return int(std::max<int64_t>(1, (X + chunks - 1) / chunks));
 }
 
-Tensor laplacian3d_cuda(const Tensor& u, double h, bool periodic, Laplacian3dKernel which) {
+Tensor laplacian3d_cuda(const Tensor& u, double h, bool periodic, Laplacian3dKernel which,
+                        int x_chunk) {
   Tensor uc = u.contiguous();  // the kernels index u[i]
   Tensor out = empty_like(uc);
   if (uc.numel() == 0) return out;
   const int device = u.device().index;
-  with_launch(uc, out, h, periodic, which, cuda::device_props(device).sm_count,
+  with_launch(uc, out, h, periodic, which, cuda::device_props(device).sm_count, x_chunk,
               [](const jit::UserKernel& k, const jit::LaunchConfig& c, const auto&... args) {
                 k.launch(c, args...);
               });
@@ -212,7 +256,7 @@ Tensor laplacian3d_cuda(const Tensor& u, double h, bool periodic, Laplacian3dKer
 void laplacian3d_check_launch(int arch, const Tensor& u, double h, bool periodic,
                               Laplacian3dKernel which) {
   Tensor out = empty_like(u);
-  with_launch(u, out, h, periodic, which, /*sm_count=*/132,
+  with_launch(u, out, h, periodic, which, /*sm_count=*/132, /*x_chunk=*/0,
               [arch](const jit::UserKernel& k, const jit::LaunchConfig&, const auto&... args) {
                 k.check_args(arch, args...);
               });

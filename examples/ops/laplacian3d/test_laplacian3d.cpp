@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,30 @@ Tensor emulate(const Tensor& u, double h, bool periodic, pde::Laplacian3dKernel 
       lap_emu::launch({blocks}, {64}, [&] {
         periodic ? lap_emu::pde_laplacian3d_naive<T, true>(in, o, total, X, Y, Z, inv_h2)
                  : lap_emu::pde_laplacian3d_naive<T, false>(in, o, total, X, Y, Z, inv_h2);
+      });
+      return;
+    }
+    if (which == pde::Laplacian3dKernel::Stream) {
+      // A small GPU's worth of SMs, so the x axis is cut into several chunks.
+      const int vec = pde::laplacian3d_vec(uc);
+      const int zb = (Z / vec + lap_emu::kStreamBlockZ - 1) / lap_emu::kStreamBlockZ;
+      const int yb = (Y + lap_emu::kStreamBlockY - 1) / lap_emu::kStreamBlockY;
+      const int x_chunk = pde::laplacian3d_x_chunk(N, X, Y, Z, 2, lap_emu::kStreamBlockZ * vec,
+                                                   lap_emu::kStreamBlockY, 32, 4);
+      const unsigned blocks = unsigned(zb * yb * N * ((X + x_chunk - 1) / x_chunk));
+      const lap_emu::Dim block{unsigned(lap_emu::kStreamBlockZ), unsigned(lap_emu::kStreamBlockY)};
+      lap_emu::launch({blocks}, block, [&] {
+        constexpr int V = sizeof(T) == 4 ? 4 : 2;
+        if (vec == 1)
+          periodic ? lap_emu::pde_laplacian3d_stream<T, true, 1>(in, o, X, Y, Z, zb, yb, x_chunk,
+                                                                 inv_h2)
+                   : lap_emu::pde_laplacian3d_stream<T, false, 1>(in, o, X, Y, Z, zb, yb, x_chunk,
+                                                                  inv_h2);
+        else
+          periodic ? lap_emu::pde_laplacian3d_stream<T, true, V>(in, o, X, Y, Z, zb, yb, x_chunk,
+                                                                 inv_h2)
+                   : lap_emu::pde_laplacian3d_stream<T, false, V>(in, o, X, Y, Z, zb, yb, x_chunk,
+                                                                  inv_h2);
       });
       return;
     }
@@ -223,13 +248,17 @@ TEST_SUITE("pde::laplacian3d") {
 
   TEST_CASE("laplacian3d: the CUDA kernels compute the reference under a CPU emulation") {
     manual_seed(15);
-    for (auto which : {pde::Laplacian3dKernel::Tiled, pde::Laplacian3dKernel::Naive})
+    using K = pde::Laplacian3dKernel;
+    for (auto which : {K::Stream, K::Tiled, K::Naive})
       for (const char* boundary : {"zero", "periodic"})
-        for (const Shape& s : {Shape{2, 19, 11, 37}, Shape{1, 1, 1}, Shape{3, 1, 9}}) {
+        // Z = 37 and 9: Stream's scalar path; Z = 12 and 2: its 16-byte one (4 and 1 vectors
+        // a row in float64); Y = 11 and 9 leave partial blocks.
+        for (const Shape& s : {Shape{2, 19, 11, 37}, Shape{1, 1, 1}, Shape{3, 1, 9},
+                               Shape{2, 5, 9, 12}, Shape{3, 2, 2}}) {
           const bool periodic = std::string(boundary) == "periodic";
           CAPTURE(s);
           CAPTURE(boundary);
-          CAPTURE(which == pde::Laplacian3dKernel::Naive);
+          CAPTURE(int(which));
           Tensor u = randn(s, {.dtype = DType::Float64});
           CHECK(max_diff64(emulate(u, 0.5, periodic, which), reference(u, 0.5, periodic)) < 1e-12);
         }
@@ -238,6 +267,14 @@ TEST_SUITE("pde::laplacian3d") {
     Tensor u = randn({2, 19, 11, 37});
     Tensor tiled = emulate(u, 1.0, false, pde::Laplacian3dKernel::Tiled);
     CHECK(max_diff64(tiled, reference(u, 1.0, false)) < 1e-4);
+    // float32 with 16-byte vectors (Z = 16) over several x chunks, both boundaries.
+    Tensor v = randn({1, 24, 9, 16});
+    CHECK(pde::laplacian3d_vec(v) == 4);
+    CHECK(pde::laplacian3d_vec(v.to(DType::Float64)) == 2);
+    CHECK(pde::laplacian3d_vec(randn({3, 3, 6})) == 1);
+    for (bool periodic : {false, true})
+      CHECK(max_diff64(emulate(v, 1.0, periodic, pde::Laplacian3dKernel::Stream),
+                       reference(v, 1.0, periodic)) < 1e-4);
   }
 
   TEST_CASE("laplacian3d: x chunks fill the GPU without cutting planes thinner than 8") {
@@ -248,29 +285,39 @@ TEST_SUITE("pde::laplacian3d") {
     CHECK(pde::laplacian3d_x_chunk(64, 64, 64, 64, 132) == 32);
     CHECK(pde::laplacian3d_x_chunk(128, 64, 64, 64, 132) == 64);
     CHECK(pde::laplacian3d_x_chunk(1, 3, 3, 3, 132) == 3);
+    // The stream kernel's (128 x 8 points a block in float32, 32 blocks a SM, 4 planes):
+    // 4 planes at N = 128 and 256, 31 at 512 (256 tiles, 17 chunks).
+    CHECK(pde::laplacian3d_x_chunk(1, 128, 128, 128, 132, 128, 8, 32, 4) == 4);
+    CHECK(pde::laplacian3d_x_chunk(1, 256, 256, 256, 132, 128, 8, 32, 4) == 4);
+    CHECK(pde::laplacian3d_x_chunk(1, 512, 512, 512, 132, 128, 8, 32, 4) == 31);
   }
 
   TEST_CASE("laplacian3d: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
+    using K = pde::Laplacian3dKernel;
     for (int arch : {80, 90})
-      for (auto which : {pde::Laplacian3dKernel::Tiled, pde::Laplacian3dKernel::Naive})
+      for (auto [which, vector] : {std::pair{K::Stream, true}, std::pair{K::Stream, false},
+                                   std::pair{K::Tiled, true}, std::pair{K::Naive, true}})
         for (DType t : {DType::Float32, DType::Float64})
           for (bool periodic : {false, true}) {
             CAPTURE(arch);
             CAPTURE(t);
             CAPTURE(periodic);
-            const auto& k = pde::laplacian3d_kernel(t, periodic, which);
+            CAPTURE(int(which));
+            const auto& k = pde::laplacian3d_kernel(t, periodic, which, vector);
             const auto params = k.parameters(arch);
             REQUIRE(params.known);
-            CHECK(params.types.size() == 7);
+            CHECK(params.types.size() == (which == K::Stream ? 9u : 7u));
             const std::string scalar = t == DType::Float32 ? "float" : "double";
             CHECK(params.types[0] == scalar + " const*");
             CHECK(params.types[1] == scalar + "*");
             CHECK_NOTHROW(pde::laplacian3d_check_launch(arch, empty({2, 8, 9, 10}, {.dtype = t}),
                                                         0.5, periodic, which));
+            CHECK_NOTHROW(pde::laplacian3d_check_launch(arch, empty({2, 8, 9, 12}, {.dtype = t}),
+                                                        0.5, periodic, which));
           }
     // The check is not vacuous: a float64 tensor for the float kernel is refused.
-    const auto& k = pde::laplacian3d_kernel(DType::Float32, false);
+    const auto& k = pde::laplacian3d_kernel(DType::Float32, false, pde::Laplacian3dKernel::Tiled);
     Tensor d = empty({4, 4, 4}, {.dtype = DType::Float64});
     CHECK(error_of([&] { k.check_args(90, d, d, 4, 4, 4, 4, 1.0f); }).starts_with(
         "[jit] pde_laplacian3d_tiled<float, false>: argument 1 is a Tensor (float64, cpu)"));
@@ -278,12 +325,13 @@ TEST_SUITE("pde::laplacian3d") {
 
   // --------------------------------------------------------------------------- on cuda:0
 
-  TEST_CASE("laplacian3d (gpu): tiled and naive kernels match the reference on cuda:0" *
+  TEST_CASE("laplacian3d (gpu): stream, tiled and naive kernels match the reference on cuda:0" *
             doctest::skip(no_gpu())) {
     manual_seed(16);
     const Device gpu("cuda:0");
     for (const Shape& s : {Shape{2, 19, 11, 37}, Shape{1, 1, 1}, Shape{64, 64, 64},
-                           Shape{1, 40, 33, 130}, Shape{3, 2, 1, 5}})
+                           Shape{1, 40, 33, 130}, Shape{3, 2, 1, 5},
+                           Shape{2, 17, 9, 132}})
       for (const char* boundary : {"zero", "periodic"})
         for (DType t : {DType::Float32, DType::Float64}) {
           CAPTURE(s);
@@ -297,8 +345,13 @@ TEST_SUITE("pde::laplacian3d") {
           Tensor y = pde::laplacian3d(ug, 0.25, boundary);
           CHECK(y.device() == gpu);
           CHECK(max_diff64(y, want) < tol);
-          CHECK(max_diff64(pde::laplacian3d_cuda(ug, 0.25, periodic, pde::Laplacian3dKernel::Naive),
-                           want) < tol);
+          for (auto which : {pde::Laplacian3dKernel::Tiled, pde::Laplacian3dKernel::Naive})
+            CHECK(max_diff64(pde::laplacian3d_cuda(ug, 0.25, periodic, which), want) < tol);
+          // x chunks of 1 plane and of the whole axis.
+          for (int chunk : {1, 1 << 30})
+            CHECK(max_diff64(pde::laplacian3d_cuda(ug, 0.25, periodic,
+                                                   pde::Laplacian3dKernel::Stream, chunk),
+                             want) < tol);
         }
     // A permuted view is made contiguous before the launch.
     Tensor v = randn({5, 6, 7}, {.dtype = DType::Float64});
