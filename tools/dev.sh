@@ -150,6 +150,9 @@ if [ $sanitize -eq 1 ]; then
   # -O1, as the ASan docs advise: every check stays, and the build (CI's longest step)
   # takes about a third less time than at -O2.
   build_opts+=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1)
+  # Its own prefix inside it: its embedding tests then install there for real (the plain
+  # build's install into a DESTDIR), so CI tests both kinds of install (tests/embed).
+  build_opts+=("--prefix=$(pwd -P)/$builddir/prefix")
 fi
 if [ $tsan -eq 1 ]; then
   [ $sanitize -eq 0 ] || { echo "dev.sh: --tsan and --sanitize are separate builds; pick one" >&2; exit 2; }
