@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/elementwise_table.h"
 #include "runtime/tensor.h"
 
 namespace mt {
@@ -20,18 +21,22 @@ Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
-Tensor abs(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor relu(const Tensor& x);
-// x * Phi(x) in the tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-Tensor gelu(const Tensor& x);
-Tensor silu(const Tensor& x);
+
+// The unary elementwise ops: Tensor mt::NAME(const Tensor& x) for each Unary row of
+// MT_ELEMENTWISE_OPS in kernels/elementwise_table.h (mt::neg, mt::exp, mt::sigmoid,
+// mt::gelu, ...; the row's CPU functor is what it computes). `minitensor ops --namespace mt`
+// lists them all with their schemas. Float-valued ones give float32 for integer inputs.
+#define MT_EW_PUBLIC_Unary(name) Tensor name(const Tensor& x);
+#define MT_EW_PUBLIC_Scalar(name)  // the scalar forms: add(x, double) and so on, above
+#define MT_EW_PUBLIC_Binary(name)  // add(a, b, alpha) and so on, above
+#define MT_EW_PUBLIC(Id, name, arity, ...) MT_EW_PUBLIC_##arity(name)
+MT_ELEMENTWISE_OPS(MT_EW_PUBLIC)
+#undef MT_EW_PUBLIC
+#undef MT_EW_PUBLIC_Binary
+#undef MT_EW_PUBLIC_Scalar
+#undef MT_EW_PUBLIC_Unary
+
 // The fused SiLU gradient: grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.
 Tensor silu_backward(const Tensor& grad, const Tensor& x);
 
@@ -76,9 +81,4 @@ inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
 
-}  // namespace mt
-
-namespace mt {
-// -1, 0 or 1 elementwise (NaN stays NaN), in x's dtype; its gradient is 0.
-Tensor sign(const Tensor& x);
 }  // namespace mt

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
 #include "tests/helpers.h"

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kernels/cuda/layout.h"
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/gpu/names.h"
 #include "kernels/gpu/silu.h"
 #include "runtime/tensor.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "minitensor.h"
 #include "runtime/view.h"
 #include "tests/helpers.h"

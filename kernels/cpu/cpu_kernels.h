@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "runtime/tensor.h"
 
 namespace mt::cpu {

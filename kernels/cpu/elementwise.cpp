@@ -9,7 +9,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/vec_exp.h"
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 
 namespace mt::cpu {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/jit/builtin.h"
 #include "runtime/dtype.h"
 

@@ -5,7 +5,7 @@
 #include <source_location>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"

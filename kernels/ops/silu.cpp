@@ -85,10 +85,8 @@ void register_silu() {
 
 }  // namespace ops
 
-Tensor silu(const Tensor& x) {
-  MT_BUILTIN_OP("mt::silu", Tensor(const Tensor&));
-  return op(x);
-}
+// mt::silu itself, the public function, comes from its row of the elementwise table, as
+// every unary row's does (kernels/ops/unary.cpp).
 
 Tensor silu_backward(const Tensor& grad, const Tensor& x) {
   MT_BUILTIN_OP("mt::silu_backward", Tensor(const Tensor&, const Tensor&));

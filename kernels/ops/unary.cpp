@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: MIT
-// The elementwise unary ops: each a row of kernels/elementwise_table.h (mt::neg, exp, log,
-// sqrt, abs, sign, sigmoid, tanh, relu, gelu) registered here with its backward, and
-// mt::pow (scalar exponent). Float-valued ops give float32 for int64/bool inputs (as
-// PyTorch); the kKeepDtype rows keep the dtype. Backwards are dispatched ops, so they
-// differentiate again.
+// The elementwise unary ops: each Unary row of kernels/elementwise_table.h (mt::neg, exp,
+// ..., gelu) registered here with its backward, and given its public function; and mt::pow
+// (scalar exponent). mt::silu, a row with kernels of its own, registers in silu.cpp. Float-
+// valued ops give float32 for int64/bool inputs (as PyTorch); the kKeepDtype rows keep the
+// dtype. Backwards are dispatched ops, so they differentiate again.
 #include <cmath>
 #include <source_location>
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/elementwise_table.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
@@ -151,18 +151,23 @@ void register_unary() {
 
 }  // namespace ops
 
+// The public functions of the table's Unary rows (declared in kernels/ops.h from the same
+// rows), mt::silu's included: each calls its op through a typed handle found once.
 using UnaryFn = Tensor(const Tensor&);
+#define MT_EW_DEFINE_Unary(name)          \
+  Tensor name(const Tensor& x) {          \
+    MT_BUILTIN_OP("mt::" #name, UnaryFn); \
+    return op(x);                         \
+  }
+#define MT_EW_DEFINE_Scalar(name)
+#define MT_EW_DEFINE_Binary(name)
+#define MT_EW_DEFINE(Id, name, arity, ...) MT_EW_DEFINE_##arity(name)
+MT_ELEMENTWISE_OPS(MT_EW_DEFINE)
+#undef MT_EW_DEFINE
+#undef MT_EW_DEFINE_Binary
+#undef MT_EW_DEFINE_Scalar
+#undef MT_EW_DEFINE_Unary
 
-Tensor neg(const Tensor& x) { MT_BUILTIN_OP("mt::neg", UnaryFn); return op(x); }
-Tensor exp(const Tensor& x) { MT_BUILTIN_OP("mt::exp", UnaryFn); return op(x); }
-Tensor log(const Tensor& x) { MT_BUILTIN_OP("mt::log", UnaryFn); return op(x); }
-Tensor sqrt(const Tensor& x) { MT_BUILTIN_OP("mt::sqrt", UnaryFn); return op(x); }
-Tensor abs(const Tensor& x) { MT_BUILTIN_OP("mt::abs", UnaryFn); return op(x); }
-Tensor sign(const Tensor& x) { MT_BUILTIN_OP("mt::sign", UnaryFn); return op(x); }
-Tensor sigmoid(const Tensor& x) { MT_BUILTIN_OP("mt::sigmoid", UnaryFn); return op(x); }
-Tensor tanh(const Tensor& x) { MT_BUILTIN_OP("mt::tanh", UnaryFn); return op(x); }
-Tensor relu(const Tensor& x) { MT_BUILTIN_OP("mt::relu", UnaryFn); return op(x); }
-Tensor gelu(const Tensor& x) { MT_BUILTIN_OP("mt::gelu", UnaryFn); return op(x); }
 Tensor pow(const Tensor& x, double exponent) {
   MT_BUILTIN_OP("mt::pow", Tensor(const Tensor&, double));
   return op(x, exponent);

@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Installs the built minitensor into a temporary DESTDIR, checks the installed tree, builds
-examples/embed against it, runs the app and checks what it prints.
+"""Installs the built minitensor, checks the installed tree, builds examples/embed against
+it, runs the app and checks what it prints.
 
   embed_test.py --builddir B --source examples/embed --workdir W [--sanitize address,undefined]
-                [--consumer meson|cmake]
+                [--consumer meson|cmake] [--prefix-install]
+
+Where it installs: into a temporary DESTDIR (the build's prefix, /usr/local say, inside
+it), or with --prefix-install for real into the build's own prefix, which must then lie
+inside the build directory (tests/embed/meson.build passes it for such a build: CI's
+sanitizer build, configured by tools/dev.sh with --prefix=BUILDDIR/prefix).
 
 The installed tree: only the public headers (tools/public_headers.py --list), under
 include/minitensor/; no OpenBLAS in pkg-config --cflags; bin/minitensor runs without
 LD_LIBRARY_PATH (its $ORIGIN rpath); the CMake package files. The consumer: Meson through
-pkg-config (PKG_CONFIG_SYSROOT_DIR into the DESTDIR), or CMake through
-find_package(minitensor) (CMAKE_PREFIX_PATH at the installed prefix inside the DESTDIR: the
-package finds its paths from its own location). Either compiles against the installed
-headers only.
+pkg-config (PKG_CONFIG_SYSROOT_DIR into a DESTDIR), or CMake through find_package(minitensor)
+(CMAKE_PREFIX_PATH at the installed prefix, inside the DESTDIR or not: the package finds
+its paths from its own location). Either compiles against the installed headers only.
 
 The app is configured with the same compiler and sanitizers as the library (an ASan
 library needs an ASan executable), with --wrap-mode=nofallback so that it cannot fall
@@ -53,6 +57,7 @@ def main():
     ap.add_argument("--werror", default="false")
     ap.add_argument("--consumer", choices=["meson", "cmake"], default="meson")
     ap.add_argument("--srcroot", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    ap.add_argument("--prefix-install", action="store_true")
     a = ap.parse_args()
 
     if shutil.which("pkg-config") is None and shutil.which("pkgconf") is None:
@@ -65,23 +70,37 @@ def main():
 
     work = os.path.abspath(a.workdir)
     shutil.rmtree(work, ignore_errors=True)
-    destdir = os.path.join(work, "destdir")
     appbuild = os.path.join(work, "app")
     os.makedirs(work)
 
-    # 1. meson install of the existing build, into the DESTDIR only.
-    run([a.meson, "install", "-C", a.builddir, "--no-rebuild", "--quiet", "--destdir", destdir],
-        what="install")
-    pcs = glob.glob(os.path.join(destdir, "**", "pkgconfig", "minitensor.pc"), recursive=True)
+    # 1. meson install of the existing build: into a DESTDIR, or into the build's own prefix.
+    #    `root` is where everything installed must be (and the app's headers come from).
+    install = [a.meson, "install", "-C", a.builddir, "--no-rebuild", "--quiet"]
+    if a.prefix_install:
+        builddir = os.path.realpath(a.builddir)
+        options = json.loads(subprocess.run([a.meson, "introspect", "--buildoptions", builddir],
+                                            stdout=subprocess.PIPE, text=True, check=True).stdout)
+        root = next(o["value"] for o in options if o["name"] == "prefix")
+        if not os.path.realpath(root).startswith(os.path.join(builddir, "")):
+            sys.exit(f"[embed] FAILED: --prefix-install, but the prefix {root} is not inside "
+                     f"the build directory {builddir}")
+        shutil.rmtree(root, ignore_errors=True)  # what is there afterwards, this install put
+        destdir = None
+        run(install, what="install (prefix)")
+    else:
+        root = destdir = os.path.join(work, "destdir")
+        run(install + ["--destdir", destdir], what="install (DESTDIR)")
+    print(f"[embed] installed into {'the prefix ' + root if a.prefix_install else 'a DESTDIR'}")
+    pcs = glob.glob(os.path.join(root, "**", "pkgconfig", "minitensor.pc"), recursive=True)
     if len(pcs) != 1:
-        sys.exit(f"[embed] FAILED: expected one minitensor.pc under {destdir}, found {pcs}")
+        sys.exit(f"[embed] FAILED: expected one minitensor.pc under {root}, found {pcs}")
     pcdir = os.path.dirname(pcs[0])
     libdir = os.path.dirname(pcdir)
     if not glob.glob(os.path.join(libdir, "libminitensor.so*")):
         sys.exit(f"[embed] FAILED: no libminitensor.so beside {pcs[0]}")
-    incs = glob.glob(os.path.join(destdir, "**", "include"), recursive=True)
+    incs = glob.glob(os.path.join(root, "**", "include"), recursive=True)
     if len(incs) != 1:
-        sys.exit(f"[embed] FAILED: expected one include directory under {destdir}, found {incs}")
+        sys.exit(f"[embed] FAILED: expected one include directory under {root}, found {incs}")
     incdir = incs[0]
     prefix = os.path.dirname(incdir)
     # Only the public headers, and only under include/minitensor/.
@@ -113,7 +132,8 @@ def main():
         env.pop(k, None)
     env["PKG_CONFIG_PATH"] = pcdir + (os.pathsep + env["PKG_CONFIG_PATH"]
                                       if env.get("PKG_CONFIG_PATH") else "")
-    env["PKG_CONFIG_SYSROOT_DIR"] = destdir
+    if destdir:
+        env["PKG_CONFIG_SYSROOT_DIR"] = destdir
     pkg_config = shutil.which("pkg-config") or shutil.which("pkgconf")
     cflags = run([pkg_config, "--cflags", "minitensor"], env=env, what="pkg-config --cflags").stdout
     if "openblas" in cflags or f"-I{incdir}" not in cflags.split():
@@ -145,11 +165,12 @@ def main():
                 env=env, what="cmake configure")
         run(["cmake", "--build", appbuild], env=env, what="cmake build")
 
-    # The compile lines must read minitensor's headers from the DESTDIR, not the source tree.
+    # The compile lines must read minitensor's headers from the installed tree, not the
+    # source tree.
     cmds = open(os.path.join(appbuild, "compile_commands.json")).read()
-    if os.path.join(destdir, "") not in cmds:
+    if os.path.join(root, "") not in cmds:
         sys.exit("[embed] FAILED: the app was not compiled against the installed headers")
-    # and no include directory outside the DESTDIR holds minitensor's headers (the source tree).
+    # and no include directory outside it holds minitensor's headers (the source tree).
     for entry in json.loads(cmds):
         words = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
         for i, w in enumerate(words):
@@ -158,7 +179,7 @@ def main():
             if d is None:
                 continue
             d = os.path.normpath(os.path.join(entry["directory"], d))
-            if d.startswith(os.path.join(destdir, "")):
+            if d.startswith(os.path.join(root, "")):
                 continue
             if any(os.path.exists(os.path.join(d, f)) for f in
                    ("minitensor.h", "runtime/tensor.h", "minitensor/minitensor.h")):
@@ -182,7 +203,7 @@ def main():
                            stdout=subprocess.PIPE, text=True).stdout
         line = next((x for x in l.splitlines() if "libminitensor" in x), "")
         print("[embed] ldd: " + line.strip())
-        if destdir not in line:
+        if root not in line:
             print("[embed] FAILED: the app does not load the installed libminitensor")
             ok = False
     if not ok:
