@@ -29,6 +29,8 @@ options:
 environment:
   MT_JOBS        parallel jobs for ninja and meson test (default: the number of CPUs)
   MT_TSAN_TESTS  the doctest cases `test --tsan` runs
+  MT_ASAN_DIR    the --sanitize build's directory (default build-asan; CI puts it outside
+                 the source tree)
   NO_COLOR       set: no colour in dev.sh's own messages (none goes to pipes or logs anyway)
   CI=true        configure with -Dwerror=true, and the plain build with -Dfuzz=true (the
                  schema fuzzer runs 60 s from its seeds where clang++ is installed) and
@@ -149,13 +151,16 @@ debug_args='-g1'
 build_opts=("-Dcpp_args=$debug_args")
 ninja_targets=()
 if [ $sanitize -eq 1 ]; then
-  builddir=build-asan
+  # MT_ASAN_DIR puts it elsewhere: CI builds it outside the source tree, so the whole suite
+  # (file paths in tests and docs checks, -fmacro-prefix-map) is checked out of tree too.
+  builddir=${MT_ASAN_DIR:-build-asan}
   # -O1, as the ASan docs advise: every check stays, and the build (CI's longest step)
   # takes about a third less time than at -O2.
   build_opts+=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1)
   # Its own prefix inside it: its embedding tests then install there for real (the plain
   # build's install into a DESTDIR), so CI tests both kinds of install (tests/embed).
-  build_opts+=("--prefix=$(pwd -P)/$builddir/prefix")
+  case $builddir in /*) prefix=$builddir/prefix ;; *) prefix=$(pwd -P)/$builddir/prefix ;; esac
+  build_opts+=("--prefix=$prefix")
 fi
 if [ $tsan -eq 1 ]; then
   [ $sanitize -eq 0 ] || { echo "dev.sh: --tsan and --sanitize are separate builds; pick one" >&2; exit 2; }
