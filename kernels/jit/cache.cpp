@@ -37,10 +37,10 @@ namespace mt::jit {
 //  - Reads trust nothing: an entry that is not a regular file (a FIFO, a directory,
 //    a link) or is larger than kMaxCacheEntryBytes is removed unread (opened with
 //    O_NONBLOCK, checked by fstat first); a file whose size, magic, version, key,
-//    checksum, arch, options, target or binary magic is wrong (truncated, a flipped bit, a crash mid-write
-//    on a filesystem that reorders) is deleted and the module recompiled, never loaded. The delete
-//    checks the inode first, so it cannot remove a good file that another process renamed into
-//    place meanwhile.
+//    checksum, arch, options, target or binary magic is wrong (truncated, a flipped bit, a crash
+//    mid-write on a filesystem that reorders) is deleted and the module recompiled, never loaded.
+//    The delete checks the inode first, so it cannot remove a good file that another process
+//    renamed into place meanwhile.
 //  - The directory is bounded (max_bytes) by least-recently-used eviction: a
 //    hit sets the file's mtime to now; after each store the oldest files go
 //    until the total fits. Eviction racing a reader is harmless: an open file
@@ -450,7 +450,8 @@ std::string cache_key(const CompileRequest& r) {
   h.field("minitensor kernel cache").field(std::to_string(kFormatVersion));
   h.field(r.source).field(r.name);
   h.field(join(r.name_expressions)).field(join(r.options));
-  h.field(nvrtc_target(r.arch, r.arch_specific, r.name)).field(fmt::format("nvrtc {}.{}", v.major, v.minor));
+  h.field(nvrtc_target(r.arch, r.arch_specific, r.name))
+      .field(fmt::format("nvrtc {}.{}", v.major, v.minor));
   h.field(headers_digest(r.headers));
   return to_hex(h.finish());
 }
@@ -495,10 +496,10 @@ void log_get(std::string_view level, const CompileRequest& r, const std::string&
                               : n == 1
                                   ? fmt::format(" [{}]", r.name_expressions[0])
                                   : fmt::format(" [{} and {} more]", r.name_expressions[0], n - 1);
-  Dispatcher::singleton().log(fmt::format(
-      "[jit] {:<10} {}{} for {}{} (key {})", level, r.name, kernels,
-      nvrtc_target(r.arch, r.arch_specific, r.name),
-      ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "", key.substr(0, 16)));
+  Dispatcher::singleton().log(fmt::format("[jit] {:<10} {}{} for {}{} (key {})", level, r.name,
+                                          kernels, nvrtc_target(r.arch, r.arch_specific, r.name),
+                                          ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "",
+                                          key.substr(0, 16)));
 }
 }  // namespace
 

@@ -133,7 +133,8 @@ bool parse_diagnostic(std::string_view l, std::string_view& file, int& line, boo
         name);
   // ptxas: "Instruction 'wgmma.fence' not supported on .target 'sm_90'".
   int sm = 0;
-  if (target.starts_with("sm_")) std::from_chars(target.data() + 3, target.data() + target.size(), sm);
+  if (target.starts_with("sm_"))
+    std::from_chars(target.data() + 3, target.data() + target.size(), sm);
   if (sm >= 90 && !target.ends_with('a') &&
       log.find(fmt::format("not supported on .target '{}'", target)) != std::string_view::npos)
     out += fmt::format(
@@ -401,7 +402,9 @@ std::string nvrtc_unavailable_reason() { return kNoCuda; }
 std::string nvrtc_library_path() { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
 NvrtcVersion nvrtc_version() { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
 std::vector<int> nvrtc_supported_archs() { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
-std::string nvrtc_target(int, bool, std::string_view) { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
+std::string nvrtc_target(int, bool, std::string_view) {
+  MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda);
+}
 CompileResult compile(std::string_view, std::string_view name, const std::vector<std::string>&,
                       const std::vector<std::string>&, int, const std::vector<Header>&, bool) {
   MT_ERROR("[jit] cannot compile '{}': NVRTC is not available: {}", name, kNoCuda);

@@ -320,8 +320,9 @@ TEST_SUITE("mha::flash_attn") {
     const std::string refused = error_of([&] { probe.parameters(90); });
     CAPTURE(refused);
     CHECK(refused.find("not supported on .target 'sm_90'") != std::string::npos);
-    const jit::UserKernel probe_a = jit::kernel(
-        {.name = "fa_wgmma_probe.cu", .source = probe_src, .arch_specific = true}, "fa_wgmma_probe");
+    const jit::UserKernel probe_a =
+        jit::kernel({.name = "fa_wgmma_probe.cu", .source = probe_src, .arch_specific = true},
+                    "fa_wgmma_probe");
     CHECK(probe_a.parameters(90).types == std::vector<std::string>{"float*"});
   }
 
