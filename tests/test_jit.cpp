@@ -521,8 +521,8 @@ TEST_SUITE("jit") {
         "[jit] nvrtcCompileProgram failed for 'ok.cu' (sm_90): NVRTC_ERROR_INVALID_OPTION\n"
         "nvrtc: error: unrecognized option --bogus-option found");
     CHECK(error_of([] { compile("__global__ void k() {}", "ok.cu", {}, {"-arch=sm_80"}, 90); }) ==
-          "[jit] option '-arch=sm_80' for 'ok.cu': pass the architecture as the arch argument, not "
-          "as an option");
+          "[jit] option '-arch=sm_80' for 'ok.cu': pass the architecture as the arch argument (and "
+          "arch_specific for sm_90a), not as an option");
     // Warnings of a successful compile stay in the log.
     const CompileResult w = compile("__global__ void k() { int unused_var = 3; }", "warn.cu", {"k"},
                                     default_options(), 90);
@@ -553,6 +553,47 @@ TEST_SUITE("jit") {
     CHECK(changed([](CompileRequest& r) { r.headers.push_back({"extra.cuh", "// x"}); }) != k);
     // Fields do not run into each other.
     CHECK(changed([](CompileRequest& r) { r.name_expressions = {"tiny<float>", ""}; }) != k);
+    CHECK(changed([](CompileRequest& r) { r.arch_specific = true; }) != k);
+  }
+
+  TEST_CASE("jit cache: an sm_90 and an sm_90a CUBIN of one source are two entries" *
+            doctest::skip(no_nvrtc())) {
+    CHECK(nvrtc_target(90, true) == "sm_90a");
+    CHECK(error_of([] { nvrtc_target(86, true, "k.cu"); }) ==
+          "[jit] 'k.cu' asks for the arch-specific target, which exists from sm_90a on; this "
+          "device is sm_86: compile it without arch_specific (and without the Hopper-only "
+          "instructions) or run it on a compute capability 9.0 or later GPU");
+    TempDir dir;
+    KernelCache cache({.dir = dir.path});
+    const CompileRequest plain = tiny_request(1);
+    CompileRequest specific = plain;
+    specific.arch_specific = true;
+    std::vector<std::string> lines;
+    mt::dispatcher().set_log_sink([&](std::string_view l) { lines.emplace_back(l); });
+    cache.set_log(true);
+    const auto a = cache.get(specific);
+    cache.set_log(false);
+    mt::dispatcher().set_log_sink(nullptr);
+    const auto p = cache.get(plain);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].starts_with("[jit] compile    tiny.cu [tiny<float>] for sm_90a, "));
+    CHECK(a->target == "sm_90a");
+    CHECK(p->target == "sm_90");
+    CHECK(is_elf_cubin(a->binary));
+    CHECK(cache.stats().misses == 2);
+    std::vector<std::string> targets;
+    for (const auto& e : cache.list()) {
+      CHECK(e.valid);
+      targets.push_back(e.target);
+    }
+    std::sort(targets.begin(), targets.end());
+    CHECK(targets == std::vector<std::string>{"sm_90", "sm_90a"});
+    // An sm_90a CUBIN stored under the sm_90 request's key is refused (and deleted) when that
+    // request loads it, though its checksum and key are right.
+    REQUIRE(cache.store(cache_key(plain), *a, &plain));
+    CHECK_FALSE(cache.load(cache_key(plain), &plain).has_value());
+    CHECK(cache.stats().corrupt_files == 1);
+    CHECK(cache.list().size() == 1);
   }
 
   // ---------------------------------------------------------------- the disk cache

@@ -90,6 +90,19 @@ const char* kRawSilu =
     "  }\n"
     "}\n";
 
+// Hopper-only PTX (Note [Arch-specific targets]): ptxas takes it for sm_90a, not sm_90.
+// wgmma.fence is .aligned: a whole warpgroup (128 threads) runs it.
+const char* kWgmmaFence =
+    "__global__ void wg_fence(float* out, float v) {\n"
+    "  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+    "  out[threadIdx.x] = v + threadIdx.x;\n"
+    "}\n";
+
+jit::UserKernel wgmma_fence_kernel(bool arch_specific) {
+  return jit::kernel({.name = "wg_fence.cu", .source = kWgmmaFence, .arch_specific = arch_specific},
+                     "wg_fence");
+}
+
 }  // namespace
 
 TEST_SUITE("user kernels") {
@@ -351,6 +364,31 @@ TEST_SUITE("user kernels") {
     CHECK(e.find("undefined_name") != std::string::npos);
   }
 
+  TEST_CASE("typed launch: a wgmma kernel compiles to an sm_90a CUBIN only when it asks for "
+            "the arch-specific target" *
+            doctest::skip(no_nvrtc())) {
+    const std::string refused = error_of([] { wgmma_fence_kernel(false).parameters(90); });
+    CAPTURE(refused);
+    CHECK(refused.starts_with("[jit] NVRTC failed to compile 'wg_fence.cu' for sm_90:\n"));
+    CHECK(refused.find("not supported on .target 'sm_90'") != std::string::npos);
+    CHECK(refused.find("needs the arch-specific target sm_90a: ask for it with "
+                       "KernelSpec::arch_specific = true") != std::string::npos);
+
+    const jit::UserKernel k = wgmma_fence_kernel(true);
+    CHECK(k.spec().arch_specific);
+    CHECK(k.parameters(90).types == std::vector<std::string>{"float*", "float"});
+    Tensor y = empty({128});
+    CHECK_NOTHROW(k.check_args(90, y, 1.5f));
+    const auto r = jit::kernel_cache().get(jit::kernel_request(k.spec(), 90, "wg_fence"));
+    CHECK(r->target == "sm_90a");
+    CHECK(r->is_cubin());
+    CHECK(r->binary.starts_with("\177ELF"));
+    CHECK(error_of([&] { k.parameters(80); }) ==
+          "[jit] 'wg_fence.cu' asks for the arch-specific target, which exists from sm_90a on; "
+          "this device is sm_80: compile it without arch_specific (and without the Hopper-only "
+          "instructions) or run it on a compute capability 9.0 or later GPU");
+  }
+
   TEST_CASE("typed launch: CPU tensors and builds without a GPU get a clear error" *
             doctest::skip(!no_gpu())) {
     auto k = jit::kernel(kRawSilu, "my_silu<float>");
@@ -420,6 +458,28 @@ TEST_SUITE("user kernels") {
 }
 
 TEST_SUITE("user kernels") {
+  TEST_CASE("typed launch (gpu): an sm_90a kernel (wgmma.fence) runs on a 9.0 device" *
+            doctest::skip(no_gpu())) {
+    const cuda::DeviceProps& props = cuda::device_props(0);
+    const jit::UserKernel k = wgmma_fence_kernel(true);
+    const Device dev("cuda:0");
+    Tensor y = empty({128}, {.device = dev});
+    if (props.major * 10 + props.minor < 90) {
+      const std::string e = error_of([&] { k.launch({.grid = 1, .block = 128}, y, 1.5f); });
+      CHECK(e.find("asks for the arch-specific target") != std::string::npos);
+      return;
+    }
+    if (props.major * 10 + props.minor != 90) {
+      MESSAGE("the sm_90a launch is skipped: cuda:0 is " << props.major << "." << props.minor
+                                                         << ", wgmma needs 9.0");
+      return;
+    }
+    CHECK(k.on(0).target() == "sm_90a");
+    k.launch({.grid = 1, .block = 128}, y, 1.5f);
+    const Tensor h = y.cpu();
+    for (int64_t i = 0; i < 128; ++i) CHECK(h.data_ptr<float>()[i] == 1.5f + float(i));
+  }
+
   TEST_CASE("custom op (gpu): a user's pointwise CUDA kernel passes gradcheck and opcheck on cuda:0, "
             "and a wrong backward is caught" * doctest::skip(no_gpu())) {
     static const jit::Pointwise fwd = jit::pointwise("t_silu", "x / (1.0f + expf(-x))");

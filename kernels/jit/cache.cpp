@@ -37,10 +37,10 @@ namespace mt::jit {
 //  - Reads trust nothing: an entry that is not a regular file (a FIFO, a directory,
 //    a link) or is larger than kMaxCacheEntryBytes is removed unread (opened with
 //    O_NONBLOCK, checked by fstat first); a file whose size, magic, version, key,
-//    checksum, arch, options or binary magic is wrong (truncated, a flipped bit, a crash mid-write
-//    on a filesystem that reorders) is deleted and the module recompiled, never loaded. The delete
-//    checks the inode first, so it cannot remove a good file that another process renamed into
-//    place meanwhile.
+//    checksum, arch, options, target or binary magic is wrong (truncated, a flipped bit, a crash
+//    mid-write on a filesystem that reorders) is deleted and the module recompiled, never loaded.
+//    The delete checks the inode first, so it cannot remove a good file that another process
+//    renamed into place meanwhile.
 //  - The directory is bounded (max_bytes) by least-recently-used eviction: a
 //    hit sets the file's mtime to now; after each store the oldest files go
 //    until the total fits. Eviction racing a reader is harmless: an open file
@@ -164,7 +164,7 @@ std::string serialize(const std::string& key, const CompileResult& r, const Comp
 }
 
 // Parses and verifies a whole file; returns the problem, or "" when `out` is valid.
-// With `expect`, the arch and options must be the request's.
+// With `expect`, the arch, options and kind of target (sm_90a or not) must be the request's.
 std::string parse(std::string_view file, std::string_view key, CompileResult& out,
                   const CompileRequest* expect = nullptr, int* arch = nullptr) {
   if (file.size() < kHeaderSize) return "truncated header";
@@ -205,6 +205,8 @@ std::string parse(std::string_view file, std::string_view key, CompileResult& ou
     out.lowered_names.push_back(std::move(l));
   }
   if (!m.ok || m.pos != meta.size()) return "malformed metadata";
+  // The key covers the target already; this refuses an entry renamed to another key.
+  if (expect && out.target.ends_with('a') != expect->arch_specific) return "target mismatch";
   out.binary.assign(payload);
   if (out.is_cubin() ? !out.binary.starts_with("\177ELF")
                      : (out.binary.empty() || out.binary.back() != '\0'))
@@ -448,7 +450,8 @@ std::string cache_key(const CompileRequest& r) {
   h.field("minitensor kernel cache").field(std::to_string(kFormatVersion));
   h.field(r.source).field(r.name);
   h.field(join(r.name_expressions)).field(join(r.options));
-  h.field(nvrtc_target(r.arch)).field(fmt::format("nvrtc {}.{}", v.major, v.minor));
+  h.field(nvrtc_target(r.arch, r.arch_specific, r.name))
+      .field(fmt::format("nvrtc {}.{}", v.major, v.minor));
   h.field(headers_digest(r.headers));
   return to_hex(h.finish());
 }
@@ -493,9 +496,10 @@ void log_get(std::string_view level, const CompileRequest& r, const std::string&
                               : n == 1
                                   ? fmt::format(" [{}]", r.name_expressions[0])
                                   : fmt::format(" [{} and {} more]", r.name_expressions[0], n - 1);
-  Dispatcher::singleton().log(fmt::format(
-      "[jit] {:<10} {}{} for {}{} (key {})", level, r.name, kernels, nvrtc_target(r.arch),
-      ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "", key.substr(0, 16)));
+  Dispatcher::singleton().log(fmt::format("[jit] {:<10} {}{} for {}{} (key {})", level, r.name,
+                                          kernels, nvrtc_target(r.arch, r.arch_specific, r.name),
+                                          ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "",
+                                          key.substr(0, 16)));
 }
 }  // namespace
 
@@ -581,7 +585,8 @@ std::shared_ptr<const CompileResult> KernelCache::get(const CompileRequest& r) {
       return slot->result;
     }
   }
-  CompileResult res = compile(r.source, r.name, r.name_expressions, r.options, r.arch, r.headers);
+  CompileResult res =
+      compile(r.source, r.name, r.name_expressions, r.options, r.arch, r.headers, r.arch_specific);
   count(&CacheStats::misses, &CacheStats::compile_ms, res.compile_ms);
   if (log_) log_get("compile", r, key, res.compile_ms);
   note(CacheEvent::Kind::Compile, key, r.name, res.binary.size());

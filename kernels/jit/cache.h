@@ -26,10 +26,11 @@ struct CompileRequest {
   std::vector<std::string> options = default_options();
   int arch = 0;  // compute capability, major * 10 + minor
   std::vector<Header> headers;
+  bool arch_specific = false;  // sm_90a rather than sm_90 (Note [Arch-specific targets])
 };
 
 // 64 hex digits: SHA-256 over the cache format version, source, name, name
-// expressions, options, NVRTC target (sm_90 / compute_90), NVRTC version and the
+// expressions, options, NVRTC target (sm_90 / sm_90a / compute_90), NVRTC version and the
 // headers. Needs NVRTC loaded (for the target and version).
 std::string cache_key(const CompileRequest& request);
 
@@ -79,7 +80,7 @@ struct CacheStats {
 struct CacheEntryInfo {
   std::string key;
   std::string name;    // "silu.cu"
-  std::string target;  // "sm_90"
+  std::string target;  // "sm_90", "sm_90a", "compute_90"
   int arch = 0;        // the request's compute capability, as stored
   std::string path;
   uint64_t size_bytes = 0;

@@ -33,6 +33,7 @@ CompileRequest kernel_request(const KernelSpec& spec, int arch, std::string_view
   r.options = spec.options;
   r.arch = arch;
   r.headers = spec.headers;
+  r.arch_specific = spec.arch_specific;
   return r;
 }
 
@@ -48,7 +49,7 @@ std::string identity(int device, const KernelSpec& spec, std::string_view expr) 
   for (const auto& o : spec.options) id += o + '\x1e';
   id += '\x1f';
   for (const auto& h : spec.headers) id += h.name + '\x1e' + h.text + '\x1e';
-  return id;
+  return id + (spec.arch_specific ? "a" : "");
 }
 
 struct KernelSlot {
@@ -66,6 +67,15 @@ CUmodule load_module(int device, const std::string& key, const CompileResult& re
   std::lock_guard<std::mutex> lock(g_modules_mutex);
   const std::string id = fmt::format("{}/{}", device, key);
   if (auto it = g_modules.find(id); it != g_modules.end()) return it->second;
+  // Note [Arch-specific targets]: an sm_90a CUBIN runs on a 9.0 device and nowhere else.
+  if (res.target.ends_with('a')) {
+    const cuda::DeviceProps& props = cuda::device_props(device);
+    MT_CHECK(res.target == fmt::format("sm_{}{}a", props.major, props.minor),
+             "[jit] '{}' was compiled for the arch-specific target {}, which runs on that "
+             "compute capability only; cuda:{} is {}.{}: compile it for this device (get_kernel "
+             "does) or run it on a matching GPU",
+             res.name, res.target, device, props.major, props.minor);
+  }
   char error_log[4096] = {};
   CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void* values[] = {error_log, reinterpret_cast<void*>(uintptr_t(sizeof(error_log) - 1))};

@@ -33,6 +33,10 @@ struct KernelSpec {
   std::vector<std::string> name_expressions = {};
   std::vector<std::string> options = default_options();
   std::vector<Header> headers = {};  // besides the embedded common.cuh and layout.h
+  // Compile for the arch-specific target (sm_90a on a 9.0 device, sm_100a on 10.0) that
+  // Hopper-only PTX such as wgmma and setmaxnreg needs; the CUBIN then loads on that
+  // compute capability only. Note [Arch-specific targets] in nvrtc.cpp.
+  bool arch_specific = false;
 };
 
 // A loaded __global__ function on one device. Lives until the process ends.
@@ -42,7 +46,7 @@ class Kernel {
   int device() const { return device_; }
   const std::string& name_expression() const { return name_expression_; }
   const std::string& lowered_name() const { return lowered_name_; }
-  const std::string& target() const { return target_; }  // "sm_90", or "compute_90" (PTX)
+  const std::string& target() const { return target_; }  // "sm_90", "sm_90a", "compute_90"
   // Registers a thread as compiled (CU_FUNC_ATTRIBUTE_NUM_REGS): what limits the blocks
   // an SM runs, for benches and tuning.
   int registers() const;

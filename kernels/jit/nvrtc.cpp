@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 
@@ -130,6 +131,17 @@ bool parse_diagnostic(std::string_view l, std::string_view& file, int& line, boo
         " note: each name expression must name a __global__ function (or an "
         "instantiation of a __global__ template) defined in '{}'\n",
         name);
+  // ptxas: "Instruction 'wgmma.fence' not supported on .target 'sm_90'".
+  int sm = 0;
+  if (target.starts_with("sm_"))
+    std::from_chars(target.data() + 3, target.data() + target.size(), sm);
+  if (sm >= 90 && !target.ends_with('a') &&
+      log.find(fmt::format("not supported on .target '{}'", target)) != std::string_view::npos)
+    out += fmt::format(
+        " note: Hopper-only (or Blackwell-only) PTX such as wgmma and setmaxnreg needs the "
+        "arch-specific target {}a: ask for it with KernelSpec::arch_specific = true (the CUBIN "
+        "then runs on this compute capability only)\n",
+        target);
   std::string opts;
   for (const auto& o : options) opts += (opts.empty() ? "" : " ") + o;
   out += fmt::format("options: {}", opts.empty() ? "(none)" : opts);
@@ -265,9 +277,34 @@ std::string nvrtc_library_path() { return loaded_nvrtc().path; }
 NvrtcVersion nvrtc_version() { return loaded_nvrtc().version; }
 std::vector<int> nvrtc_supported_archs() { return loaded_nvrtc().archs; }
 
-std::string nvrtc_target(int arch) {
+// Note [Arch-specific targets]
+// Some PTX exists on one architecture only: Hopper's wgmma.mma_async, wgmma.fence and
+// setmaxnreg, Blackwell's tcgen05. ptxas accepts it only for the arch-specific target
+// sm_90a (sm_100a, ...), whose CUBIN runs on that exact compute capability and nowhere
+// else, not even a later one; plain sm_90 code runs on 9.0 and later. So a kernel asks for
+// it (KernelSpec::arch_specific, CompileRequest::arch_specific) and never gets it by
+// default. Such targets exist from sm_90 on; no PTX fallback is taken for them (arch-
+// specific PTX would not run on a newer device either), so NVRTC must list the device's
+// own arch. The target is part of the cache key and of the entry's metadata, which its
+// checksum covers, so an sm_90 and an sm_90a CUBIN of one source are two entries, and a
+// file whose target is not the request's kind is refused (cache.cpp, parse).
+std::string nvrtc_target(int arch, bool arch_specific, std::string_view kernel) {
   const auto& archs = loaded_nvrtc().archs;
-  if (std::find(archs.begin(), archs.end(), arch) != archs.end()) return fmt::format("sm_{}", arch);
+  const bool listed = std::find(archs.begin(), archs.end(), arch) != archs.end();
+  if (arch_specific) {
+    MT_CHECK(arch >= 90,
+             "[jit] '{}' asks for the arch-specific target, which exists from sm_90a on; this "
+             "device is sm_{}: compile it without arch_specific (and without the Hopper-only "
+             "instructions) or run it on a compute capability 9.0 or later GPU",
+             kernel, arch);
+    MT_CHECK(listed,
+             "[jit] '{}' asks for the arch-specific target sm_{}a, but NVRTC {}.{} cannot emit "
+             "CUBIN for sm_{} (it supports sm_{} to sm_{}); use an NVRTC that supports this GPU",
+             kernel, arch, loaded_nvrtc().version.major, loaded_nvrtc().version.minor, arch,
+             archs.front(), archs.back());
+    return fmt::format("sm_{}a", arch);
+  }
+  if (listed) return fmt::format("sm_{}", arch);
   int best = 0;
   for (int a : archs)
     if (a <= arch) best = a;
@@ -282,17 +319,17 @@ std::string nvrtc_target(int arch) {
 CompileResult compile(std::string_view source, std::string_view name,
                       const std::vector<std::string>& name_expressions,
                       const std::vector<std::string>& options, int arch,
-                      const std::vector<Header>& headers) {
+                      const std::vector<Header>& headers, bool arch_specific) {
   const Nvrtc& api = loaded_nvrtc();
   for (const auto& o : options)
     MT_CHECK(!o.starts_with("-arch") && !o.starts_with("--gpu-architecture"),
-             "[jit] option '{}' for '{}': pass the architecture as the arch argument, not as an "
-             "option",
+             "[jit] option '{}' for '{}': pass the architecture as the arch argument (and "
+             "arch_specific for sm_90a), not as an option",
              o, name);
   const auto start = std::chrono::steady_clock::now();
   CompileResult res;
   res.name = std::string(name);
-  res.target = nvrtc_target(arch);
+  res.target = nvrtc_target(arch, arch_specific, name);
 
   const std::vector<Header> all = all_headers(headers);
   std::vector<const char*> texts, names;
@@ -365,9 +402,11 @@ std::string nvrtc_unavailable_reason() { return kNoCuda; }
 std::string nvrtc_library_path() { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
 NvrtcVersion nvrtc_version() { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
 std::vector<int> nvrtc_supported_archs() { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
-std::string nvrtc_target(int) { MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda); }
+std::string nvrtc_target(int, bool, std::string_view) {
+  MT_ERROR("[jit] NVRTC is not available: {}", kNoCuda);
+}
 CompileResult compile(std::string_view, std::string_view name, const std::vector<std::string>&,
-                      const std::vector<std::string>&, int, const std::vector<Header>&) {
+                      const std::vector<std::string>&, int, const std::vector<Header>&, bool) {
   MT_ERROR("[jit] cannot compile '{}': NVRTC is not available: {}", name, kNoCuda);
 }
 

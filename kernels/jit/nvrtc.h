@@ -24,7 +24,7 @@ struct LoweredName {
 
 struct CompileResult {
   std::string name;    // the source's file name, as in messages ("silu.cu")
-  std::string target;  // "sm_90": binary is a CUBIN; "compute_90": binary is PTX text
+  std::string target;  // "sm_90" or "sm_90a": binary is a CUBIN; "compute_90": PTX text
   std::string binary;  // CUBIN bytes, or PTX text with its terminating NUL
   std::vector<LoweredName> lowered_names;  // one per name expression, in order
   std::string log;  // NVRTC's log of a successful compile (warnings); usually empty
@@ -50,7 +50,9 @@ std::vector<int> nvrtc_supported_archs();
 // What to compile for a device of compute capability `arch` (major * 10 + minor):
 // "sm_XX" if NVRTC lists XX, else "compute_YY" (PTX, which the driver JITs) for
 // the highest listed YY <= XX. Throws if NVRTC supports nothing that old.
-std::string nvrtc_target(int arch);
+// `arch_specific`: the arch-specific target "sm_XXa" (Note [Arch-specific targets]); throws,
+// naming `kernel`, below sm_90 or where NVRTC does not list XX.
+std::string nvrtc_target(int arch, bool arch_specific = false, std::string_view kernel = {});
 
 // -std=c++17 -default-device -lineinfo (precise math: no --use_fast_math).
 const std::vector<std::string>& default_options();
@@ -61,11 +63,12 @@ std::vector<Header> all_headers(const std::vector<Header>& headers);
 
 // Compiles `source` (named `name` in messages) for a device of compute capability
 // `arch`, instantiating each name expression ("silu_fwd<float>"). `options` go to
-// NVRTC as they are, plus --gpu-architecture; `headers` add to embedded_headers().
-// Throws mt::Error with the log and the offending source lines on a compile error.
+// NVRTC as they are, plus --gpu-architecture=nvrtc_target(arch, arch_specific);
+// `headers` add to embedded_headers(). Throws mt::Error with the log and the offending
+// source lines on a compile error.
 CompileResult compile(std::string_view source, std::string_view name,
                       const std::vector<std::string>& name_expressions,
                       const std::vector<std::string>& options, int arch,
-                      const std::vector<Header>& headers = {});
+                      const std::vector<Header>& headers = {}, bool arch_specific = false);
 
 }  // namespace mt::jit

@@ -310,15 +310,20 @@ TEST_SUITE("mha::flash_attn") {
     }
     CHECK(all[0].parameters(90).types[0] == "mt::Half const*");
     // Hopper's wgmma, which torch's fastest attention kernels use, needs the arch-specific
-    // target sm_90a; the JIT compiles for sm_90, where ptxas refuses it (docs/scenarios.md).
-    const jit::UserKernel probe = jit::kernel(
+    // target sm_90a: ptxas refuses it for sm_90, the JIT's default, and takes it when the
+    // kernel asks with KernelSpec::arch_specific (docs/scenarios.md).
+    const std::string probe_src =
         "__global__ void fa_wgmma_probe(float* out) {\n"
         "  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
-        "  out[0] = 1.f;\n}\n",
-        "fa_wgmma_probe");
+        "  out[0] = 1.f;\n}\n";
+    const jit::UserKernel probe = jit::kernel(probe_src, "fa_wgmma_probe");
     const std::string refused = error_of([&] { probe.parameters(90); });
     CAPTURE(refused);
     CHECK(refused.find("not supported on .target 'sm_90'") != std::string::npos);
+    const jit::UserKernel probe_a =
+        jit::kernel({.name = "fa_wgmma_probe.cu", .source = probe_src, .arch_specific = true},
+                    "fa_wgmma_probe");
+    CHECK(probe_a.parameters(90).types == std::vector<std::string>{"float*"});
   }
 
   TEST_CASE("flash_attn: the tensor-core kernels compute the reference under a CPU emulation of "
