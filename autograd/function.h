@@ -209,8 +209,11 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           auto with_outputs = [&](std::span<const Tensor> outs) {
             // history first, so a saved output remembers it requires grad (double backward);
             // the last output takes the node by move (no atomic reference-count pair)
-            for (size_t i = 0; i + 1 < outs.size(); ++i) autograd::set_history(outs[i], node, uint32_t(i));
-            if (!outs.empty()) autograd::set_history(outs.back(), std::move(node), uint32_t(outs.size() - 1));
+            if (!outs.empty()) {
+              const size_t last = outs.size() - 1;
+              for (size_t i = 0; i < last; ++i) autograd::set_history(outs[i], node, uint32_t(i));
+              autograd::set_history(outs[last], std::move(node), uint32_t(last));
+            }
             ctx.outputs_ = outs;
             NoGradGuard no_grad;
             setup(ctx, args..., out);

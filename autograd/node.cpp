@@ -144,8 +144,8 @@ namespace {
 template <typename P>
 void set_history_impl(const Tensor& out, P&& node, uint32_t nr) {
   Node& n = *node;
-  MT_ASSERT(nr < n.outputs.size(), "node {} has {} output slots, not {}", n.name,
-            n.outputs.size(), nr + 1);
+  MT_ASSERT(nr < n.outputs.size(), "node {} has {} output slots, not {}", n.name, n.outputs.size(),
+            nr + 1);
   if (!out.defined() || !is_floating(out.dtype())) return;  // e.g. max's indices: no gradient
   AutogradMeta& m = out.ensure_autograd_meta();
   m.requires_grad = true;
