@@ -34,6 +34,9 @@ class AutogradContext {
     save_for_backward(std::span<const Tensor>(tensors));
   }
   void save_for_backward(std::span<const Tensor> tensors);
+  // One tensor, referenced: `{x}` builds an initializer list, a copy of the handle (an
+  // atomic reference-count pair a call).
+  void save_for_backward(const Tensor& t) { save_for_backward(std::span<const Tensor>(&t, 1)); }
   // The saved tensors, in order; throws if one was changed in place since it was saved.
   std::vector<Tensor> saved() const;
   // Whether the i-th tensor input needs a gradient (skip computing those that do not).
@@ -194,18 +197,23 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           size_t n_out = output_count<Ret>;
           if constexpr (!kFixedOutputs) n_out = out.size();
           auto made = make_object<NodeT>(n_out);
-          NodeT* typed = made.get();
-          const std::shared_ptr<autograd::Node> node = std::move(made);
+          NodeT* typed = made.get();  // alive while `node` or an output holds it
+          std::shared_ptr<autograd::Node> node = std::move(made);
           autograd::record_node(node, name, inputs);
           uint64_t needs = 0;
           for (size_t i = 0; i < kTensors && i < 64; ++i)
-            if (node->inputs[i].requires_grad) needs |= uint64_t(1) << i;
+            if (typed->inputs[i].requires_grad) needs |= uint64_t(1) << i;
           AutogradContext& ctx = typed->ctx;
-          ctx.op_ = node->name;
+          ctx.op_ = typed->name;
           ctx.needs_input_grad_ = needs;
           auto with_outputs = [&](std::span<const Tensor> outs) {
-            // history first, so a saved output remembers it requires grad (double backward)
-            for (size_t i = 0; i < outs.size(); ++i) autograd::set_history(outs[i], node, uint32_t(i));
+            // history first, so a saved output remembers it requires grad (double backward);
+            // the last output takes the node by move (no atomic reference-count pair)
+            if (!outs.empty()) {
+              const size_t last = outs.size() - 1;
+              for (size_t i = 0; i < last; ++i) autograd::set_history(outs[i], node, uint32_t(i));
+              autograd::set_history(outs[last], std::move(node), uint32_t(last));
+            }
             ctx.outputs_ = outs;
             NoGradGuard no_grad;
             setup(ctx, args..., out);
@@ -219,7 +227,7 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
             with_outputs(outs);
           }
           ctx.outputs_ = {};
-          node->backward = [backward](autograd::Node& n, const std::vector<Tensor>& grads) {
+          typed->backward = [backward](autograd::Node& n, const std::vector<Tensor>& grads) {
             auto& c = static_cast<NodeT&>(n).ctx;
             c.node_ = &n;
             return [&]<size_t... I>(std::index_sequence<I...>) {

@@ -139,21 +139,34 @@ std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs
   return n;
 }
 
-void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
-  MT_ASSERT(nr < node->outputs.size(), "node {} has {} output slots, not {}", node->name,
-            node->outputs.size(), nr + 1);
+namespace {
+// P is const std::shared_ptr<Node>& (copy into grad_fn) or std::shared_ptr<Node> (move).
+template <typename P>
+void set_history_impl(const Tensor& out, P&& node, uint32_t nr) {
+  Node& n = *node;
+  MT_ASSERT(nr < n.outputs.size(), "node {} has {} output slots, not {}", n.name, n.outputs.size(),
+            nr + 1);
   if (!out.defined() || !is_floating(out.dtype())) return;  // e.g. max's indices: no gradient
   AutogradMeta& m = out.ensure_autograd_meta();
   m.requires_grad = true;
-  m.grad_fn = node;
+  m.grad_fn = std::forward<P>(node);
   m.output_nr = nr;
   out.impl()->refresh_keys();
-  OutputMeta& meta = node->outputs[nr];  // in place: no temporary Shape to copy twice
+  OutputMeta& meta = n.outputs[nr];  // in place: no temporary Shape to copy twice
   const TensorImpl* p = out.impl();
   meta.sizes = p->sizes;
   meta.dtype = p->dtype;
   meta.device = p->device;
   meta.fake = p->fake;
+}
+}  // namespace
+
+void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
+  set_history_impl(out, node, nr);
+}
+
+void set_history(const Tensor& out, std::shared_ptr<Node>&& node, uint32_t nr) {
+  set_history_impl(out, std::move(node), nr);
 }
 
 std::vector<std::shared_ptr<Node>> tape_entries() {

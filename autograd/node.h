@@ -99,6 +99,11 @@ std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs
                                 size_t num_outputs);
 // Marks `out` as output `nr` of `node` (requires grad, grad_fn = node).
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr);
+// The same for the last output: moves `node` into out's grad_fn instead of copying it (an
+// atomic reference-count pair fewer). `node` is left as it was when `out` takes no gradient
+// (undefined, or not floating), so the caller's node is still alive then; after a move, use
+// a plain pointer to the node, which out keeps alive.
+void set_history(const Tensor& out, std::shared_ptr<Node>&& node, uint32_t nr);
 // Whether any of the tensors requires grad.
 bool any_requires_grad(std::span<const Tensor> ts);
 

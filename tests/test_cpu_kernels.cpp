@@ -447,6 +447,34 @@ TEST_CASE("cpu binary: add, sub, mul, div with broadcasting, layouts and dtypes"
         }
 }
 
+TEST_CASE("cpu elementwise: dense operands of one shape, one at a storage offset, give what the "
+          "general loop gives") {
+  // Note [Dense operands of one shape] in kernels/cpu/loops.cpp: a contiguous out takes the
+  // dense path, a transposed out of the same shape the general one.
+  for (DType dt : kFloatTypes) {
+    Tensor a = make({7, 6}, dt, Layout::Contiguous, 0.5, 3, 31).slice(0, 2, 7);
+    Tensor b = make({5, 6}, dt, Layout::Contiguous, 0.5, 3, 32);
+    REQUIRE(a.is_contiguous());
+    REQUIRE(a.storage_offset() == 12);
+    Tensor dense = empty({5, 6}, {.dtype = dt});
+    Tensor general = empty({6, 5}, {.dtype = dt}).transpose(0, 1);
+    const auto av = vals(a), bv = vals(b);
+    for (BinaryOp op : {BinaryOp::Add, BinaryOp::Div}) {
+      cpu::binary(op, a, b, dense, 1.0);
+      cpu::binary(op, a, b, general, 1.0);
+      std::vector<double> want(av.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        want[i] = op == BinaryOp::Add ? av[i] + bv[i] : av[i] / bv[i];
+      const std::string what = fmt::format("{} {}", op == BinaryOp::Add ? "add" : "div", dt);
+      check_close(dense, want, tol_for(dt), what + " dense");
+      CHECK_MESSAGE(vals(dense) == vals(general), what);
+    }
+    cpu::unary(UnaryOp::Silu, a, dense);
+    cpu::unary(UnaryOp::Silu, a, general);
+    check_close(dense, vals(general), tol_for(dt), fmt::format("silu {} dense vs general", dt));
+  }
+}
+
 TEST_CASE("cpu binary: expanded views, mixed dtypes, in place, int64 and bool") {
   // expand: a [5, 1] expanded to [5, 6] (stride 0) times a transposed [5, 6]
   Tensor a = make({5, 1}, DType::Float32, Layout::Contiguous, -2, 2, 21).expand({5, 6});

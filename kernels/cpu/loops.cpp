@@ -144,6 +144,60 @@ inline const TensorImpl& check_cpu(const char* op, const Tensor& t, const char* 
   return *p;
 }
 
+// Note [Dense operands of one shape]
+// The tiny-op path: out and every input are CPU tensors with data, of out's sizes, strides
+// and dtype, and out is contiguous (so every input is; a tensor of at most one element is
+// contiguous whatever its strides). Then the loop is one dense row of out's dtype and none
+// of the general set-up runs: no broadcast strides, no dim ordering or merging, no call of
+// is_contiguous, no Shape comparison through memcmp. The checks are plain loops over the
+// dims, inline; anything else (another dtype, a view, broadcasting, an error to report)
+// takes the general path below, which gives the same result (tests/test_cpu_kernels.cpp).
+bool out_is_dense(const TensorImpl& o) {
+  if (o.numel <= 1) return true;
+  int64_t expected = 1;
+  for (size_t d = o.sizes.size(); d-- > 0;) {
+    if (o.sizes[d] != 1 && o.strides[d] != expected) return false;
+    expected *= o.sizes[d];
+  }
+  return true;
+}
+
+inline bool usable(const TensorImpl* p) {
+  return p != nullptr && !p->fake && p->device.is_cpu() && p->storage != nullptr;
+}
+
+inline char* first_element(const TensorImpl& t) {
+  if (t.numel == 0 || t.storage->data() == nullptr) return nullptr;
+  return static_cast<char*>(t.storage->data()) + t.offset * int64_t(dtype_size(t.dtype));
+}
+
+bool set_dense_one_shape(Loop& it, const TensorImpl* o,
+                         std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
+  if (!usable(o) || !out_is_dense(*o)) return false;
+  const size_t nd = o->sizes.size();
+  int k = 1;
+  for (const Tensor& t : inputs) {
+    const TensorImpl* p = t.impl();
+    if (!usable(p) || p->dtype != o->dtype || p->sizes.size() != nd) return false;
+    for (size_t d = 0; d < nd; ++d)
+      if (p->sizes[d] != o->sizes[d] || (o->numel > 1 && p->strides[d] != o->strides[d]))
+        return false;
+    it.data[k++] = first_element(*p);
+  }
+  it.nops = k;
+  it.numel = o->numel;
+  it.ndim = 1;
+  it.sizes[0] = o->numel;
+  it.contiguous = true;
+  it.data[0] = first_element(*o);
+  const int64_t es = int64_t(dtype_size(o->dtype));
+  for (k = 0; k < it.nops; ++k) {
+    it.dtype[k] = o->dtype;
+    it.strides[k][0] = es;
+  }
+  return true;
+}
+
 // make_loop's pieces, in the order it runs them. Each is called once, so inlined.
 
 // The common case: every operand has out's shape and is contiguous. One row.
@@ -247,9 +301,10 @@ void merge_dims(Loop& it, const TensorImpl& o, const int* order, int n,
 
 Loop make_loop(const char* op, const Tensor& out,
                std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
-  const TensorImpl& o = check_cpu(op, out, "output");
   MT_ASSERT(inputs.size() + 1 <= size_t(Loop::kMaxOperands), "too many operands");
   Loop it;
+  if (set_dense_one_shape(it, out.impl(), inputs)) return it;
+  const TensorImpl& o = check_cpu(op, out, "output");
   it.nops = int(inputs.size()) + 1;
   it.numel = o.numel;
   const Tensor* tensors[Loop::kMaxOperands];

@@ -169,7 +169,7 @@ void register_max() {
         Tensor index = std::get<1>(max(x.reshape({x.numel()}), 0, false));
         return mul(argmax_mask({x.numel()}, index, 0, g.dtype()).reshape(x.sizes()), g);
       },
-      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); });
+      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward(x); });
   keep(all);
 
   auto by_dim = custom_op(

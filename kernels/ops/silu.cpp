@@ -32,7 +32,7 @@ void register_silu() {
   });
   silu_op.register_autograd(
       [](AutogradContext& ctx, const Tensor& grad) { return silu_backward(grad, ctx.saved()[0]); },
-      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); });
+      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward(x); });
   keep(silu_op);
 
   auto bwd_op = custom_op(

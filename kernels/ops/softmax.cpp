@@ -43,7 +43,7 @@ void register_softmax_op(const char* name,
         return mul(y, sub(g, sum(mul(g, y), dim, true)));
       },
       [](AutogradContext& ctx, const Tensor& x, int64_t dim, const Tensor&) {
-        ctx.save_for_backward({x});
+        ctx.save_for_backward(x);
         ctx.data["dim"] = dim;
       },
       loc);

@@ -64,7 +64,7 @@ void register_unary_op(Fn fn, Backward backward,
   op.register_fake([keeps](const Tensor& x) { return unary_result(x, keeps); }, loc);
   op.register_autograd(
       [backward](AutogradContext& ctx, const Tensor& g) { return backward(g, ctx.saved()[0]); },
-      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); },
+      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward(x); },
       loc);
   keep(op);
 }
@@ -106,7 +106,7 @@ void register_pow() {
         return mul(g, mul(pow(ctx.saved()[0], p - 1), p));
       },
       [](AutogradContext& ctx, const Tensor& x, double e, const Tensor&) {
-        ctx.save_for_backward({x});
+        ctx.save_for_backward(x);
         ctx.data["exponent"] = e;
       });
   keep(op);
