@@ -4,6 +4,7 @@
 // the device copy and fill kernels, and the caching allocator under a steady loop.
 // Every case needs a GPU and is skipped without one.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -129,6 +130,96 @@ TEST_CASE("cuda ops (gpu): silu_backward matches a float64 CPU reference" *
                 silu_backward(gm.slice(0, 1, m).to(DType::Float64),
                               xm.slice(0, 1, m).to(DType::Float64)),
                 t, "silu bwd misaligned");
+  }
+}
+
+namespace {
+
+// Every float16 and bfloat16 value as a tensor (65,536 of them, NaNs and infinities
+// included), plus `shift` leading zeros so that a shift of 1 leaves the data misaligned
+// for the 16-byte vector kernel and takes the scalar one.
+Tensor every_16bit(DType t, int64_t shift) {
+  std::vector<uint16_t> bits(size_t(65536 + shift), 0);
+  for (uint32_t b = 0; b < 65536; ++b) bits[size_t(b + shift)] = uint16_t(b);
+  Tensor host = empty({int64_t(bits.size())}, {.dtype = t});
+  std::memcpy(host.data_ptr(), bits.data(), bits.size() * 2);
+  return host.to(kGpu).slice(0, shift, 65536 + shift);
+}
+
+// The spacing of the 16-bit type's values at v's magnitude (subnormals included).
+double ulp16(double v, DType t) {
+  const int mant = t == DType::Float16 ? 10 : 7, emin = t == DType::Float16 ? -14 : -126;
+  int e = 0;
+  std::frexp(std::abs(v), &e);  // |v| in [2^(e-1), 2^e)
+  return std::ldexp(1.0, std::max(e - 1, emin) - mant);
+}
+
+}  // namespace
+
+// Note [16-bit SiLU]: the 16-bit kernels use ex2.approx and rcp.approx instead of expf and
+// a division. The forward result must be within one unit in the last place of the float64
+// value (a correctly rounded one is within half), at every input; the backward within one
+// unit plus 2^-18 of the magnitude of its terms, |g| s (1 + |x| (1 - s)), since
+// 1 + x (1 - s) cancels near x = -1.28 in any float arithmetic. NaN must stay NaN and an
+// infinity the same infinity.
+TEST_CASE("cuda ops (gpu): silu on every 16-bit input is within one ulp of float64" *
+          doctest::skip(no_gpu())) {
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    for (int64_t shift : {0, 1}) {
+      Tensor xg = every_16bit(t, shift);
+      const std::vector<double> x = xg.cpu().to(DType::Float64).to_vector<double>();
+      const std::vector<double> y = silu(xg).cpu().to(DType::Float64).to_vector<double>();
+      double worst = 0;
+      int64_t exact = 0, finite = 0, bad = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double ref = x[i] / (1.0 + std::exp(-x[i]));
+        if (std::isnan(ref) || std::isinf(ref)) {
+          const bool same = std::isnan(ref) ? std::isnan(y[i]) : y[i] == ref;
+          if (!same && bad++ < 5)
+            MESSAGE(fmt::format("{}: silu({}) is {}, not {}", t, x[i], y[i], ref));
+          continue;
+        }
+        const double err = std::abs(y[i] - ref) / ulp16(ref, t);
+        ++finite;
+        exact += err <= 0.5;
+        if (!(err <= 1.0) && bad++ < 5)
+          MESSAGE(fmt::format("{}: silu({}) is {}, float64 {} ({} ulp)", t, x[i], y[i], ref, err));
+        if (err > worst || std::isnan(err)) worst = err;
+      }
+      MESSAGE(fmt::format("{} forward{}: max {:.3f} ulp, {} of {} finite results correctly rounded",
+                          t, shift ? " (scalar kernel)" : "", worst, exact, finite));
+      CHECK(bad == 0);
+      CHECK(worst <= 1.0);
+    }
+    // The backward at three gradients, each exact in both types.
+    for (double gv : {1.0, -0.75, 3.5}) {
+      Tensor xg = every_16bit(t, 0);
+      Tensor gg = full({65536}, gv, {.dtype = t, .device = kGpu});
+      const std::vector<double> x = xg.cpu().to(DType::Float64).to_vector<double>();
+      const std::vector<double> y =
+          silu_backward(gg, xg).cpu().to(DType::Float64).to_vector<double>();
+      double worst = 0;
+      int64_t bad = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double s = 1.0 / (1.0 + std::exp(-x[i]));
+        const double ref = gv * s * (1.0 + x[i] * (1.0 - s));
+        if (std::isnan(ref) || std::isinf(ref)) {
+          const bool same = std::isnan(ref) ? std::isnan(y[i]) : y[i] == ref;
+          if (!same && bad++ < 5)
+            MESSAGE(fmt::format("{}: silu_backward({}, {}) is {}, not {}", t, gv, x[i], y[i], ref));
+          continue;
+        }
+        const double terms = std::abs(gv) * s * (1.0 + std::abs(x[i]) * (1.0 - s));
+        const double err = std::abs(y[i] - ref) / (ulp16(ref, t) + std::ldexp(terms, -18));
+        if (!(err <= 1.0) && bad++ < 5)
+          MESSAGE(fmt::format("{}: silu_backward({}, {}) is {}, float64 {} ({} of the bound)", t,
+                              gv, x[i], y[i], ref, err));
+        if (err > worst || std::isnan(err)) worst = err;
+      }
+      MESSAGE(fmt::format("{} backward, g = {}: max {:.3f} of the bound", t, gv, worst));
+      CHECK(bad == 0);
+      CHECK(worst <= 1.0);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // SiLU on the GPU: forward y = x * sigmoid(x) and the fused backward
 // grad_in = grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.
-// T is float, double, mt::Half or mt::BFloat16 (the 16-bit types compute in float).
+// T is float, double, mt::Half or mt::BFloat16 (the 16-bit types compute in float, with
+// the approximate SFU forms of Note [16-bit SiLU]).
 // Three variants each: contiguous, 16-byte vectorized (pointers 16-byte aligned,
 // chosen by the launcher), and strided (up to 8 dims, operand 0 is the output).
 // All loops are grid-stride, so any grid size is correct; exact in-place
@@ -21,14 +22,70 @@ __device__ __forceinline__ C silu_grad_value(C g, C x) {
   return g * s * (C(1) + x * (C(1) - s));
 }
 
+// Note [16-bit SiLU]
+// A float16 or bfloat16 result keeps 11 or 8 significant bits and is rounded once from
+// float, so the precise expf and IEEE division of the float path (about 20 instructions
+// an element, two of them on the SFU) buy nothing the rounding keeps; at 2 bytes an
+// element they kept the issue slots so busy that bfloat16 SiLU ran at 90% of a copy
+// while float32 ran at 99% (docs/gpu.md). The 16-bit types take this form instead:
+//   z = 2^(-|x| log2 e) = e^-|x| in (0, 1]      ex2.approx, no flush of tiny z
+//   r = 1 / (1 + z)        1 + z in (1, 2]       rcp.approx (1 ulp of float)
+//   sigmoid(x) = x >= 0 ? r : z r,   1 - sigmoid(x) = x >= 0 ? z r : r
+// Each is within a few float ulps (2^-21 relative), far below the 2^-9 (bfloat16) and
+// 2^-12 (float16) half-ulp of the rounding, and no step cancels: 1 - sigmoid(x) for large
+// x is z r, not 1 - r. A tiny z is kept as a subnormal (ex2.approx.f32 without .ftz), so
+// silu(-88) is -5.3e-37 as in float arithmetic, not 0. NaN gives NaN, silu(+inf) = inf,
+// silu(-inf) = NaN (-inf * 0), as x / (1 + e^-x) gives. The test sweeps every 16-bit
+// input against float64 (tests/test_cuda_ops.cpp, "every 16-bit input").
+// (Compiled as host C++ for the CPU tests, they are exp2f and a division.)
+__device__ __forceinline__ float ex2_approx(float x) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return 1.0f / x;
+#endif
+}
+
+struct SigmoidParts {
+  float s, one_minus_s;  // sigmoid(x) and 1 - sigmoid(x)
+};
+__device__ __forceinline__ SigmoidParts sigmoid_parts(float x) {
+  const float z = ex2_approx(-1.4426950408889634f * fabsf(x));
+  const float r = rcp_approx_ftz(1.0f + z);
+  const float zr = z * r;
+  return x >= 0.0f ? SigmoidParts{r, zr} : SigmoidParts{zr, r};
+}
+
 template <typename T>
 __device__ __forceinline__ T silu_elem(T x) {
-  return store_compute<T>(silu_value(load_compute(x)));
+  if constexpr (is_16bit_float_v<T>) {
+    const float f = load_compute(x);
+    return store_compute<T>(f * sigmoid_parts(f).s);
+  } else {
+    return silu_value(x);
+  }
 }
 
 template <typename T>
 __device__ __forceinline__ T silu_grad_elem(T g, T x) {
-  return store_compute<T>(silu_grad_value(load_compute(g), load_compute(x)));
+  if constexpr (is_16bit_float_v<T>) {
+    const float f = load_compute(x);
+    const SigmoidParts p = sigmoid_parts(f);
+    return store_compute<T>(load_compute(g) * p.s * (1.0f + f * p.one_minus_s));
+  } else {
+    return silu_grad_value(g, x);
+  }
 }
 
 }  // namespace mt
