@@ -89,6 +89,16 @@ fi
 if want silu && [ -x build-gpu/tools/bench_silu ]; then
   step bench+torch 150 "$OUT/bench.log" python3 tools/compare_torch.py \
       --bench build-gpu/tools/bench_silu --json "$OUT/compare.json"
+  # bfloat16 SiLU at 2^26 under ncu: minitensor's vector kernel, then the tutorial's Triton
+  # kernel and torch's F.silu, with the same metrics (docs/gpu.md, "bfloat16 SiLU").
+  NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__block_size
+  step silu-ncu 90 "$OUT/silu_ncu.log" bash -c '
+    ncu --metrics "$1" -k regex:silu_fwd_vec --launch-count 1 build-gpu/tools/minitensor bench silu \
+        --device cuda --dtype bfloat16 --min-log2 26 --max-log2 26 --warmup 0 --repeats 1
+    ncu --metrics "$1" -k regex:silu --launch-count 2 python3 -c "
+import sys; sys.path.insert(0, \"tools\"); import compare_torch as c, torch
+x = torch.randn(1 << 26, device=\"cuda\", dtype=torch.bfloat16); y = torch.empty_like(x)
+c.triton_silu(x, y); torch.nn.functional.silu(x); torch.cuda.synchronize()"' _ "$NCU_METRICS"
 fi
 if want bench && grep -q -- '--mlp' tools/compare_torch.py 2>/dev/null; then
   step mlp+torch 120 "$OUT/bench_mlp.log" python3 tools/compare_torch.py --mlp \
@@ -183,7 +193,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch silu-ncu mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -201,6 +211,7 @@ fi
   echo "compile:"; grep -E "doctest\] (test cases|Status)|ERROR SUMMARY|CUDA graph" "$OUT/compile.log" 2>/dev/null
   tail -n 16 "$OUT/compile_torch.log" 2>/dev/null
   echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null
+  echo "silu under ncu:"; grep -E "silu|duration|throughput|inst_executed|issue_active|warps_active|registers|grid_size|block_size" "$OUT/silu_ncu.log" 2>/dev/null | sed 's/  */ /g' | head -n 40
   echo "bench + torch comparison:"
   sed -n '/^| dtype | pass | n | minitensor ms/,$p' "$OUT/bench.log" 2>/dev/null
   echo "total ${SECONDS}s"
