@@ -51,11 +51,12 @@ namespace mt::jit {
 //      mt-autotune-1 TAB tag TAB key TAB names,... TAB winner TAB ms,... TAB checksum
 //    appended with O_APPEND in one write, so lines of several processes interleave whole;
 //    the checksum (16 hex digits of a SHA-256 of the line before it) rejects a torn or
-//    edited line. The last valid line for a (tag, key, names) wins. A line that does not
-//    parse, fails its checksum or names a winner outside its candidates is ignored; a
-//    file that is not a regular file of this user, or is larger than kMaxFileBytes, is not
-//    read (reported once on stderr), and tuning goes on in memory. `minitensor cache
-//    clear` deletes it with the kernels.
+//    edited line, and a line goes after a newline of its own when the file ends in a torn
+//    one (a writer that died mid-line). The last valid line for a (tag, key, names) wins.
+//    A line that does not parse, fails its checksum or names a winner outside its
+//    candidates is ignored; a file that is not a regular file of this user, or is larger
+//    than kMaxFileBytes, is not read (reported once on stderr), and tuning goes on in
+//    memory. `minitensor cache clear` deletes it with the kernels.
 
 namespace {
 
