@@ -519,8 +519,9 @@ TEST_SUITE("mha::flash_attn") {
       // choice.
       const std::pair<const char*, const char*> forced[] = {{"2", "8"}, {"1", "4"}, {"", ""}};
       for (const auto& [rows, warps] : forced) {
-        CAPTURE(rows);
-        CAPTURE(warps);
+        const std::string forced_rows = rows, forced_warps = warps;
+        CAPTURE(forced_rows);
+        CAPTURE(forced_warps);
         ::setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", rows, 1);
         ::setenv("MHA_FLASH_ATTN_BWD_WARPS", warps, 1);
         const std::vector<Tensor> got = run();
