@@ -8,6 +8,7 @@
 #include "dispatcher/library.h"
 #include "kernels/compile/compile.h"
 #include "dispatcher/load_library.h"
+#include "kernels/jit/autotune.h"
 #include "kernels/jit/pointwise.h"
 #include "kernels/jit/user_kernel.h"
 // The built-in ops (mt::add, mt::matmul, mt::softmax, ...); the unary ones (mt::exp,

@@ -302,7 +302,7 @@ bool env_list_has(const char* var, std::string_view word,
 
 Dispatcher::Dispatcher() {
   if (env_list_has("MT_TRACE", "dispatch")) detail::g_trace_dispatch.store(true);
-  if (env_list_has("MT_LOG", "registration", {"jit", "compile"})) log_registrations_.store(true);
+  if (env_list_has("MT_LOG", "registration", {"jit", "compile", "autotune"})) log_registrations_.store(true);
 }
 
 Dispatcher& Dispatcher::singleton() {

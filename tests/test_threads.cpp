@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Threads: every public call path of the dispatcher and autograd while other threads
-// register and drop ops (issues #16 and #23), and the JIT kernel cache used by many
-// threads at once. This file uses only the runtime, the dispatcher, autograd and the
-// kernel cache with NVRTC (kernels/jit: cache, nvrtc, sha256), with ops of its own, so
-// that CI can also build it with ThreadSanitizer against those sources alone
-// (tests/meson.build, 'threads (tsan)'), without a sanitized build of the whole library.
+// register and drop ops (issues #16 and #23), and the JIT kernel cache and the autotuner
+// used by many threads at once. This file uses only the runtime, the dispatcher, autograd,
+// the kernel cache with NVRTC and the autotuner (kernels/jit: cache, nvrtc, sha256,
+// autotune), with ops of its own, so that CI can also build it with ThreadSanitizer against
+// those sources alone (tests/meson.build, 'threads (tsan)'), without a sanitized build of
+// the whole library.
 // MT_STRESS_SECONDS=10 runs the stress test for at least that long (default: 300 rounds
 // of registrations).
 #include <doctest/doctest.h>
@@ -25,6 +26,7 @@
 
 #include "autograd/autograd.h"
 #include "dispatcher/library.h"
+#include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"
 #include "runtime/tensor.h"
 #include "runtime/view.h"
@@ -529,4 +531,89 @@ TEST_CASE("jit cache: threads compiling, loading, storing, listing and evicting 
   for (const auto& e : cache.list()) CHECK_MESSAGE(e.valid, e.path, ": ", e.problem);
   for (const auto& f : std::filesystem::directory_iterator(dir.path))
     CHECK_MESSAGE(!f.path().filename().string().starts_with(".tmp-"), f.path());
+}
+
+// Two autotuners on one file (two processes), eight threads calling four keys of three
+// candidates at once, with a timing that sleeps so the tunings overlap: each tuner times a
+// key once (or reads it from the file the other wrote), every call runs that key's fastest
+// candidate, and the file read by a third tuner gives every winner without timing.
+TEST_CASE("autotune: threads tuning the same keys at once time each key once and agree") {
+  ScratchDir dir;
+  const std::string file = dir.path + "/autotune.tsv";
+  static constexpr int kKeys = 4, kCandidates = 3, kReps = 3, kRounds = 25;
+  struct Counts {
+    std::atomic<int> timed[kKeys][kCandidates] = {};
+    std::atomic<int> ran[kKeys][kCandidates] = {};
+  };
+  Counts counts[3];
+  thread_local int current = -1;
+  auto timing = [&](int t) {
+    return jit::TuneTiming{.device_tag = [](int) { return std::string("sm_90 Threads GPU"); },
+                           .time_ms =
+                               [&counts, t](int, const std::function<void()>& run, int reps) {
+                                 std::vector<double> ms;
+                                 for (int r = 0; r < reps; ++r) {
+                                   run();
+                                   std::this_thread::sleep_for(std::chrono::microseconds(200));
+                                   const int key = current / kCandidates, c = current % kCandidates;
+                                   counts[t].timed[key][c] += 1;
+                                   // Candidate key % 3 is the fastest of key `key`.
+                                   ms.push_back(c == key % kCandidates ? 1.0 : 2.0 + c);
+                                 }
+                                 return ms;
+                               },
+                           .busy = [](int) { return false; }};
+  };
+  auto candidates = [&](int t, int key) {
+    std::vector<jit::TuneCandidate> c;
+    for (int i = 0; i < kCandidates; ++i)
+      c.push_back({fmt::format("variant={}", i), [&counts, t, key, i] {
+                     current = key * kCandidates + i;
+                     counts[t].ran[key][i] += 1;
+                   }});
+    return c;
+  };
+  jit::Autotuner a({.file = file, .warmup = 1, .reps = kReps}, timing(0));
+  jit::Autotuner b({.file = file, .warmup = 1, .reps = kReps}, timing(1));
+  std::atomic<int> wrong{0}, calls{0}, choice_reads{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      jit::Autotuner& tuner = t < 6 ? a : b;
+      for (int round = 0; round < kRounds; ++round)
+        for (int k = 0; k < kKeys; ++k) {
+          const int key = (k + t) % kKeys;
+          const size_t got =
+              tuner.run(fmt::format("threads op S{}", key), candidates(t < 6 ? 0 : 1, key));
+          calls += 1;
+          if (got != size_t(key % kCandidates)) wrong += 1;
+          if (auto c = tuner.choice(fmt::format("threads op S{}", key)); c) {
+            choice_reads += 1;
+            if (c->index != size_t(key % kCandidates)) wrong += 1;
+          }
+        }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
+  CHECK(calls.load() == 8 * kRounds * kKeys);
+  CHECK(choice_reads.load() == calls.load());
+  for (int t = 0; t < 2; ++t) {
+    const jit::AutotuneStats s = (t == 0 ? a : b).stats();
+    CAPTURE(t);
+    CHECK(s.tunings + s.disk_hits == uint64_t(kKeys));
+    for (int key = 0; key < kKeys; ++key)
+      for (int c = 0; c < kCandidates; ++c) {
+        // Timed once (kReps calls) or not at all (read from the other tuner's line).
+        const int timed = counts[t].timed[key][c].load();
+        CHECK((timed == 0 || timed == kReps));
+      }
+  }
+  jit::Autotuner reader({.file = file}, timing(2));
+  for (int key = 0; key < kKeys; ++key) {
+    CHECK(reader.run(fmt::format("threads op S{}", key), candidates(2, key)) ==
+          size_t(key % kCandidates));
+    CHECK(reader.choice(fmt::format("threads op S{}", key))->source ==
+          jit::TuneChoice::Source::Disk);
+  }
+  CHECK(reader.stats().timed_runs == 0);
 }

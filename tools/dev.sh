@@ -180,7 +180,7 @@ esac
 # The doctest cases that run threads of their own: dispatch during registration, a tape
 # per thread, the JIT cache and the CUDA allocator under concurrent use. The CPU kernels'
 # OpenMP cases are left out (libgomp is not instrumented: TSan reports false races there).
-tsan_tests=${MT_TSAN_TESTS:-'*other threads dispatch*,*tape per thread*,*threads asking for one key*,*threads compiling, loading*,*threads allocate and free*'}
+tsan_tests=${MT_TSAN_TESTS:-'*other threads dispatch*,*tape per thread*,*threads asking for one key*,*threads compiling, loading*,*threads tuning the same keys*,*threads allocate and free*'}
 
 case "$cmd" in
   deps)

@@ -83,6 +83,7 @@ constexpr const char* kTempPrefix = ".tmp-";
 constexpr int64_t kStaleTempSeconds = 3600;
 constexpr const char* kLogName = "events.log";
 constexpr const char* kOldLogName = "events.log.1";
+constexpr const char* kAutotuneName = "autotune.tsv";  // the autotuner's winners (autotune.cpp)
 constexpr uint64_t kLogMaxBytes = uint64_t(256) << 10;
 
 void put_u32(std::string& out, uint32_t v) {
@@ -777,7 +778,7 @@ void KernelCache::clear() {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (!is_entry_name(name) && !name.starts_with(kTempPrefix) && name != kLogName &&
-        name != kOldLogName)
+        name != kOldLogName && name != kAutotuneName)
       continue;
     struct stat est;
     const bool is_dir = ::lstat(it->path().c_str(), &est) == 0 && S_ISDIR(est.st_mode);

@@ -113,7 +113,8 @@ class KernelCache {
   std::vector<CacheEntryInfo> list() const;
   // Total bytes of the entry files on disk.
   uint64_t disk_bytes() const;
-  // Forgets everything in memory and deletes every cache file (and stray temporaries).
+  // Forgets everything in memory and deletes every cache file (stray temporaries, the event
+  // log and the autotuner's autotune.tsv too).
   // Throws mt::Error with the reason when the directory is missing, is not a directory,
   // or a file could not be deleted.
   void clear();

@@ -114,7 +114,7 @@ with tempfile.TemporaryDirectory() as scratch:
     expect("MT_TRACE=bogus,dispatch traces and warns", ["doctor"], 0, env={"MT_TRACE": "bogus, dispatch"},
            stderr_has="keys=")
     expect("MT_LOG=registrations (a typo) warns", ["ops"], 0, env={"MT_LOG": "registrations"},
-           stderr_has="MT_LOG: ignoring unknown word 'registrations' (known: registration, jit, compile)")
+           stderr_has="MT_LOG: ignoring unknown word 'registrations' (known: registration, jit, compile, autotune)")
     expect("MT_LOG=jit is a known word (the kernel cache reads it)", ["ops"], 0, env={"MT_LOG": "jit"},
            stderr_lacks="ignoring unknown")
 

@@ -5,7 +5,10 @@
 // the forward's, as FlashAttention counts it). Shapes: the issue's, or --shapes.
 //   build/examples/ops/flash_attn/flash_attn_bench [--json] [--dtype bfloat16]
 //       [--shapes B,H,S,D,causal;...]
-// --json prints one JSON object (tools/compare_torch.py --attention).
+// --json prints one JSON object (tools/compare_torch.py --attention). The fwd and bwd
+// columns run what the autotuner chose (shown as "tuned fwd", "tuned bwd": the candidate and
+// whether it was timed here or read from the file); the knobs force each candidate for the
+// comparison columns.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +30,15 @@ struct Case {
 };
 struct Row {
   Case c;
-  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd4_ms = -1;
+  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd4_ms = -1, fwd2_ms = -1, bwd8_ms = -1;
+  std::string fwd_choice = {}, bwd_choice = {};  // the autotuner's: "fwd_row_tiles=2 (tuned)"
 };
+
+// What the autotuner took for this key on cuda:0, and why.
+std::string choice_of(const std::string& key) {
+  const auto c = jit::autotuner().choice(key, 0);
+  return c ? fmt::format("{} ({})", c->name, jit::source_name(c->source)) : "-";
+}
 
 double fwd_flops(const Case& c) {
   return 4.0 * double(c.B * c.H) * double(c.S) * double(c.S) * double(c.D) * (c.causal ? 0.5 : 1);
@@ -66,7 +76,8 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) {
       cases = parse_shapes(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--json] [--dtype float16|bfloat16] [--shapes B,H,S,D,causal;...]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--json] [--dtype float16|bfloat16] [--shapes B,H,S,D,causal;...]\n",
                    argv[0]);
       return 2;
     }
@@ -88,25 +99,32 @@ int main(int argc, char** argv) {
     r.fwd_ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
     auto [out, lse] = mha::flash_attn(q, k, v, c.causal);
     r.bwd_ms = median_ms(
-        [&] {
-          mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt);
-        },
+        [&] { mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt); },
         reps);
-    {  // the forward with one row tile a warp instead of two
-      setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", "1", 1);
-      r.fwd1_ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
+    r.fwd_choice = choice_of(mha::flash_attn_tune_key(q, k, c.causal, false));
+    r.bwd_choice = choice_of(mha::flash_attn_tune_key(q, k, c.causal, true));
+    // Each candidate forced by its knob, for the comparison columns.
+    auto forced_fwd = [&](const char* tiles) {
+      setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", tiles, 1);
+      const double ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
       unsetenv("MHA_FLASH_ATTN_FWD_ROW_TILES");
-    }
-    {  // the backward with blocks of 4 warps (64 keys) instead of 8
-      setenv("MHA_FLASH_ATTN_BWD_WARPS", "4", 1);
-      r.bwd4_ms = median_ms(
+      return ms;
+    };
+    auto forced_bwd = [&](const char* warps) {
+      setenv("MHA_FLASH_ATTN_BWD_WARPS", warps, 1);
+      const double ms = median_ms(
           [&] { mha::flash_attn_backward(g, Tensor(), q, k, v, out, lse, c.causal, std::nullopt); },
           reps);
       unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
-    }
+      return ms;
+    };
+    r.fwd2_ms = forced_fwd("2");
+    r.fwd1_ms = forced_fwd("1");
+    r.bwd8_ms = forced_bwd("8");
+    r.bwd4_ms = forced_bwd("4");
     if (c.S <= 1024)  // a thread a row: slow, timed only where it is short
-      r.generic_fwd_ms = median_ms(
-          [&] { mha::flash_attn_cuda(q, k, v, c.causal, std::nullopt, true); }, 5);
+      r.generic_fwd_ms =
+          median_ms([&] { mha::flash_attn_cuda(q, k, v, c.causal, std::nullopt, true); }, 5);
     rows.push_back(r);
   }
   const auto& props = cuda::device_props(0);
@@ -125,10 +143,12 @@ int main(int argc, char** argv) {
       std::printf(
           "%s{\"B\": %lld, \"H\": %lld, \"S\": %lld, \"D\": %lld, \"causal\": %s, "
           "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
-          "\"fwd_one_row_tile_ms\": %.6f, \"bwd_4_warps_ms\": %.6f}",
+          "\"fwd_two_row_tiles_ms\": %.6f, \"fwd_one_row_tile_ms\": %.6f, "
+          "\"bwd_8_warps_ms\": %.6f, \"bwd_4_warps_ms\": %.6f, \"fwd_choice\": \"%s\", "
+          "\"bwd_choice\": \"%s\"}",
           i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
-          r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms, r.generic_fwd_ms, r.fwd1_ms,
-          r.bwd4_ms);
+          r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms, r.generic_fwd_ms, r.fwd2_ms, r.fwd1_ms,
+          r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str());
     }
     std::printf("]}\n");
     return 0;
@@ -137,15 +157,18 @@ int main(int argc, char** argv) {
               props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
   std::printf(
       "| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
-      "| fwd ms, 1 row tile a warp | bwd ms, 4 warps |\n|---|---|---|---|---|---|---|---|---|\n");
+      "| fwd ms, 2 / 1 row tiles a warp | bwd ms, 8 / 4 warps | tuned fwd | tuned bwd |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double f = fwd_flops(r.c);
-    std::printf("| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f | %.4f |\n",
-                (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
-                r.c.causal ? "yes" : "no", r.fwd_ms, f / (r.fwd_ms * 1e9), r.bwd_ms,
-                2.5 * f / (r.bwd_ms * 1e9),
-                r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str(), r.fwd1_ms,
-                r.bwd4_ms);
+    std::printf(
+        "| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f / %.4f "
+        "| %.4f / %.4f | %s | %s |\n",
+        (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
+        r.c.causal ? "yes" : "no", r.fwd_ms, f / (r.fwd_ms * 1e9), r.bwd_ms,
+        2.5 * f / (r.bwd_ms * 1e9),
+        r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str(), r.fwd2_ms, r.fwd1_ms,
+        r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str());
   }
   return 0;
 }

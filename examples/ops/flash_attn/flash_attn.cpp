@@ -246,8 +246,14 @@ const char* cu_type(DType t) {
   }
 }
 
-std::string kernel_name(K which, DType t, int64_t D) {
-  const FlashAttnTiles tiles = flash_attn_tiles(int(D));
+// The tuned choices of the tensor-core kernels (Note [Tuned tiles]): row tiles a forward
+// warp, warps a backward block.
+struct Variant {
+  int fwd_row_tiles = 2, bwd_warps = 8;
+};
+
+std::string kernel_name(K which, DType t, int64_t D, Variant var = {}) {
+  const FlashAttnTiles tiles = flash_attn_tiles(int(D), var.fwd_row_tiles, var.bwd_warps);
   const std::string ty = cu_type(t);
   switch (which) {
     case K::Forward:
@@ -264,14 +270,55 @@ std::string kernel_name(K which, DType t, int64_t D) {
 }
 
 // One UserKernel per name, made on first use (a kernel compiles on its first launch).
-const jit::UserKernel& cu_kernel(K which, DType t, int64_t D) {
+const jit::UserKernel& cu_kernel(K which, DType t, int64_t D, Variant var = {}) {
   static std::mutex mu;
   static std::map<std::string, jit::UserKernel> made;
-  const std::string name = kernel_name(which, t, D);
+  const std::string name = kernel_name(which, t, D, var);
   std::lock_guard<std::mutex> lock(mu);
   auto it = made.find(name);
   if (it == made.end()) it = made.emplace(name, jit::kernel(kFlashAttnCu, name)).first;
   return it->second;
+}
+
+// Note [Tuned tiles]
+// Two choices of the tensor-core kernels are left to the JIT's autotuner
+// (kernels/jit/autotune.h), each a pair of candidates of one key:
+//  - the forward: two 16-row tiles a warp (128 query rows a block of 4 warps) or one (64
+//    rows: fewer registers, twice the blocks, better when the grid is small);
+//  - the backward: blocks of 8 warps (128 keys) or 4 (64 keys).
+// The first candidate is the default (what MT_AUTOTUNE=0 runs). A key is the op and pass,
+// the dtype, head dim, causal, and powers of two at least Sq, Sk and batch * heads (the
+// last decides how many blocks fill the card); the tuner adds the device. The knobs
+// MHA_FLASH_ATTN_FWD_ROW_TILES=1|2 and MHA_FLASH_ATTN_BWD_WARPS=4|8 force a candidate
+// (read at each call: the bench's comparison columns).
+const std::vector<Variant>& fwd_variants() {
+  static const std::vector<Variant> v = {{.fwd_row_tiles = 2}, {.fwd_row_tiles = 1}};
+  return v;
+}
+const std::vector<Variant>& bwd_variants() {
+  static const std::vector<Variant> v = {{.bwd_warps = 8}, {.bwd_warps = 4}};
+  return v;
+}
+std::string variant_name(bool backward, Variant v) {
+  return backward ? fmt::format("bwd_warps={}", v.bwd_warps)
+                  : fmt::format("fwd_row_tiles={}", v.fwd_row_tiles);
+}
+
+// The knob's value as a candidate name, or "" when unset.
+std::string knob(const char* name, const char* a, const char* b, const char* prefix) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return {};
+  const std::string v = e;
+  MT_CHECK(v == a || v == b,
+           "[mha::flash_attn] {}='{}' must be {} or {}; unset it to let the autotuner choose", name,
+           v, a, b);
+  return prefix + v;
+}
+
+std::string tune_key(bool backward, DType t, const Geometry& g) {
+  return fmt::format("mha::flash_attn {} {} D{} {} Sq{} Sk{} BH{}", backward ? "bwd" : "fwd", t,
+                     g.D, g.causal ? "causal" : "full", jit::pow2_bucket(g.Sq),
+                     jit::pow2_bucket(g.Sk), jit::pow2_bucket(g.B * g.H));
 }
 
 // The tensor-core kernels read rows as 16-byte vectors: contiguous, 16-byte aligned.
@@ -285,12 +332,12 @@ Tensor prepared(const Tensor& t) {
 // GPU-less argument check run the same code.
 template <typename F>
 void with_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Geometry& g, bool generic, F&& f) {
+                  const Tensor& lse, const Geometry& g, bool generic, Variant var, F&& f) {
   const DType t = q.dtype();
   if (!generic) {
-    const FlashAttnTiles tiles = flash_attn_tiles(int(g.D));
+    const FlashAttnTiles tiles = flash_attn_tiles(int(g.D), var.fwd_row_tiles, var.bwd_warps);
     const unsigned blocks = unsigned((g.Sq + tiles.fwd_rows - 1) / tiles.fwd_rows);
-    f(cu_kernel(K::Forward, t, g.D),
+    f(cu_kernel(K::Forward, t, g.D, var),
       jit::LaunchConfig{.grid = {std::max(blocks, 1u), unsigned(g.B * g.H)},
                         .block = unsigned(tiles.fwd_threads),
                         .shared = unsigned(tiles.fwd_smem)},
@@ -303,25 +350,32 @@ void with_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   }
 }
 
+// The backward's pre-pass: delta = rowsum(dO * O) - grad_lse.
 template <typename F>
-void with_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& dout, const Tensor& glse, const Tensor& lse, const Tensor& delta,
-                   const Tensor& dq, const Tensor& dk, const Tensor& dv, const Geometry& g,
-                   bool generic, F&& f) {
-  const DType t = q.dtype();
-  const long long rows_q = g.B * g.H * g.Sq, rows_k = g.B * g.H * g.Sk;
+void with_backward_prep(const Tensor& out, const Tensor& dout, const Tensor& glse,
+                        const Tensor& delta, const Geometry& g, DType t, F&& f) {
+  const long long rows_q = g.B * g.H * g.Sq;
   f(cu_kernel(K::Prep, t, g.D), jit::LaunchConfig{.grid = jit::grid_for(rows_q, 256)}, out, dout,
     glse, delta, rows_q, int(g.D));
+}
+
+// The backward's main pass (after the pre-pass); the tensor-core kernel accumulates into
+// dq, which must be zero.
+template <typename F>
+void with_backward_main(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                        const Tensor& lse, const Tensor& delta, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const Geometry& g, bool generic, Variant var, F&& f) {
+  const DType t = q.dtype();
+  const long long rows_q = g.B * g.H * g.Sq, rows_k = g.B * g.H * g.Sk;
   if (!generic) {
-    const FlashAttnTiles tiles = flash_attn_tiles(int(g.D));
+    const FlashAttnTiles tiles = flash_attn_tiles(int(g.D), var.fwd_row_tiles, var.bwd_warps);
     const int keys = 16 * tiles.bwd_warps;
     const unsigned blocks = unsigned((g.Sk + keys - 1) / keys);
-    f(cu_kernel(K::Backward, t, g.D),
+    f(cu_kernel(K::Backward, t, g.D, var),
       jit::LaunchConfig{.grid = {std::max(blocks, 1u), unsigned(g.B * g.H)},
                         .block = unsigned(32 * tiles.bwd_warps),
                         .shared = unsigned(tiles.bwd_smem)},
-      q, k, v, dout, lse, delta, dq, dk, dv, int(g.Sq), int(g.Sk), float(g.scale),
-      int(g.causal));
+      q, k, v, dout, lse, delta, dq, dk, dv, int(g.Sq), int(g.Sk), float(g.scale), int(g.causal));
   } else {
     f(cu_kernel(K::DqGeneric, t, g.D),
       jit::LaunchConfig{.grid = jit::grid_for(rows_q, 128), .block = 128}, q, k, v, dout, lse,
@@ -350,7 +404,18 @@ std::tuple<Tensor, Tensor> forward_cuda_impl(const Tensor& q, const Tensor& k, c
   Tensor out = empty(q.sizes(), o);
   Tensor lse = empty(lse_shape(g), {.dtype = g.lse_dtype, .device = q.device()});
   if (g.Sq == 0 || g.B * g.H == 0) return {out, lse};
-  with_forward(prepared(q), prepared(k), prepared(v), out, lse, g, generic, launcher());
+  const Tensor qc = prepared(q), kc = prepared(k), vc = prepared(v);
+  if (generic) {
+    with_forward(qc, kc, vc, out, lse, g, true, {}, launcher());
+    return {out, lse};
+  }
+  std::vector<jit::TuneCandidate> candidates;
+  for (Variant var : fwd_variants())
+    candidates.push_back({variant_name(false, var), [&, var] {
+                            with_forward(qc, kc, vc, out, lse, g, false, var, launcher());
+                          }});
+  jit::autotuner().run(tune_key(false, q.dtype(), g), candidates, q.device().index,
+                       knob("MHA_FLASH_ATTN_FWD_ROW_TILES", "1", "2", "fwd_row_tiles="));
   return {out, lse};
 }
 
@@ -373,14 +438,24 @@ std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& grad_out, const T
   Tensor delta = empty(lse_shape(g), lo);
   Tensor qc = prepared(q), kc = prepared(k), vc = prepared(v), oc = prepared(out),
          lc = lse.contiguous();
+  with_backward_prep(oc, dout, glse, delta, g, q.dtype(), launcher());
   if (generic) {
     Tensor dq = empty(q.sizes(), o);
-    with_backward(qc, kc, vc, oc, dout, glse, lc, delta, dq, dk, dv, g, true, launcher());
+    with_backward_main(qc, kc, vc, dout, lc, delta, dq, dk, dv, g, true, {}, launcher());
     return {dq, dk, dv};
   }
-  // dQ gathers float32 atomics from every key block, then takes q's dtype.
-  Tensor dq = zeros(q.sizes(), {.dtype = DType::Float32, .device = q.device()});
-  with_backward(qc, kc, vc, oc, dout, glse, lc, delta, dq, dk, dv, g, false, launcher());
+  // dQ gathers float32 atomics from every key block, then takes q's dtype; each candidate
+  // zeroes it first (the tuner runs several).
+  Tensor dq = empty(q.sizes(), {.dtype = DType::Float32, .device = q.device()});
+  std::vector<jit::TuneCandidate> candidates;
+  for (Variant var : bwd_variants())
+    candidates.push_back({variant_name(true, var), [&, var] {
+                            dq.zero_();
+                            with_backward_main(qc, kc, vc, dout, lc, delta, dq, dk, dv, g, false,
+                                               var, launcher());
+                          }});
+  jit::autotuner().run(tune_key(true, q.dtype(), g), candidates, q.device().index,
+                       knob("MHA_FLASH_ATTN_BWD_WARPS", "4", "8", "bwd_warps="));
   return {dq.to(q.dtype()), dk, dv};
 }
 
@@ -449,19 +524,14 @@ std::tuple<Tensor, Tensor, Tensor> flash_attn_backward(const Tensor& grad_out,
                        generic || !tensor_core_ok(q.dtype(), g.D));
 }
 
-FlashAttnTiles flash_attn_tiles(int D) {
+FlashAttnTiles flash_attn_tiles(int D, int fwd_row_tiles, int bwd_warps) {
   // Note [Forward tiling] and Note [Backward tiling] in flash_attn.cu; the shared memory
   // sizes are the .cu's flash_attn_fwd_smem and flash_attn_bwd_smem (the test compares).
-  // MHA_FLASH_ATTN_FWD_ROW_TILES=1 gives a forward warp one row tile instead of two (fewer
-  // registers, more blocks an SM), for the bench's comparison.
-  int fwd_row_tiles = 2;
-  if (const char* e = std::getenv("MHA_FLASH_ATTN_FWD_ROW_TILES"); e != nullptr)
-    fwd_row_tiles = std::string(e) == "1" ? 1 : 2;
-  // Backward blocks of 8 warps (128 keys): faster than 4 on the H200 at both head dims
-  // (docs/scenarios.md); MHA_FLASH_ATTN_BWD_WARPS=4 gives blocks of 64 keys.
-  int bwd_warps = 8;
-  if (const char* e = std::getenv("MHA_FLASH_ATTN_BWD_WARPS"); e != nullptr)
-    bwd_warps = std::string(e) == "4" ? 4 : 8;
+  // Which of the two of each the op runs: Note [Tuned tiles].
+  MT_CHECK((fwd_row_tiles == 1 || fwd_row_tiles == 2) && (bwd_warps == 4 || bwd_warps == 8),
+           "[mha::flash_attn] the kernels are compiled for 1 or 2 forward row tiles a warp and "
+           "backward blocks of 4 or 8 warps, got {} and {}",
+           fwd_row_tiles, bwd_warps);
   const int fwd_warps = 4, bwd_rows = D > 64 ? 32 : 64, bwd_keys = 16 * bwd_warps;
   const int fwd_rows = 16 * fwd_row_tiles * fwd_warps;
   // Q stays in shared memory when its fragments would not fit in registers (fa_fwd_q_in_regs).
@@ -487,22 +557,26 @@ FlashAttnRegisters flash_attn_registers(DType t, int head_dim) {
 
 std::vector<jit::UserKernel> flash_attn_kernels() {
   std::vector<jit::UserKernel> all;
-  for (DType t : {DType::Float16, DType::BFloat16}) {
-    for (int64_t D : {64, 128})
-      for (K which : {K::Forward, K::Backward}) all.push_back(cu_kernel(which, t, D));
-    // The knobs' variants: one row tile a forward warp, backward blocks of 4 warps.
-    all.push_back(jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 64, 4, 1>", cu_type(t))));
-    all.push_back(
-        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_fwd<{}, 128, 4, 1>", cu_type(t))));
-    all.push_back(
-        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 64, 64, 4>", cu_type(t))));
-    all.push_back(
-        jit::kernel(kFlashAttnCu, fmt::format("flash_attn_bwd<{}, 128, 32, 4>", cu_type(t))));
-  }
+  for (DType t : {DType::Float16, DType::BFloat16})
+    for (int64_t D : {64, 128}) {
+      for (Variant var : fwd_variants()) all.push_back(cu_kernel(K::Forward, t, D, var));
+      for (Variant var : bwd_variants()) all.push_back(cu_kernel(K::Backward, t, D, var));
+    }
   for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
     for (K which : {K::Prep, K::ForwardGeneric, K::DqGeneric, K::DkdvGeneric})
       all.push_back(cu_kernel(which, t, 0));
   return all;
+}
+
+std::vector<std::string> flash_attn_candidates(bool backward) {
+  std::vector<std::string> names;
+  for (Variant var : backward ? bwd_variants() : fwd_variants())
+    names.push_back(variant_name(backward, var));
+  return names;
+}
+
+std::string flash_attn_tune_key(const Tensor& q, const Tensor& k, bool causal, bool backward) {
+  return tune_key(backward, q.dtype(), check_inputs(q, k, k, causal, std::nullopt));
 }
 
 void flash_attn_check_launch(int arch, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -511,10 +585,15 @@ void flash_attn_check_launch(int arch, const Tensor& q, const Tensor& k, const T
   auto check = [arch](const jit::UserKernel& kern, const jit::LaunchConfig&,
                       const auto&... args) { kern.check_args(arch, args...); };
   Tensor out = empty_like(q), lse = empty(lse_shape(g), {.dtype = g.lse_dtype});
-  with_forward(q, k, v, out, lse, g, generic, check);
   Tensor dq = generic ? empty_like(q) : empty(q.sizes(), {.dtype = DType::Float32});
-  with_backward(q, k, v, out, empty_like(q), empty_like(lse), lse, empty_like(lse), dq,
-                empty_like(k), empty_like(v), g, generic, check);
+  Tensor delta = empty_like(lse);
+  with_backward_prep(out, empty_like(q), empty_like(lse), delta, g, q.dtype(), check);
+  // Every variant the tuner may pick (the generic kernels have one).
+  for (size_t i = 0; i < (generic ? 1 : fwd_variants().size()); ++i)
+    with_forward(q, k, v, out, lse, g, generic, fwd_variants()[i], check);
+  for (size_t i = 0; i < (generic ? 1 : bwd_variants().size()); ++i)
+    with_backward_main(q, k, v, empty_like(q), lse, delta, dq, empty_like(k), empty_like(v), g,
+                       generic, bwd_variants()[i], check);
 }
 
 }  // namespace mha

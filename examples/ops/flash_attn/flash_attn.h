@@ -12,6 +12,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -43,15 +44,25 @@ std::vector<mt::jit::UserKernel> flash_attn_kernels();
 // compiled for `arch`, without a GPU.
 void flash_attn_check_launch(int arch, const mt::Tensor& q, const mt::Tensor& k,
                              const mt::Tensor& v, bool causal, bool generic);
-// The block sizes of the tensor-core kernels: query rows a forward block, query rows a
-// backward step, warps a backward block (16 keys each), dynamic shared memory. Two knobs
-// for the bench's comparisons: MHA_FLASH_ATTN_FWD_ROW_TILES=1 (one 16-row tile a forward
-// warp instead of two) and MHA_FLASH_ATTN_BWD_WARPS=4 (64 keys a backward block
-// instead of 128).
+// The block sizes of the tensor-core kernels for one choice of the two tuned parameters
+// (Note [Tuned tiles] in flash_attn.cpp): 16-row tiles a forward warp (2 or 1) and warps a
+// backward block (8 or 4, 16 keys each). Gives query rows a forward block, threads a
+// forward block, query rows a backward step, warps a backward block, and the dynamic shared
+// memory of each.
 struct FlashAttnTiles {
   int fwd_rows, fwd_threads, fwd_smem, bwd_rows, bwd_warps, bwd_smem;
 };
-FlashAttnTiles flash_attn_tiles(int head_dim);
+FlashAttnTiles flash_attn_tiles(int head_dim, int fwd_row_tiles = 2, int bwd_warps = 8);
+// The autotuner's key for the forward or backward of these inputs on CUDA (the tuner adds
+// the device): "mha::flash_attn fwd float16 D64 causal Sq4096 Sk4096 BH64". Ask
+// mt::jit::autotuner().choice(key, device) which candidate it took.
+std::string flash_attn_tune_key(const mt::Tensor& q, const mt::Tensor& k, bool causal,
+                                bool backward);
+// The candidates' names, the default first: {"fwd_row_tiles=2", "fwd_row_tiles=1"} and
+// {"bwd_warps=8", "bwd_warps=4"}. MHA_FLASH_ATTN_FWD_ROW_TILES=1|2 and
+// MHA_FLASH_ATTN_BWD_WARPS=4|8 force one (MT_AUTOTUNE_FORCE=<name> too; MT_AUTOTUNE=0 takes
+// the default).
+std::vector<std::string> flash_attn_candidates(bool backward);
 // Registers a thread of the tensor-core forward and backward kernels for dtype t (float16
 // or bfloat16) and head_dim (64 or 128) as compiled for cuda:0 (compiles them if needed).
 struct FlashAttnRegisters {

@@ -11,9 +11,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flash_attn.h"
@@ -326,6 +328,37 @@ TEST_SUITE("mha::flash_attn") {
     CHECK(probe_a.parameters(90).types == std::vector<std::string>{"float*"});
   }
 
+  TEST_CASE("flash_attn: the autotuner's keys, candidates and their tiles") {
+    const Tensor q = empty({2, 3, 100, 64}, {.dtype = DType::Float16}),
+                 k = empty({2, 3, 70, 64}, {.dtype = DType::Float16});
+    // Sq 100 and Sk 70 fall in the bucket 128, batch * heads 6 in 8; the tuner adds the card.
+    CHECK(mha::flash_attn_tune_key(q, k, true, false) ==
+          "mha::flash_attn fwd float16 D64 causal Sq128 Sk128 BH8");
+    CHECK(mha::flash_attn_tune_key(q, k, false, true) ==
+          "mha::flash_attn bwd float16 D64 full Sq128 Sk128 BH8");
+    const Tensor q2 = empty({1, 16, 16384, 128}, {.dtype = DType::BFloat16});
+    CHECK(mha::flash_attn_tune_key(q2, q2, true, true) ==
+          "mha::flash_attn bwd bfloat16 D128 causal Sq16384 Sk16384 BH16");
+    CHECK(mha::flash_attn_candidates(false) ==
+          std::vector<std::string>{"fwd_row_tiles=2", "fwd_row_tiles=1"});
+    CHECK(mha::flash_attn_candidates(true) ==
+          std::vector<std::string>{"bwd_warps=8", "bwd_warps=4"});
+    // Each candidate's launch shape against the .cu's own shared-memory sizes.
+    const mha::FlashAttnTiles t64 = mha::flash_attn_tiles(64, 1, 4),
+                              t128 = mha::flash_attn_tiles(128, 1, 4);
+    CHECK(t64.fwd_rows == 64);
+    CHECK(t64.bwd_warps == 4);
+    CHECK(t64.fwd_smem == (ops_emu::flash_attn_fwd_smem<EHalf, 64, 4, 1>()));
+    CHECK(t128.fwd_smem == (ops_emu::flash_attn_fwd_smem<EHalf, 128, 4, 1>()));
+    CHECK(t64.bwd_smem == (ops_emu::flash_attn_bwd_smem<EHalf, 64, 64, 4>()));
+    CHECK(t128.bwd_smem == (ops_emu::flash_attn_bwd_smem<EHalf, 128, 32, 4>()));
+    CHECK(mha::flash_attn_tiles(128).bwd_smem ==
+          (ops_emu::flash_attn_bwd_smem<EHalf, 128, 32, 8>()));
+    CHECK(error_of([] { mha::flash_attn_tiles(64, 3, 8); }) ==
+          "[mha::flash_attn] the kernels are compiled for 1 or 2 forward row tiles a warp and "
+          "backward blocks of 4 or 8 warps, got 3 and 8");
+  }
+
   TEST_CASE("flash_attn: the tensor-core kernels compute the reference under a CPU emulation of "
             "ldmatrix and mma.sync") {
     manual_seed(34);
@@ -463,6 +496,68 @@ TEST_SUITE("mha::flash_attn") {
     const Reference r = naive(q, k, k, true, 1 / std::sqrt(40.0));
     CHECK(max_diff64(out, r.out) < 1e-5);
     CHECK(max_diff64(lse, r.lse) < 1e-5);
+  }
+
+  TEST_CASE("flash_attn (gpu): each tuned candidate matches the reference, and the tuner takes "
+            "one of them" * doctest::skip(no_gpu())) {
+    manual_seed(38);
+    const Device gpu("cuda:0");
+    const DType t = DType::Float16;
+    for (int64_t D : {64, 128}) {
+      CAPTURE(D);
+      Tensor q = rnd({1, 3, 200, D}, t), k = rnd({1, 3, 150, D}, t), v = rnd({1, 3, 150, D}, t),
+             g = rnd({1, 3, 200, D}, t);
+      const std::vector<Tensor> want = reference_with_grads(q, k, v, g, true);
+      const Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu), gg = g.to(gpu);
+      auto run = [&] {
+        auto [out, lse] = mha::flash_attn(qg, kg, vg, true);
+        auto [dq, dk, dv] =
+            mha::flash_attn_backward(gg, Tensor(), qg, kg, vg, out, lse, true, std::nullopt);
+        return std::vector<Tensor>{out, lse, dq, dk, dv};
+      };
+      // Each pair of candidates forced by the knobs (set empty: unset), then the tuner's own
+      // choice.
+      const std::pair<const char*, const char*> forced[] = {{"2", "8"}, {"1", "4"}, {"", ""}};
+      for (const auto& [rows, warps] : forced) {
+        const std::string forced_rows = rows, forced_warps = warps;
+        CAPTURE(forced_rows);
+        CAPTURE(forced_warps);
+        ::setenv("MHA_FLASH_ATTN_FWD_ROW_TILES", rows, 1);
+        ::setenv("MHA_FLASH_ATTN_BWD_WARPS", warps, 1);
+        const std::vector<Tensor> got = run();
+        ::unsetenv("MHA_FLASH_ATTN_FWD_ROW_TILES");
+        ::unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
+        for (size_t i = 0; i < 5; ++i) CHECK(max_err(got[i], want[i]) < 2e-3);
+        const auto fwd = jit::autotuner().choice(mha::flash_attn_tune_key(qg, kg, true, false));
+        const auto bwd = jit::autotuner().choice(mha::flash_attn_tune_key(qg, kg, true, true));
+        REQUIRE(fwd);
+        REQUIRE(bwd);
+        if (*rows) {
+          CHECK(fwd->name == std::string("fwd_row_tiles=") + rows);
+          CHECK(bwd->name == std::string("bwd_warps=") + warps);
+          CHECK(fwd->source == jit::TuneChoice::Source::Forced);
+        } else {
+          MESSAGE(fmt::format("D={}: tuner took {} ({}) and {} ({})", D, fwd->name,
+                              jit::source_name(fwd->source), bwd->name,
+                              jit::source_name(bwd->source)));
+          CHECK(fwd->candidates == mha::flash_attn_candidates(false));
+          CHECK(bwd->candidates == mha::flash_attn_candidates(true));
+          CHECK((fwd->source == jit::TuneChoice::Source::Tuned ||
+                 fwd->source == jit::TuneChoice::Source::Disk));
+          CHECK((bwd->source == jit::TuneChoice::Source::Tuned ||
+                 bwd->source == jit::TuneChoice::Source::Disk));
+        }
+      }
+    }
+    ::setenv("MHA_FLASH_ATTN_BWD_WARPS", "6", 1);
+    const Tensor x = rnd({1, 1, 64, 64}, t).to(gpu);
+    auto [o, l] = mha::flash_attn(x, x, x);
+    CHECK(error_of([&] {
+            mha::flash_attn_backward(x, Tensor(), x, x, x, o, l, false, std::nullopt);
+          }) ==
+          "[mha::flash_attn] MHA_FLASH_ATTN_BWD_WARPS='6' must be 4 or 8; unset it to let the "
+          "autotuner choose");
+    ::unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
   }
 
   TEST_CASE("flash_attn (gpu): gradcheck and opcheck on cuda:0" * doctest::skip(no_gpu())) {
