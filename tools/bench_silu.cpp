@@ -7,8 +7,9 @@
 // NVRTC cold compile / warm-disk-cache first launch (measured in child processes with
 // a fresh MT_KERNEL_CACHE directory).
 //
-//   bench_silu [--json FILE] [--repeats N] [--max-log2 K] [--host-only]
-// (--host-only: the host-cost table alone, Note [Host-cost rows].)
+//   bench_silu [--json FILE] [--repeats N] [--max-log2 K] [--host-only] [--loop CALLS]
+// (--host-only: the host-cost table alone, Note [Host-cost rows]; --loop: CALLS of mt::silu
+// back to back and nothing else, for a profiler.)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -313,6 +314,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   int max_log2 = 28;
   bool host_only = false;
+  int loop_calls = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--child-first-launch") {
@@ -328,9 +330,11 @@ int main(int argc, char** argv) {
     else if (a == "--repeats" && i + 1 < argc) g_timing.repeats = std::atoi(argv[++i]);
     else if (a == "--max-log2" && i + 1 < argc) max_log2 = std::atoi(argv[++i]);
     else if (a == "--host-only") host_only = true;
+    else if (a == "--loop" && i + 1 < argc) loop_calls = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: bench_silu [--json FILE] [--repeats N] [--max-log2 K] [--host-only]\n");
+                   "usage: bench_silu [--json FILE] [--repeats N] [--max-log2 K] [--host-only] "
+                   "[--loop CALLS]\n");
       return 2;
     }
   }
@@ -341,6 +345,12 @@ int main(int argc, char** argv) {
   const auto& props = cuda::device_props(0);
   std::printf("device: %s, %d SMs, L2 %d MiB\n", props.name.c_str(), props.sm_count,
               props.l2_bytes >> 20);
+  if (loop_calls > 0) {  // mt::silu back to back alone, for perf record / perf stat
+    Tensor x = ones({4096}, {.device = kGpu});
+    const double us = steady_us([&] { Tensor y = silu(x); }, loop_calls, 1);
+    std::printf("mt::silu back to back, %d calls: %.2f us a call\n", loop_calls, us);
+    return 0;
+  }
   if (host_only) {
     const HostCost host = measure_host_cost();
     print_host_cost(host);
