@@ -369,6 +369,14 @@ def main_dispatch(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu, "torch": torch.__version__, "rows": rows}, f, indent=1)
+    # Every round's pair, so that "in every round" can be read off the log.
+    print("\nPer round, minitensor ns / libtorch ns = ratio:")
+    for mt_name, key, _ in DISPATCH_ROWS:
+        if not mt_name:
+            continue
+        cells = [f"{run_m[mt_name]:.1f}/{run_l[key]:.1f} = {run_l[key] / run_m[mt_name]:.2f}x"
+                 for run_m, run_l in zip(mt_runs, lt_runs)]
+        print(f"  {key}: " + "; ".join(cells))
     return 0
 
 

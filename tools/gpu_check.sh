@@ -15,7 +15,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
 STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize}  # which steps after the build: a comma list
-# (tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
+# (hostcost, not in the default list: bench_silu's host-cost table alone;
+# tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
 # memcheck and racecheck; bench: the MLP step against PyTorch and the dispatch host cost;
 # silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in;
 # scenarios: examples/ops' tests but flash_attn's, their (gpu) cases also under memcheck,
@@ -84,6 +85,18 @@ if want mlp && [ -x build-gpu/examples/mlp_train ]; then
   # alternated, three rounds (docs/gpu.md, "The optimizer step").
   step mlp-sgd 90 "$OUT/mlp_sgd.log" bash -c \
       'for r in 1 2 3; do for s in loop foreach; do echo "round $r sgd $s"; build-gpu/tools/minitensor bench mlp --device cuda --shape 64x32x64 --shape 4096x1024x4096 --sgd $s --steps 200; done; done'
+fi
+
+# The host-cost table alone (docs/gpu.md, "Host cost"; Note [Host-cost rows] in
+# tools/bench_silu.cpp), and perf's counters over it where the host has perf. Not in the
+# default STEPS: the silu step prints the same table.
+if want hostcost && [ -x build-gpu/tools/bench_silu ]; then
+  step hostcost 60 "$OUT/hostcost.log" build-gpu/tools/bench_silu --host-only
+  if command -v perf >/dev/null; then
+    step hostcost-perf 60 "$OUT/hostcost.log" perf stat -e \
+        instructions,cycles,L1-icache-load-misses,iTLB-load-misses,L1-dcache-load-misses \
+        build-gpu/tools/bench_silu --host-only
+  fi
 fi
 
 if want silu && [ -x build-gpu/tools/bench_silu ]; then

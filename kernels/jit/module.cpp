@@ -113,6 +113,7 @@ const Kernel& get_kernel(int device, const KernelSpec& spec, std::string_view na
   const CUresult r = cuda::driver().cuModuleGetFunction(&k->function_, k->module_, lowered.c_str());
   MT_CHECK(r == CUDA_SUCCESS, "[jit] cuModuleGetFunction('{}' = {}) failed in '{}' on cuda:{}: {}",
            name_expression, lowered, spec.name, device, cuda::error_text(r));
+  k->context_ = cuda::primary_context(device);
   k->device_ = device;
   k->name_expression_ = std::string(name_expression);
   k->lowered_name_ = lowered;
@@ -153,7 +154,7 @@ int Kernel::registers() const {
 
 void Kernel::launch(Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream_st* stream,
                     void** args) const {
-  cuda::DeviceGuard guard(device_);
+  cuda::DeviceGuard guard(context_);
   if (shared_bytes > 48u * 1024u)
     raise_dynamic_shared_limit(function_, shared_bytes, name_expression_, device_);
   const CUresult r =

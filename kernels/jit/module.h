@@ -14,6 +14,7 @@
 // The driver's opaque handles, declared as <cuda.h> declares them.
 struct CUfunc_st;
 struct CUmod_st;
+struct CUctx_st;
 struct CUstream_st;
 
 namespace mt::jit {
@@ -59,6 +60,7 @@ class Kernel {
   friend const Kernel& get_kernel(int, const KernelSpec&, std::string_view);
   CUfunc_st* function_ = nullptr;
   CUmod_st* module_ = nullptr;
+  CUctx_st* context_ = nullptr;  // the device's primary context, current while it launches
   int device_ = 0;
   std::string name_expression_, lowered_name_, target_;
 };

@@ -348,8 +348,9 @@ CUcontext primary_context(int index) {
   return c;
 }
 
-DeviceGuard::DeviceGuard(int index) {
-  CUcontext ctx = primary_context(index);
+DeviceGuard::DeviceGuard(int index) : DeviceGuard(primary_context(index)) {}
+
+DeviceGuard::DeviceGuard(CUcontext ctx) {
   MT_CU_CHECK(driver().cuCtxGetCurrent(&prev_));
   if (prev_ != ctx) {
     MT_CU_CHECK(driver().cuCtxSetCurrent(ctx));

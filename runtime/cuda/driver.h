@@ -125,10 +125,13 @@ void release_pool(int index, uint64_t pool) noexcept;
 namespace mt::cuda {
 
 // Makes the primary context of `index` current on this thread for the guard's lifetime
-// (retaining it on first use) and restores the previous one after.
+// (retaining it on first use) and restores the previous one after. The second form takes
+// a context already known (a kernel keeps its own): one cuCtxGetCurrent, and no switch when
+// that context is current, the usual case.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int index);
+  explicit DeviceGuard(CUcontext ctx);
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
