@@ -354,7 +354,8 @@ int main(int argc, char** argv) {
   if (host_only) {
     const HostCost host = measure_host_cost();
     print_host_cost(host);
-    if (!json_path.empty()) write_json(json_path, {{"device", props.name}, {"host_us", host.json()}});
+    if (!json_path.empty())
+      write_json(json_path, {{"device", props.name}, {"host_us", host.json()}});
     return 0;
   }
 
