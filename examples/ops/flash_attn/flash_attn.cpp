@@ -432,9 +432,11 @@ std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& grad_out, const T
   const TensorOptions o{.dtype = q.dtype(), .device = q.device()};
   const TensorOptions lo{.dtype = g.lse_dtype, .device = q.device()};
   Tensor dk = empty(k.sizes(), o), dv = empty(v.sizes(), o);
-  if (g.Sq == 0 || g.B * g.H == 0) return {empty(q.sizes(), o), zeros(k.sizes(), o), zeros(v.sizes(), o)};
+  if (g.Sq == 0 || g.B * g.H == 0)
+    return {empty(q.sizes(), o), zeros(k.sizes(), o), zeros(v.sizes(), o)};
   Tensor dout = grad_out.defined() ? prepared(grad_out) : zeros(q.sizes(), o);
-  Tensor glse = grad_lse.defined() ? grad_lse.to(g.lse_dtype).contiguous() : zeros(lse_shape(g), lo);
+  Tensor glse =
+      grad_lse.defined() ? grad_lse.to(g.lse_dtype).contiguous() : zeros(lse_shape(g), lo);
   Tensor delta = empty(lse_shape(g), lo);
   Tensor qc = prepared(q), kc = prepared(k), vc = prepared(v), oc = prepared(out),
          lc = lse.contiguous();
