@@ -303,14 +303,15 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
     void (*loop)(float*, const float*, int64_t);
     double (*ref)(double);
     // Bound on the AVX-512 loop's error: measured 0.90 (0.80 with Cephes' polynomial, one
-    // degree higher), 2.14 and 2.69 here; a sweep 40 times denser (every 97th float) gave
-    // 0.88, 2.71 and 3.37 with Cephes' polynomial.
+    // degree higher), 2.14 and 2.57 here; a sweep 40 times denser (every 97th float) gave
+    // 0.88 and 2.71 with Cephes' polynomial, and 2.85 for silu's own form (Note [SiLU over
+    // 2^fl + m] in kernels/cpu/vec_exp.cpp; the form before it measured 2.69 and 3.37).
     double avx512_ulp;
   };
   const Op ops[] = {
       {"exp", cpu::exp_f32_loop, [](double x) { return std::exp(x); }, 1},
       {"sigmoid", cpu::sigmoid_f32_loop, [](double x) { return 1 / (1 + std::exp(-x)); }, 3},
-      {"silu", cpu::silu_f32_loop, [](double x) { return x / (1 + std::exp(-x)); }, 3.5},
+      {"silu", cpu::silu_f32_loop, [](double x) { return x / (1 + std::exp(-x)); }, 3},
   };
   const bool had = cpu::set_vec_exp_enabled(true);
   for (bool vec : {true, false}) {
