@@ -5,6 +5,8 @@
 //    measured in the same run on the same threads;
 //  - exp, sigmoid and gelu on 2^16 float32 elements (in cache, on the last thread count): the
 //    AVX-512 loops (kernels/cpu/vec_exp.h) against the portable ones, alternated;
+//  - where the build found SLEEF (Debian's libsleef-dev) and the CPU has AVX-512: SiLU's
+//    float32 loop against x / (1 + e^-x) with SLEEF's Sleef_expf16_u10, one thread, 2^16;
 //  - matmul GFLOP/s on square float32 products, through cblas and the blocked kernel;
 // each with 1 and 2 threads. Median of repeats; plain text, or --json.
 // Usage: bench_cpu [--json] [--max-log2 N] [--threads a,b,...]
@@ -23,6 +25,12 @@
 #include "minitensor.h"
 #include "tools/bench/matmul.h"
 #include "tools/bench/silu.h"
+
+#if MT_HAVE_SLEEF
+// tools/sleef_silu.cpp, compiled for AVX-512 (sleef.h declares the 512-bit functions only
+// under -mavx512f); called only where the CPU has it.
+void sleef_silu(float* o, const float* x, int64_t n);
+#endif
 
 int main(int argc, char** argv) {
   bool json = false;
@@ -77,12 +85,34 @@ int main(int argc, char** argv) {
     }
   }
 
+  // SiLU's own loop against SLEEF's exp, one thread, the raw loops on the same 2^16 floats,
+  // alternated three times; NaN where there is no SLEEF or no AVX-512.
+  double sleef_us = std::nan(""), own_us = std::nan("");
+#if MT_HAVE_SLEEF
+  if (mt::cpu::vec_exp_active()) {
+    const int64_t n = int64_t(1) << 16;
+    std::vector<float> x(size_t(n), 0.0f), y(size_t(n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(i % 2001) * 0.004f - 4.0f;
+    std::vector<double> a, b;
+    for (int k = 0; k < 3; ++k) {
+      a.push_back(mt::bench::cpu_median_seconds([&] { mt::cpu::silu_f32_loop(y.data(), x.data(), n); }));
+      b.push_back(mt::bench::cpu_median_seconds([&] { sleef_silu(y.data(), x.data(), n); }));
+    }
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    own_us = a[1] * 1e6;
+    sleef_us = b[1] * 1e6;
+  }
+#endif
+
   const std::string model = mt::bench::cpu_model();
   if (json) {
     // Built by nlohmann::json, so the CPU model is escaped; NaN prints as null.
     nlohmann::ordered_json j = {{"cpu", model}, {"silu", nlohmann::ordered_json::array()},
                                 {"unary", nlohmann::ordered_json::array()},
                                 {"matmul", nlohmann::ordered_json::array()}};
+    j["sleef_silu"] = {{"n", 65536}, {"threads", 1}, {"seconds", own_us * 1e-6},
+                       {"sleef_seconds", sleef_us * 1e-6}};
     for (const mt::bench::SiluCpuRow& r : rows)
       j["silu"].push_back({{"op", r.op}, {"threads", r.threads}, {"n", r.n}, {"seconds", r.seconds},
                            {"gbps", r.gbps}, {"copy_gbps", r.copy_gbps},
@@ -113,6 +143,9 @@ int main(int argc, char** argv) {
   for (const UnaryRow& r : unary_rows)
     std::printf("%-9s %10d %12.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
                 r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
+  if (!std::isnan(sleef_us))
+    std::printf("\nsilu, 1 thread, 65536 floats: %.1f us; with SLEEF's Sleef_expf16_u10 and a "
+                "division: %.1f us (%.2fx the time)\n", own_us, sleef_us, sleef_us / own_us);
   std::printf("\n%-8s %-8s %7s %10s %9s\n", "matmul", "path", "threads", "median_ms", "GFLOP/s");
   for (const mt::bench::MatmulRow& r : mm)
     std::printf("%-8lld %-8s %7d %10.2f %9.1f\n", (long long)r.size, r.path.c_str(),
