@@ -384,7 +384,7 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
     }
     MESSAGE(fmt::format("silu_backward {}: max error {:.3g} ulp of s (1 + |x| (1 - s))",
                         vec ? "AVX-512" : "portable", worst));
-    CHECK(worst <= (vec ? 4 : 20));  // the portable loop's 1 - s cancels for x > 0
+    CHECK(worst <= (vec ? 4 : 20));  // measured 3.79 and 16.3: the portable 1 - s cancels for x > 0
   }
   cpu::set_vec_exp_enabled(had);
 }

@@ -163,38 +163,69 @@ alignas(64) constexpr float kExp2NegSixteenths[16] = {  // 2^(-j/16), rounded to
     0.594603539f, 0.56939429f,  0.545253873f, 0.522136867f};
 
 #define MT_EACH_VECTOR _Pragma("GCC unroll 8") for (int u = 0; u < U; ++u)
-// x[u] = silu(x[u]) for U vectors; tab holds kExp2NegSixteenths.
+// The parts both SiLU loops share, for U vectors: xc (x clamped for the exponent), a =
+// fl + j/16, m = 2^(-j/16) e^r (where kWantM; the forward adds 2^fl into the last FMA
+// instead, one rounding fewer) and rc = 1 / (2^fl + m). tab holds kExp2NegSixteenths.
+template <int U>
+struct SiluParts {
+  V xc[U], a[U], m[U], rc[U];
+};
+template <bool kWantM, int U>
+[[gnu::always_inline]] inline void silu_parts(const V (&x)[U], V tab, SiluParts<U>& s) {
+  const V shift = vset(786432.0f);  // 1.5 2^19
+  V r[U], p[U], q[U], d[U];
+  MT_EACH_VECTOR s.xc[u] = _mm512_max_ps(_mm512_min_ps(x[u], vset(87.0f)), vset(-199.63f));
+  MT_EACH_VECTOR s.a[u] = _mm512_fmadd_ps(s.xc[u], vset(1.44269504088896341f), shift);  // k
+  MT_EACH_VECTOR s.m[u] = _mm512_permutexvar_ps(_mm512_castps_si512(s.a[u]), tab);  // 2^(-j/16)
+  MT_EACH_VECTOR s.a[u] = _mm512_sub_ps(s.a[u], shift);                             // fl + j/16
+  MT_EACH_VECTOR r[u] = _mm512_fmsub_ps(s.a[u], vset(0.693359375f), s.xc[u]);  // a ln2_hi exact
+  MT_EACH_VECTOR p[u] = _mm512_scalef_ps(vset(1.0f), s.a[u]);                   // 2^fl
+  MT_EACH_VECTOR r[u] = _mm512_fmadd_ps(s.a[u], vset(-2.12194440e-4f), r[u]);  // + a ln2_lo
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(r[u], vset(1.0f / 6), vset(0.5f));
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(1.0f));
+  if constexpr (kWantM) {
+    MT_EACH_VECTOR r[u] = _mm512_mul_ps(s.m[u], r[u]);
+    MT_EACH_VECTOR s.m[u] = _mm512_fmadd_ps(r[u], q[u], s.m[u]);  // 2^(-j/16) e^r
+    MT_EACH_VECTOR d[u] = _mm512_add_ps(s.m[u], p[u]);            // 2^fl + m
+  } else {
+    MT_EACH_VECTOR p[u] = _mm512_add_ps(s.m[u], p[u]);
+    MT_EACH_VECTOR r[u] = _mm512_mul_ps(s.m[u], r[u]);
+    MT_EACH_VECTOR d[u] = _mm512_fmadd_ps(r[u], q[u], p[u]);  // 2^fl + 2^(-j/16) e^r
+  }
+  MT_EACH_VECTOR s.rc[u] = _mm512_rcp14_ps(d[u]);
+  MT_EACH_VECTOR d[u] = _mm512_fnmadd_ps(d[u], s.rc[u], vset(1.0f));
+  MT_EACH_VECTOR s.rc[u] = _mm512_fmadd_ps(s.rc[u], d[u], s.rc[u]);  // one Newton step
+}
+
+// x[u] = silu(x[u]) = [x rc] 2^fl for U vectors.
 template <int U>
 [[gnu::always_inline]] inline void silu_vectors(V (&x)[U], V tab) {
-  const V shift = vset(786432.0f);  // 1.5 2^19
-  V xc[U], a[U], r[U], t[U], p[U], q[U], d[U], rc[U];
-  MT_EACH_VECTOR xc[u] = _mm512_max_ps(_mm512_min_ps(x[u], vset(87.0f)), vset(-199.63f));
-  MT_EACH_VECTOR a[u] = _mm512_fmadd_ps(xc[u], vset(1.44269504088896341f), shift);  // k
-  MT_EACH_VECTOR t[u] = _mm512_permutexvar_ps(_mm512_castps_si512(a[u]), tab);      // 2^(-j/16)
-  MT_EACH_VECTOR a[u] = _mm512_sub_ps(a[u], shift);                                  // fl + j/16
-  MT_EACH_VECTOR r[u] = _mm512_fmsub_ps(a[u], vset(0.693359375f), xc[u]);  // a ln2_hi exact
-  MT_EACH_VECTOR p[u] = _mm512_scalef_ps(vset(1.0f), a[u]);                 // 2^fl
-  MT_EACH_VECTOR r[u] = _mm512_fmadd_ps(a[u], vset(-2.12194440e-4f), r[u]);  // + a ln2_lo
-  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(r[u], vset(1.0f / 6), vset(0.5f));
-  MT_EACH_VECTOR p[u] = _mm512_add_ps(t[u], p[u]);
-  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(1.0f));
-  MT_EACH_VECTOR t[u] = _mm512_mul_ps(t[u], r[u]);
-  MT_EACH_VECTOR d[u] = _mm512_fmadd_ps(t[u], q[u], p[u]);  // 2^fl + 2^(-j/16) e^r
-  MT_EACH_VECTOR rc[u] = _mm512_rcp14_ps(d[u]);
-  MT_EACH_VECTOR a[u] = _mm512_min_ps(a[u], _mm512_add_ps(x[u], vset(40.0f)));
-  MT_EACH_VECTOR d[u] = _mm512_fnmadd_ps(d[u], rc[u], vset(1.0f));
-  MT_EACH_VECTOR rc[u] = _mm512_fmadd_ps(rc[u], d[u], rc[u]);  // one Newton step
-  MT_EACH_VECTOR x[u] = _mm512_scalef_ps(_mm512_mul_ps(x[u], rc[u]), a[u]);
+  SiluParts<U> s;
+  silu_parts<false>(x, tab, s);
+  MT_EACH_VECTOR s.a[u] = _mm512_min_ps(s.a[u], _mm512_add_ps(x[u], vset(40.0f)));  // -inf
+  MT_EACH_VECTOR x[u] = _mm512_scalef_ps(_mm512_mul_ps(x[u], s.rc[u]), s.a[u]);
+}
+
+// g[u] = g silu'(x) = g s (1 + x (1 - s)) for U vectors, with s = 2^fl rc and 1 - s = m rc
+// (neither cancels), as [g rc (1 + xc m rc)] 2^fl. xc for x: above 87, xc m rc is below
+// 2^-118 and x m rc below 2^-24 up to x = 2^94, and the true x (1 - s) is below 2^-100, so
+// either is nothing next to 1 there; past that x m rc would not be (xc keeps it right for
+// every finite x). Below -199.63 the result is 0 either way. Infinities: x (1 - s) or s
+// (1 + x) is inf * 0 in the formula, so NaN, and vfixupimmps makes it so (token 3, the
+// default NaN, for the classes +inf and -inf; token 1, x itself, for a NaN x, which xc
+// lost).
+template <int U>
+[[gnu::always_inline]] inline void silu_backward_vectors(V (&g)[U], const V (&x)[U], V tab) {
+  SiluParts<U> s;
+  silu_parts<true>(x, tab, s);
+  V t[U];
+  MT_EACH_VECTOR t[u] = _mm512_mul_ps(s.m[u], s.rc[u]);                  // 1 - s
+  MT_EACH_VECTOR t[u] = _mm512_fmadd_ps(s.xc[u], t[u], vset(1.0f));      // 1 + x (1 - s)
+  MT_EACH_VECTOR t[u] = _mm512_mul_ps(_mm512_mul_ps(g[u], s.rc[u]), t[u]);
+  MT_EACH_VECTOR t[u] = _mm512_scalef_ps(t[u], s.a[u]);
+  MT_EACH_VECTOR g[u] = _mm512_fixupimm_ps(t[u], x[u], _mm512_set1_epi32(0x330011), 0);
 }
 #undef MT_EACH_VECTOR
-
-[[gnu::always_inline]] inline V silu_backward16(V g, V x) {
-  const SigmoidParts s = sigmoid_parts<true>(x);
-  const V zr = _mm512_mul_ps(s.z, s.rcp);
-  const V sig = _mm512_mask_mov_ps(s.rcp, s.neg, zr);        // sigmoid(x)
-  const V one_minus = _mm512_mask_mov_ps(zr, s.neg, s.rcp);  // 1 - sigmoid(x)
-  return _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_fmadd_ps(x, one_minus, vset(1.0f)));
-}
 
 // GELU's tanh form is x sigmoid(w) with w = 2 sqrt(2/pi) (x + 0.044715 x^3), since
 // (1 + tanh(u)) / 2 = sigmoid(2u): the same parts as silu with w for the argument, and no
@@ -253,12 +284,25 @@ void silu_avx512(float* o, const float* x, int64_t n) {
     _mm512_mask_storeu_ps(o + i, m, v[0]);
   }
 }
+// Four vectors an iteration (six spill more registers here): 13.4 rdtsc ticks per 16
+// floats on the Zen 4 VM, against 15.8 for sigmoid_parts one vector at a time.
 void silu_backward_avx512(float* o, const float* g, const float* x, int64_t n) {
+  constexpr int U = 4;
+  const V tab = _mm512_load_ps(kExp2NegSixteenths);
   int64_t i = 0;
+  for (; i + 16 * U <= n; i += 16 * U) {
+    V gv[U], xv[U];
+    for (int u = 0; u < U; ++u)
+      gv[u] = _mm512_loadu_ps(g + i + 16 * u), xv[u] = _mm512_loadu_ps(x + i + 16 * u);
+    silu_backward_vectors(gv, xv, tab);
+    for (int u = 0; u < U; ++u) _mm512_storeu_ps(o + i + 16 * u, gv[u]);
+  }
   for (; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
-    const V gv = _mm512_maskz_loadu_ps(m, g + i), xv = _mm512_maskz_loadu_ps(m, x + i);
-    _mm512_mask_storeu_ps(o + i, m, silu_backward16(gv, xv));
+    V gv[1] = {_mm512_maskz_loadu_ps(m, g + i)};
+    const V xv[1] = {_mm512_maskz_loadu_ps(m, x + i)};
+    silu_backward_vectors(gv, xv, tab);
+    _mm512_mask_storeu_ps(o + i, m, gv[0]);
   }
 }
 
