@@ -303,9 +303,9 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
     void (*loop)(float*, const float*, int64_t);
     double (*ref)(double);
     // Bound on the AVX-512 loop's error: measured 0.90 (0.80 with Cephes' polynomial, one
-    // degree higher), 2.14 and 2.57 here; a sweep 40 times denser (every 97th float) gave
-    // 0.88 and 2.71 with Cephes' polynomial, and 2.85 for silu's own form (Note [SiLU over
-    // 2^fl + m] in kernels/cpu/vec_exp.cpp; the form before it measured 2.69 and 3.37).
+    // degree higher), 2.42 and 2.57 here; a sweep 40 times denser (every 97th float) gave
+    // 0.88 for exp with Cephes' polynomial and 2.85 for silu (Note [SiLU over 2^fl + m] in
+    // kernels/cpu/vec_exp.cpp; sigmoid and silu in the form before it: 2.14 and 2.69 here).
     double avx512_ulp;
   };
   const Op ops[] = {
