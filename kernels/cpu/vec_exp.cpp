@@ -51,15 +51,17 @@ MT_ISA_CLONES void silu_backward_portable(float* o, const float* g, const float*
 // glibc's expf is scalar, and the portable exp_f32 of math.h, vectorized by GCC, pays for
 // what GCC cannot use under the project's flags (-std=c++20 turns off FMA contraction) and
 // for a full division. These loops are written with AVX-512 intrinsics instead:
-//  - e^t for t <= 0 (the sigmoid-like ops need only e^-|x|): Cody-Waite reduction
+//  - e^t for t <= 0 (GELU's sigmoid needs only e^-|w|): Cody-Waite reduction
 //    t = n ln2 + r, |r| <= ln2/2, with n = round(t log2 e); e^r = 1 + r (1 + r P(r)), P of
 //    degree 4, all in FMAs; 2^n applied by vscalefps, which goes into subnormals and to
-//    zero as the true result rounds (t is clamped at -150, -199.8 for silu).
-//  - z = e^-|x| is in (0, 1], so 1 + z is in [1, 2]: its reciprocal is vrcp14ps (relative
+//    zero as the true result rounds (t is clamped at -150).
+//  - z = e^-|w| is in (0, 1], so 1 + z is in [1, 2]: its reciprocal is vrcp14ps (relative
 //    error below 2^-14) and one Newton step (below 2^-27); no division, no overflow.
-//  - sigmoid(x) = 1/(1+z) for x >= 0 and z/(1+z) below, and 1 - sigmoid(x) the other one,
-//    so neither loses digits to cancellation; silu(x) = x sigmoid(x), for x < 0 computed as
-//    (x r P) 2^n, so a subnormal result is rounded once.
+//  - sigmoid(w) = 1/(1+z) for w >= 0 and z/(1+z) below, so it loses no digits to
+//    cancellation; GELU's x sigmoid(w) for w < 0 is computed as (x r P) 2^n, so a
+//    subnormal result is rounded once.
+//  - SiLU, its backward and sigmoid take another road with fewer multiplies (Note [SiLU
+//    over 2^fl + m]).
 //  - exp itself: n from x clamped to [-104, 89] (below rounds to 0, above is inf), the
 //    same polynomial, scalef for 2^n.
 // NaN in gives NaN out (the clamps pass a NaN x on: vrangeps does, and vminps/vmaxps are
@@ -101,7 +103,7 @@ struct SigmoidParts {
   V p, n, z, rcp;
   __mmask16 neg;
 };
-// limit: where -|x| is clamped (e^-150 is far below the smallest subnormal; silu's x z
+// limit: where -|x| is clamped (e^-150 is far below the smallest subnormal; GELU's x z
 // needs z right down to there). vrangeps' min of |x| and limit, sign set, is -min(|x|,
 // limit) in one uop, but it drops a NaN (it returns the other operand, as measured on
 // this VM's Xeon): only for ops whose result takes x itself as a factor, which carries the
@@ -128,11 +130,6 @@ template <bool kXCarriesNaN = false>
   return _mm512_scalef_ps(p, n);
 }
 
-[[gnu::always_inline]] inline V sigmoid16(V x) {
-  const SigmoidParts s = sigmoid_parts(x);
-  return _mm512_mask_mul_ps(s.rcp, s.neg, s.rcp, s.z);  // 1/(1+z), or z/(1+z) below 0
-}
-
 // Note [SiLU over 2^fl + m]
 // SiLU itself takes another road than sigmoid_parts, one with fewer multiplies, which are
 // what bounds these loops (docs/cpu.md: on Zen 4 every FMA, multiply and vrcp14ps goes to
@@ -149,7 +146,7 @@ template <bool kXCarriesNaN = false>
 //  - x is clamped to [-199.63, 87] for a only; x itself stays the numerator. At 87, 2^fl =
 //    2^125 and 1/(2^fl + m) is still normal (vrcp14ps gives no subnormals). At -199.63, a =
 //    -288 exactly with r >= 0, so m >= 1, x / m cannot overflow, and x 2^-288 rounds to 0
-//    for every float x, as x e^x does from about -107 on.
+//    for every float x, as x e^x does from about -108.7 on.
 //  - NaN in: x is the numerator. +inf: inf. -inf: the last exponent is min(a, x + 40),
 //    which is a for every finite x here (x + 40 > a: 40 > 0.4427 x + 1/32 for x <= 87) and
 //    -inf for x = -inf, and vscalefps(-inf, -inf) is NaN, as x / (1 + e^-x) gives.
@@ -218,24 +215,25 @@ template <int U>
   MT_EACH_VECTOR x[u] = _mm512_scalef_ps(s.rc[u], s.a[u]);
 }
 
-// g[u] = g silu'(x) = g s (1 + x (1 - s)) for U vectors, with s = 2^fl rc and 1 - s = m rc
-// (neither cancels), as [g rc (1 + xc m rc)] 2^fl. xc for x: above 87, xc m rc is below
-// 2^-118 and x m rc below 2^-24 up to x = 2^94, and the true x (1 - s) is below 2^-100, so
-// either is nothing next to 1 there; past that x m rc would not be (xc keeps it right for
-// every finite x). Below -199.63 the result is 0 either way. Infinities: x (1 - s) or s
-// (1 + x) is inf * 0 in the formula, so NaN, and vfixupimmps makes it so (token 3, the
-// default NaN, for the classes +inf and -inf; token 1, x itself, for a NaN x, which xc
-// lost).
+// g[u] = g silu'(x) = g s (1 + x (1 - s)) for U vectors, with s = 2^fl rc (vscalefps: exact
+// but where s is subnormal) and 1 - s = m rc: neither cancels. g s is formed before the
+// product with 1 + x (1 - s), so no g underflows or overflows where the result does not
+// (scaling g rc by 2^fl last would lose a small g at large x, where rc is near 2^-125).
+// xc for x: above 87, xc m rc is below 2^-118, and the true x (1 - s) is below 2^-100 up to
+// x = 2^20 and 0 in float beyond, so either is nothing next to 1 (x m rc would not be, past
+// x = 2^94). Infinities: x (1 - s) or s (1 + x) is inf * 0 in the formula, so NaN, and
+// vfixupimmps makes it so (token 3, the default NaN, for the classes +inf and -inf; token 1,
+// x itself, for a quiet NaN x, which xc lost; token 2, x quieted, for a signalling one).
 template <int U>
 [[gnu::always_inline]] inline void silu_backward_vectors(V (&g)[U], const V (&x)[U], V tab) {
   SiluParts<U> s;
   silu_parts<true>(x, tab, s);
   V t[U];
-  MT_EACH_VECTOR t[u] = _mm512_mul_ps(s.m[u], s.rc[u]);                  // 1 - s
-  MT_EACH_VECTOR t[u] = _mm512_fmadd_ps(s.xc[u], t[u], vset(1.0f));      // 1 + x (1 - s)
+  MT_EACH_VECTOR t[u] = _mm512_mul_ps(s.m[u], s.rc[u]);              // 1 - s
+  MT_EACH_VECTOR s.rc[u] = _mm512_scalef_ps(s.rc[u], s.a[u]);        // s
+  MT_EACH_VECTOR t[u] = _mm512_fmadd_ps(s.xc[u], t[u], vset(1.0f));  // 1 + x (1 - s)
   MT_EACH_VECTOR t[u] = _mm512_mul_ps(_mm512_mul_ps(g[u], s.rc[u]), t[u]);
-  MT_EACH_VECTOR t[u] = _mm512_scalef_ps(t[u], s.a[u]);
-  MT_EACH_VECTOR g[u] = _mm512_fixupimm_ps(t[u], x[u], _mm512_set1_epi32(0x330011), 0);
+  MT_EACH_VECTOR g[u] = _mm512_fixupimm_ps(t[u], x[u], _mm512_set1_epi32(0x330021), 0);
 }
 #undef MT_EACH_VECTOR
 
