@@ -154,9 +154,10 @@ if [ $sanitize -eq 1 ]; then
   # MT_ASAN_DIR puts it elsewhere: CI builds it outside the source tree, so the whole suite
   # (file paths in tests and docs checks, -fmacro-prefix-map) is checked out of tree too.
   builddir=${MT_ASAN_DIR:-build-asan}
-  # -O1, as the ASan docs advise: every check stays, and the build (CI's longest step)
-  # takes about a third less time than at -O2.
-  build_opts+=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1)
+  # -Og: every check stays, and the build, CI's longest step, is its critical path. On
+  # CI's kind of machine (2 cores, nothing cached) it built in 377 s against 556 at -O1,
+  # and its suite ran 119 s against 112 (2026-12-06, 0b9692f).
+  build_opts+=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=g)
   # Its own prefix inside it: its embedding tests then install there for real (the plain
   # build's install into a DESTDIR), so CI tests both kinds of install (tests/embed).
   case $builddir in /*) prefix=$builddir/prefix ;; *) prefix=$(pwd -P)/$builddir/prefix ;; esac
