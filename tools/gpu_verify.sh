@@ -11,6 +11,8 @@
 #  3. bfloat16 SiLU from 2^10 to 2^28, minitensor's bench beside torch's F.silu, the
 #     tutorial's Triton kernel and a copy, each timed by do_bench in the same call;
 #  4. bench_silu's host-cost table, under perf stat where the host has perf.
+# Its logs, seven files under $OUT (the device tool brings back at most eight): build, tests,
+# memcheck (both memcheck runs), racecheck, bf16 (both harnesses), hostcost, perf.
 # tools/gpu_check.sh is the whole check; tools/gpu_short.sh the 2026-12-05 run.
 set -u
 OUT=${OUT:-/tmp/mt-gpu-verify}
@@ -21,9 +23,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 source .offline/env.sh >/dev/null 2>&1
 t0=$SECONDS
 at() { echo "[$1: rc $2 at $((SECONDS - t0)) s]"; }
-[ -f build-gpu/build.ninja ] || meson setup build-gpu -Dcuda=enabled -Dwerror=false >"$OUT/setup.log" 2>&1 ||
-  { tail -20 "$OUT/setup.log"; exit 1; }
-timeout 150 ninja -C build-gpu -j16 tests/mt_tests tools/minitensor tools/bench_silu >"$OUT/build.log" 2>&1
+[ -f build-gpu/build.ninja ] || meson setup build-gpu -Dcuda=enabled -Dwerror=false >"$OUT/build.log" 2>&1 ||
+  { tail -20 "$OUT/build.log"; exit 1; }
+timeout 150 ninja -C build-gpu -j16 tests/mt_tests tools/minitensor tools/bench_silu >>"$OUT/build.log" 2>&1
 rc=$?; at build $rc
 (( rc == 0 )) || { grep -A5 "error" "$OUT/build.log" | head -30; tail -2 "$OUT/build.log"; exit 1; }
 T=build-gpu/tests/mt_tests
@@ -44,6 +46,7 @@ grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/ra
 timeout 40 compute-sanitizer --tool memcheck --print-limit 20 $T --no-intro '-tc=*every 16-bit input*' \
     >"$OUT/memcheck16.log" 2>&1; at memcheck-16bit $?
 grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/memcheck16.log"
+cat "$OUT/memcheck16.log" >>"$OUT/memcheck.log" && rm "$OUT/memcheck16.log"
 
 timeout 25 build-gpu/tools/minitensor bench silu --device cuda --dtype bfloat16 --min-log2 10 \
     --max-log2 28 >"$OUT/bf16.log" 2>&1; at bf16-bench $?
@@ -60,6 +63,7 @@ for lg in range(10, 29, 2):
     print(f"bf16 2^{lg}: torch {t*1e3:.2f} us, triton {tr*1e3:.2f} us, copy {cp*1e3:.2f} us")
 PY
 at bf16-torch "${PIPESTATUS[0]}"
+cat "$OUT/bf16_torch.log" >>"$OUT/bf16.log" && rm "$OUT/bf16_torch.log"
 
 timeout 30 build-gpu/tools/bench_silu --host-only >"$OUT/hostcost.log" 2>&1; at hostcost $?
 head -n 40 "$OUT/hostcost.log"
