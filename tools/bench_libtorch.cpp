@@ -1,23 +1,39 @@
 // SPDX-License-Identifier: MIT
-// libtorch's side of `minitensor bench dispatch`: the same six host costs, measured the
-// same way (the same loop, tools/bench/host_loop.h, and iteration counts), so that
+// libtorch's side of `minitensor bench dispatch`: the same host costs, measured the same
+// way (the same loops, tools/bench/host_loop.h, and iteration counts), so that
 // `compare_torch.py --dispatch` can put both on one machine in one run instead of
-// comparing against figures from another day (the GPU host's Xeon moves by up to 1.8x
-// between runs). Not part of the Meson build: it needs libtorch, which only the GPU host
-// has (from the torch wheel); tools/gpu_check.sh compiles it there:
+// comparing against figures from another day. Not part of the Meson build: it needs
+// libtorch, which only the GPU host has (from the torch wheel); tools/gpu_check.sh and
+// tools/gpu_hostcost.sh compile it there, in one of two forms:
 //
-//   g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=<torch's> -I. -I<torch>/include
-//       tools/bench_libtorch.cpp -L<torch>/lib -ltorch_cpu -lc10 -Wl,-rpath,<torch>/lib
+//   libtorch alone, run in its own process alternately with `minitensor bench dispatch`:
+//     g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=<torch's> -I. -I<torch>/include
+//         tools/bench_libtorch.cpp -L<torch>/lib -ltorch_cpu -lc10 -Wl,-rpath,<torch>/lib
+//   with minitensor's rows linked in (-DMT_INTERLEAVED, tools/bench/dispatch.cpp from the
+//   Meson build's libmt_bench.a, and libminitensor), timing the two loop by loop in one
+//   process (--interleaved ROUNDS): the same host state falls on both sides of each ratio.
+//     g++ ... -DMT_INTERLEAVED tools/bench_libtorch.cpp <build>/tools/libmt_bench.a
+//         -L<build> -lminitensor -lfmt -Wl,-rpath,<build> (then libtorch as above)
 //
-// Prints one JSON object: row -> ns per call (compare_torch.py pairs the rows).
+// Prints one JSON object: row -> ns per call (compare_torch.py pairs the rows); with
+// --interleaved, {"rounds": [{row: {"minitensor": ns, "libtorch": ns}, ...}, ...]}.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "tools/bench/host_loop.h"
+#ifdef MT_INTERLEAVED
+#include "tools/bench/dispatch.h"
+#endif
 
 namespace {
 
@@ -30,6 +46,13 @@ at::Tensor noop_ag(c10::DispatchKeySet ks, const at::Tensor& x) {
   return op.redispatch(ks & c10::after_autograd_keyset, x);
 }
 
+struct Row {
+  const char* key;
+  int64_t divisor;  // a loop makes n / divisor calls, as minitensor's row of the same key
+  std::function<void()> call;
+  bool below_autograd = false;  // timed under AutoDispatchBelowADInplaceOrView
+};
+
 }  // namespace
 
 TORCH_LIBRARY(bench, m) {
@@ -40,34 +63,73 @@ TORCH_LIBRARY(bench, m) {
   m.impl("noop_ag", torch::dispatch(c10::DispatchKey::Autograd, TORCH_FN(noop_ag)));
 }
 
-int main() {
+int main(int argc, char** argv) {
+  int rounds = 0;
+  if (argc == 3 && std::strcmp(argv[1], "--interleaved") == 0) rounds = std::atoi(argv[2]);
+#ifndef MT_INTERLEAVED
+  if (rounds > 0) {
+    std::fprintf(stderr, "bench_libtorch: --interleaved needs a build with -DMT_INTERLEAVED and minitensor linked in\n");
+    return 2;
+  }
+#endif
+  if (argc > 1 && rounds <= 0) {
+    std::fprintf(stderr, "usage: bench_libtorch [--interleaved ROUNDS]\n");
+    return 2;
+  }
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("bench::noop", "");
   auto op = handle.typed<at::Tensor(const at::Tensor&)>();
   auto ag = c10::Dispatcher::singleton().findSchemaOrThrow("bench::noop_ag", "").typed<at::Tensor(const at::Tensor&)>();
   at::Tensor x = at::zeros({1});
   at::Tensor xg = at::zeros({1});
   xg.set_requires_grad(true);
-  at::Tensor (*volatile direct)(const at::Tensor&) = &noop;
-  const int64_t n = 2000000;
-  double t_direct = mt::bench::ns_per_call([&] { at::Tensor r = direct(x); (void)r; }, n);
-  // A custom op with a CPU kernel only, called as a user calls it: libtorch's CPU tensors
-  // carry the autograd keys, so the call passes the autograd fallback on its way.
-  double t_cpu = mt::bench::ns_per_call([&] { at::Tensor r = op.call(x); (void)r; }, n);
-  double t_below = 0;
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    t_below = mt::bench::ns_per_call([&] { at::Tensor r = op.call(x); (void)r; }, n);
-  }
-  double t_ag = mt::bench::ns_per_call([&] { at::Tensor r = ag.call(xg); (void)r; }, n);
-  double t_boxed = mt::bench::ns_per_call([&] { torch::jit::Stack s{x}; handle.callBoxed(&s); }, n / 4);
   at::Tensor one = at::ones({1});
   one.set_requires_grad(true);
-  double t_silu = mt::bench::ns_per_call([&] { at::Tensor r = at::silu(one); (void)r; }, n / 20);
   at::Tensor a = at::ones({1}), b = at::ones({1});
-  double t_add = mt::bench::ns_per_call([&] { at::Tensor r = at::add(a, b); (void)r; }, n / 20);
-  std::printf(
-      "{\"direct\": %.2f, \"dispatch\": %.2f, \"below_autograd\": %.2f, \"autograd_redispatch\": %.2f, "
-      "\"boxed\": %.2f, \"silu_grad\": %.2f, \"add\": %.2f}\n",
-      t_direct, t_cpu, t_below, t_ag, t_boxed, t_silu, t_add);
+  at::Tensor (*volatile direct)(const at::Tensor&) = &noop;
+  const int64_t n = 2000000;
+  std::vector<Row> rows = {
+      {"direct", 1, [&] { at::Tensor r = direct(x); (void)r; }},
+      // A custom op with a CPU kernel only, called as a user calls it: libtorch's CPU
+      // tensors carry the autograd keys, so the call passes the autograd fallback on its way.
+      {"dispatch", 1, [&] { at::Tensor r = op.call(x); (void)r; }},
+      {"below_autograd", 1, [&] { at::Tensor r = op.call(x); (void)r; }, true},
+      {"autograd_redispatch", 1, [&] { at::Tensor r = ag.call(xg); (void)r; }},
+      {"boxed", 4, [&] { torch::jit::Stack s{x}; handle.callBoxed(&s); }},
+      {"silu_grad", 20, [&] { at::Tensor r = at::silu(one); (void)r; }},
+      {"add", 20, [&] { at::Tensor r = at::add(a, b); (void)r; }},
+  };
+  if (rounds == 0) {
+    std::printf("{");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::optional<at::AutoDispatchBelowADInplaceOrView> guard;
+      if (rows[i].below_autograd) guard.emplace();
+      std::printf("%s\"%s\": %.2f", i ? ", " : "", rows[i].key, mt::bench::ns_per_call(rows[i].call, n / rows[i].divisor));
+    }
+    std::printf("}\n");
+    return 0;
+  }
+#ifdef MT_INTERLEAVED
+  // Each round times every row both libraries have, the two loop by loop
+  // (ns_per_call_interleaved), minitensor first in the odd pairs of even rounds, libtorch
+  // first in the odd pairs of odd rounds.
+  mt::bench::DispatchRows mt_rows;
+  std::printf("{\"rounds\": [");
+  for (int r = 0; r < rounds; ++r) {
+    std::printf("%s\n {", r ? "," : "");
+    bool first_row = true;
+    for (const mt::bench::DispatchRow& m : mt_rows.rows()) {
+      const Row* l = nullptr;
+      for (const Row& c : rows)
+        if (std::strcmp(c.key, m.key) == 0) l = &c;
+      if (!l) continue;
+      mt::bench::PairNs p = mt::bench::ns_per_call_interleaved(m.call, n / m.divisor, l->call, n / l->divisor, r % 2 == 0);
+      std::printf("%s\"%s\": {\"minitensor\": %.2f, \"libtorch\": %.2f}", first_row ? "" : ", ", m.key, p.f, p.g);
+      first_row = false;
+    }
+    std::printf("}");
+    std::fflush(stdout);
+  }
+  std::printf("]}\n");
+#endif
   return 0;
 }

@@ -24,9 +24,13 @@ With --dispatch: the host cost of one call, `minitensor bench dispatch --json` a
 tools/bench_libtorch.cpp (the same loops in libtorch C++, built by tools/gpu_check.sh),
 run alternately --rounds times (default 5) in one process tree on one machine; prints
 the median of the rounds per row and the ratio libtorch / minitensor, and the range of
-that ratio over the rounds.
+that ratio over the rounds. With --interleaved, --libtorch-bench is bench_libtorch built
+with minitensor linked in (-DMT_INTERLEAVED), which times the two in one process, each
+row's loops alternating between the libraries, so that a round's ratio does not depend on
+which process met the host in which state.
 
-  compare_torch.py --dispatch --libtorch-bench PATH [--minitensor PATH] [--json OUT]
+  compare_torch.py --dispatch --libtorch-bench PATH [--interleaved] [--minitensor PATH]
+                   [--rounds N] [--json OUT]
 With --scenarios: the tutorial's application scenarios (examples/ops/): pde::laplacian3d
 (examples/ops/laplacian3d/laplacian3d_bench --json, float32 N^3 grids, N = 128, 256, 512)
 against torch's forms of the same 7-point stencil, timed in the same run with do_bench
@@ -332,7 +336,15 @@ DISPATCH_ROWS = [
 
 def main_dispatch(args):
     mt_runs, lt_runs = [], []
-    for r in range(args.rounds):
+    if args.interleaved:
+        # One process times both, loop by loop (bench_libtorch built with -DMT_INTERLEAVED).
+        out = subprocess.run([args.libtorch_bench, "--interleaved", str(args.rounds)], check=True,
+                             capture_output=True, text=True).stdout
+        label = {key: mt_name for mt_name, key, _ in DISPATCH_ROWS if mt_name}
+        for rnd in json.loads(out)["rounds"]:
+            mt_runs.append({label[k]: v["minitensor"] for k, v in rnd.items()})
+            lt_runs.append({k: v["libtorch"] for k, v in rnd.items()})
+    for r in range(0 if args.interleaved else args.rounds):
         out = subprocess.run([args.minitensor, "bench", "dispatch", "--json"], check=True,
                              capture_output=True, text=True).stdout
         mt_runs.append(json.loads(out))
@@ -346,13 +358,17 @@ def main_dispatch(args):
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"Host cost of one call, ns (median of {args.rounds} alternating rounds, each row "
-          f"itself the median of 5 timed loops), on {cpu}, torch {torch.__version__}")
+    how = ("in one process, each row's loops interleaved with libtorch's" if args.interleaved
+           else "each side in its own process, alternating")
+    print(f"Host cost of one call, ns (median of {args.rounds} rounds, {how}; each row in a "
+          f"round the median of 5 timed loops), on {cpu}, torch {torch.__version__}")
     print("| call | minitensor ns | libtorch ns | libtorch/mt | ratio range over rounds |"
           " libtorch side |")
     print("|---|---|---|---|---|---|")
     rows = []
     for mt_name, key, what in DISPATCH_ROWS:
+        if key not in lt_runs[0]:
+            continue  # the interleaved form times only the rows both sides have
         lt = [run[key] for run in lt_runs]
         mt = [run[mt_name] for run in mt_runs] if mt_name else None
         lt_med = statistics.median(lt)
@@ -368,7 +384,8 @@ def main_dispatch(args):
         rows.append({"row": key, "minitensor": mt, "libtorch": lt})
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": cpu, "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"cpu": cpu, "torch": torch.__version__, "interleaved": args.interleaved,
+                       "rows": rows}, f, indent=1)
     # Every round's pair, so that "in every round" can be read off the log.
     print("\nPer round, minitensor ns / libtorch ns = ratio:")
     for mt_name, key, _ in DISPATCH_ROWS:
@@ -604,7 +621,10 @@ def main():
     ap.add_argument("--dispatch", action="store_true",
                     help="host cost of one call against libtorch C++ (tools/bench_libtorch.cpp)")
     ap.add_argument("--libtorch-bench", default="build-gpu/tools/bench_libtorch")
-    ap.add_argument("--rounds", type=int, default=5, help="--dispatch: alternating rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="--dispatch: rounds")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="--dispatch: --libtorch-bench is the -DMT_INTERLEAVED build, which times"
+                         " both sides loop by loop in one process")
     ap.add_argument("--compile", action="store_true",
                     help="the MLP step and x * sigmoid(x): torch eager, CUDA graph, torch.compile"
                          " against mt::compile")

@@ -26,6 +26,7 @@
 #include "minitensor.h"
 #include "runtime/cuda/graph.h"
 #include "runtime/cuda/memory.h"
+#include "tools/bench/dispatch.h"
 #include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
 #include "tools/bench/matmul.h"
@@ -312,8 +313,6 @@ int compile_demo(const std::string& device_name) {
 
 // ---- bench dispatch ----------------------------------------------------------------------
 
-Tensor noop(const Tensor& x) { return x; }
-
 // What every bench subcommand takes: --json (JSON on stdout instead of the table) and
 // --plot FILE.svg.
 struct BenchOutput {
@@ -327,41 +326,17 @@ void write_plot(const std::string& path, const std::string& svg_text) {
 }
 
 int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only) {
-  Library lib(Library::Kind::Def, "bench");
-  lib.def("noop(Tensor x) -> Tensor");
-  lib.impl("noop", DispatchKey::CPU, noop);
-  lib.def("noop_ag(Tensor x) -> Tensor");
-  lib.impl("noop_ag", DispatchKey::CPU, noop);
-  auto ag = dispatcher().find_or_throw("bench::noop_ag").typed<Tensor(const Tensor&)>();
-  lib.impl("noop_ag", DispatchKey::Autograd, [ag](DispatchKeySet ks, const Tensor& x) {
-    return ag.redispatch(ks.below(DispatchKey::Autograd), x);
-  });
-  auto op = dispatcher().find_or_throw("bench::noop").typed<Tensor(const Tensor&)>();
-  Tensor x = zeros({1});
-  Tensor xg = zeros({1}, {.requires_grad = true});
-  Tensor (*volatile direct)(const Tensor&) = &noop;
-  const int64_t n = iters;  // calls a timed loop of the no-op rows; silu and add take n / 20
-  // --only ROW times that row alone (the others print nan), so that an instruction count
-  // of the whole process under callgrind is that row's.
-  auto timed = [&](const char* row, auto&& f, int64_t calls) {
-    return only.empty() || only == row ? bench::ns_per_call(f, calls) : std::nan("");
-  };
-  double t_direct = timed("direct", [&] { Tensor r = direct(x); (void)r; }, n);
-  double t_cpu = timed("cpu", [&] { Tensor r = op(x); (void)r; }, n);
-  double t_ag = timed("autograd", [&] { Tensor r = ag(xg); (void)r; }, n);
-  auto handle = dispatcher().find_or_throw("bench::noop");
-  double t_boxed = timed("boxed", [&] { Stack s{x}; handle.call_boxed(&s); }, n / 4);
-  Tensor one = ones({1}, {.requires_grad = true});
-  double t_silu = timed("silu", [&] { Tensor r = silu(one); (void)r; }, n / 20);
-  Tensor a = ones({1}), b = ones({1});
-  double t_add = timed("add", [&] { Tensor r = add(a, b); (void)r; }, n / 20);
+  bench::DispatchRows dispatch_rows;  // tools/bench/dispatch.cpp, shared with bench_libtorch
+  // A no-op row's loop makes `iters` calls, silu's and add's iters / 20. --only ROW times
+  // that row alone (the others print nan), so that an instruction count of the whole
+  // process under callgrind is that row's.
   struct Row { const char* name; double ns; };
-  Row rows[] = {{"direct C++ call of the no-op kernel", t_direct},
-                {"unboxed dispatch, CPU kernel only", t_cpu},
-                {"unboxed dispatch, Autograd kernel redispatching to CPU", t_ag},
-                {"boxed call (Stack)", t_boxed},
-                {"mt::silu on 1 element, requires grad (records the tape)", t_silu},
-                {"mt::add on 1 element", t_add}};
+  std::vector<Row> rows;
+  for (const bench::DispatchRow& r : dispatch_rows.rows()) {
+    bool wanted = only.empty() || only == r.key;
+    rows.push_back({r.label, wanted ? bench::ns_per_call(r.call, iters / r.divisor) : std::nan("")});
+  }
+  double t_direct = rows[0].ns;
   if (!o.plot.empty()) {
     bench::BarPlot plot{.title = fmt::format("dispatch cost, ns per call (median of 5 runs), {}", cpu_model()),
                         .value_label = "ns per call"};
@@ -1043,8 +1018,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(20), int64_t(1) << 40));
   std::string dispatch_only;
   b_dispatch
-      ->add_option("--only", dispatch_only, "time one row only (for callgrind's counts)")
-      ->check(CLI::IsMember({"direct", "cpu", "autograd", "boxed", "silu", "add"}));
+      ->add_option("--only", dispatch_only,
+                   "time one row only (for callgrind's counts): direct, dispatch (or cpu), "
+                   "autograd_redispatch (or autograd), boxed, silu_grad (or silu), add")
+      // The rows' keys (tools/bench/dispatch.cpp), and the short names they had before.
+      ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{
+          {"direct", "direct"}, {"cpu", "dispatch"}, {"autograd", "autograd_redispatch"},
+          {"boxed", "boxed"}, {"silu", "silu_grad"}, {"add", "add"}}));
   SweepOptions silu_o, matmul_o;
   auto* b_silu = ben->add_subcommand("silu", "SiLU forward and fused backward over sizes, against a copy of the same bytes");
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
