@@ -119,17 +119,27 @@ if want bench && grep -q -- '--mlp' tools/compare_torch.py 2>/dev/null; then
 fi
 
 if want bench && [ -x build-gpu/tools/minitensor ]; then
-  # Host cost of one tiny op, against libtorch C++ built from the torch wheel and run
-  # alternately with minitensor on the same CPU (tools/bench_libtorch.cpp).
+  # Host cost of one tiny op, against libtorch C++ built from the torch wheel
+  # (tools/bench_libtorch.cpp): with minitensor's rows linked in, the two timed loop by loop
+  # in one process (docs/host-cost.md); else each in its own process, alternately.
   TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
   TORCH_ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
   if [ -n "$TORCH_DIR" ]; then
-    step libtorch-build 120 "$OUT/dispatch.log" g++ -O2 -std=c++20 -w \
-        -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" -I. -I"$TORCH_DIR/include" \
-        tools/bench_libtorch.cpp -o build-gpu/tools/bench_libtorch \
-        -L"$TORCH_DIR/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$TORCH_DIR/lib"
+    step libtorch-build 180 "$OUT/dispatch.log" bash -c '
+      f=(-O2 -std=c++20 -w -D_GLIBCXX_USE_CXX11_ABI="$1" -I. -I"$2/include")
+      lt=(-L"$2/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$2/lib")
+      g++ "${f[@]}" tools/bench_libtorch.cpp -o build-gpu/tools/bench_libtorch "${lt[@]}" & p=$!
+      g++ "${f[@]}" -DMT_INTERLEAVED -c tools/bench_libtorch.cpp -o build-gpu/tools/bench_interleaved.o &&
+        g++ build-gpu/tools/bench_interleaved.o build-gpu/tools/libmt_bench.a \
+          -o build-gpu/tools/bench_interleaved -Lbuild-gpu -lminitensor $(pkg-config --libs fmt) \
+          -Wl,-rpath,"$PWD/build-gpu" "${lt[@]}"
+      r=$?; wait $p || r=1; exit $r' _ "$TORCH_ABI" "$TORCH_DIR"
   fi
-  if [ -x build-gpu/tools/bench_libtorch ]; then
+  if [ -x build-gpu/tools/bench_interleaved ]; then
+    step dispatch 120 "$OUT/dispatch.log" python3 tools/compare_torch.py --dispatch --interleaved \
+        --libtorch-bench build-gpu/tools/bench_interleaved \
+        --rounds "${ROUNDS:-10}" --json "$OUT/compare_dispatch.json"
+  elif [ -x build-gpu/tools/bench_libtorch ]; then
     step dispatch 120 "$OUT/dispatch.log" python3 tools/compare_torch.py --dispatch \
         --minitensor build-gpu/tools/minitensor --libtorch-bench build-gpu/tools/bench_libtorch \
         --rounds "${ROUNDS:-5}" --json "$OUT/compare_dispatch.json"
