@@ -10,13 +10,15 @@
 //     g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=<torch's> -I. -I<torch>/include
 //         tools/bench_libtorch.cpp -L<torch>/lib -ltorch_cpu -lc10 -Wl,-rpath,<torch>/lib
 //   with minitensor's rows linked in (-DMT_INTERLEAVED, tools/bench/dispatch.cpp from the
-//   Meson build's libmt_bench.a, and libminitensor), timing the two loop by loop in one
-//   process (--interleaved ROUNDS): the same host state falls on both sides of each ratio.
+//   Meson build's libmt_bench.a, and libminitensor), timing the two in one process as pairs
+//   of loops a few milliseconds apart (--interleaved ROUNDS), each pair's ratio taken from
+//   one state of the host.
 //     g++ ... -DMT_INTERLEAVED tools/bench_libtorch.cpp <build>/tools/libmt_bench.a
 //         -L<build> -lminitensor -lfmt -Wl,-rpath,<build> (then libtorch as above)
 //
 // Prints one JSON object: row -> ns per call (compare_torch.py pairs the rows); with
-// --interleaved, {"rounds": [{row: {"minitensor": ns, "libtorch": ns}, ...}, ...]}.
+// --interleaved, {"rounds": [{row: {"minitensor": ns, "libtorch": ns, "ratio": median of
+// the pairs' libtorch / minitensor}, ...}, ...]}.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -109,11 +111,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifdef MT_INTERLEAVED
-  // Each round times every row both libraries have, the two loop by loop
-  // (ns_per_call_interleaved), minitensor first in the odd pairs of even rounds, libtorch
-  // first in the odd pairs of odd rounds.
+  // Each round times every row both libraries have as 21 pairs of loops of about 5 ms, one
+  // library's loop and the other's back to back (ns_per_call_paired), minitensor first in
+  // the even pairs of even rounds and in the odd pairs of odd rounds.
   mt::bench::DispatchRows mt_rows;
-  std::printf("{\"rounds\": [");
+  std::printf("{\"pairs\": 21, \"loop_ms\": 5, \"rounds\": [");
   for (int r = 0; r < rounds; ++r) {
     std::printf("%s\n {", r ? "," : "");
     bool first_row = true;
@@ -122,8 +124,9 @@ int main(int argc, char** argv) {
       for (const Row& c : rows)
         if (std::strcmp(c.key, m.key) == 0) l = &c;
       if (!l) continue;
-      mt::bench::PairNs p = mt::bench::ns_per_call_interleaved(m.call, n / m.divisor, l->call, n / l->divisor, r % 2 == 0);
-      std::printf("%s\"%s\": {\"minitensor\": %.2f, \"libtorch\": %.2f}", first_row ? "" : ", ", m.key, p.f, p.g);
+      mt::bench::PairedNs p = mt::bench::ns_per_call_paired(m.call, l->call, 21, 5.0, r % 2 == 0);
+      std::printf("%s\"%s\": {\"minitensor\": %.2f, \"libtorch\": %.2f, \"ratio\": %.4f}", first_row ? "" : ", ",
+                  m.key, p.f, p.g, p.ratio);
       first_row = false;
     }
     std::printf("}");

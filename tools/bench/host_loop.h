@@ -20,7 +20,8 @@ double loop_ns(F&& f, int64_t iters) {
          double(iters);
 }
 
-inline double median5(std::vector<double> runs) {
+// The median of runs (the upper middle one for an even count).
+inline double median_of(std::vector<double> runs) {
   std::sort(runs.begin(), runs.end());
   return runs[runs.size() / 2];
 }
@@ -30,29 +31,49 @@ template <typename F>
 double ns_per_call(F&& f, int64_t iters) {
   std::vector<double> runs;
   for (int r = 0; r < 5; ++r) runs.push_back(loop_ns(f, iters));
-  return median5(std::move(runs));
+  return median_of(std::move(runs));
 }
 
-// Two calls timed side by side: 5 pairs of loops, f's loop and g's back to back, the order
-// alternating from pair to pair (f first in pairs 0, 2, 4 when f_first, else g first), so
-// that a change in the host's state (another process, the clock, a migration) between
-// loops falls on both sides alike. The median loop of each side, ns per call.
-struct PairNs {
-  double f, g;
+// How many calls of f make a loop of about target_ns (from a loop of at least 1 ms).
+template <typename F>
+int64_t calls_for(F&& f, double target_ns) {
+  int64_t n = 16;
+  double per_call = loop_ns(f, n);
+  while (per_call * double(n) < 1e6 && n < (int64_t(1) << 32)) {
+    n *= 4;
+    per_call = loop_ns(f, n);
+  }
+  return std::max<int64_t>(1, int64_t(target_ns / per_call));
+}
+
+// Two calls timed side by side, as pairs of loops: f's loop and g's back to back, each about
+// loop_ms long, the order alternating from pair to pair (f first in the even pairs when
+// f_first). A pair's two loops run within a few milliseconds of each other, so a change in
+// the host's state (another process, the clock, a migration) slower than that scales both
+// and leaves the pair's ratio g / f as it was; the median over the pairs then drops the
+// pairs a change fell inside. Returns the median loop of each side (ns per call) and the
+// median of the pairs' ratios.
+struct PairedNs {
+  double f, g, ratio;
 };
 template <typename F, typename G>
-PairNs ns_per_call_interleaved(F&& f, int64_t f_iters, G&& g, int64_t g_iters, bool f_first) {
-  std::vector<double> fr, gr;
-  for (int r = 0; r < 5; ++r) {
-    if ((r % 2 == 0) == f_first) {
-      fr.push_back(loop_ns(f, f_iters));
-      gr.push_back(loop_ns(g, g_iters));
+PairedNs ns_per_call_paired(F&& f, G&& g, int pairs, double loop_ms, bool f_first) {
+  const int64_t nf = calls_for(f, loop_ms * 1e6), ng = calls_for(g, loop_ms * 1e6);
+  std::vector<double> fr, gr, ratios;
+  for (int p = 0; p < pairs; ++p) {
+    double a, b;
+    if ((p % 2 == 0) == f_first) {
+      a = loop_ns(f, nf);
+      b = loop_ns(g, ng);
     } else {
-      gr.push_back(loop_ns(g, g_iters));
-      fr.push_back(loop_ns(f, f_iters));
+      b = loop_ns(g, ng);
+      a = loop_ns(f, nf);
     }
+    fr.push_back(a);
+    gr.push_back(b);
+    ratios.push_back(b / a);
   }
-  return {median5(std::move(fr)), median5(std::move(gr))};
+  return {median_of(std::move(fr)), median_of(std::move(gr)), median_of(std::move(ratios))};
 }
 
 }  // namespace mt::bench
