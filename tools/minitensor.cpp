@@ -325,8 +325,35 @@ void write_plot(const std::string& path, const std::string& svg_text) {
   std::fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
-int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only) {
+// --self-check ROUNDS: each row timed against itself, in the two forms a comparison with
+// another library can take (tools/bench_libtorch.cpp): 5 loops a side with their medians
+// compared, and 21 pairs of ~5 ms loops with the median of the pairs' ratios. Both sides
+// run the same code, so every ratio should be 1: the spread is what the form cannot resolve
+// on this machine in its present state.
+int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t iters, int rounds) {
+  std::printf("each row against itself, %d rounds, on %s: the range of the ratios\n", rounds,
+              cpu_model().c_str());
+  std::printf("  %-58s %20s %20s\n", "", "5 loops a side", "21 pairs of ~5 ms");
+  for (const bench::DispatchRow& r : dispatch_rows.rows()) {
+    double lo[2] = {INFINITY, INFINITY}, hi[2] = {0, 0};
+    for (int k = 0; k < rounds; ++k) {
+      std::vector<double> a, b;
+      for (int l = 0; l < 5; ++l) {
+        a.push_back(bench::loop_ns(r.call, iters / r.divisor));
+        b.push_back(bench::loop_ns(r.call, iters / r.divisor));
+      }
+      double ratio[2] = {bench::median_of(b) / bench::median_of(a),
+                         bench::ns_per_call_paired(r.call, r.call, 21, 5.0, k % 2 == 0).ratio};
+      for (int f = 0; f < 2; ++f) lo[f] = std::min(lo[f], ratio[f]), hi[f] = std::max(hi[f], ratio[f]);
+    }
+    std::printf("  %-58s %8.3f to %-8.3f %8.3f to %-8.3f\n", r.label, lo[0], hi[0], lo[1], hi[1]);
+  }
+  return 0;
+}
+
+int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only, int self_check) {
   bench::DispatchRows dispatch_rows;  // tools/bench/dispatch.cpp, shared with bench_libtorch
+  if (self_check > 0) return bench_dispatch_self_check(dispatch_rows, iters, self_check);
   // A no-op row's loop makes `iters` calls, silu's and add's iters / 20. --only ROW times
   // that row alone (the others print nan), so that an instruction count of the whole
   // process under callgrind is that row's.
@@ -1017,6 +1044,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t(20), int64_t(1) << 40));
   std::string dispatch_only;
+  int dispatch_self_check = 0;
+  b_dispatch
+      ->add_option("--self-check", dispatch_self_check,
+                   "time each row against itself for this many rounds, in both forms of "
+                   "tools/bench_libtorch's comparison, and print the ratios' ranges: what "
+                   "the comparison can resolve on this machine")
+      ->check(CLI::Range(1, 1000));
   b_dispatch
       ->add_option("--only", dispatch_only,
                    "time one row only (for callgrind's counts): direct, dispatch (or cpu), "
@@ -1136,7 +1170,7 @@ int main(int argc, char** argv) {
     if (*dmp) return dump(name);
     if (*dem) return demo(device);
     if (*cdemo) return compile_demo(compile_device);
-    if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters, dispatch_only);
+    if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters, dispatch_only, dispatch_self_check);
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
