@@ -4,7 +4,8 @@
 # on the GPU host, under 5 minutes: builds only bench_silu and minitensor (and
 # bench_libtorch from the torch wheel, alongside, in both its forms), then
 # compare_torch.py --dispatch --interleaved (both libraries in one process, loop by loop:
-# 10 rounds, then 5 pinned to one CPU), the same as separate processes (5 rounds),
+# 10 rounds, then 5 pinned to one CPU), `minitensor bench dispatch --self-check` (what that
+# comparison can resolve on the host), the same as separate processes (5 rounds),
 # bench_silu's host-cost table (twice), perf stat and perf record over mt::silu alone where
 # perf is there, nsys if time is left. Logs and JSON under /tmp/mt-hostcost-work, packed into $OUT/all.tgz after each step
 # (default /tmp/mt-hostcost) with the main logs beside it: the device tool brings back at
@@ -18,7 +19,7 @@ T0=$SECONDS
 el() {
   echo "$1 rc=$2 at $((SECONDS - T0)) s"
   tar czf "$OUT/all.tgz.tmp" -C "$W" . && mv "$OUT/all.tgz.tmp" "$OUT/all.tgz"
-  cp "$W"/{info,hostcost1,dispatch,dispatch_pinned,dispatch_procs}.log "$OUT"/ 2>/dev/null
+  cp "$W"/{info,hostcost1,dispatch,dispatch_pinned,dispatch_procs,selfcheck}.log "$OUT"/ 2>/dev/null
 }
 cd "$(dirname "$0")/.."
 [ -e .offline ] || ln -sfn ../../.offline .offline  # in a .gpu-carry/<name> copy
@@ -49,6 +50,7 @@ timeout 100 python3 tools/compare_torch.py --dispatch --interleaved --libtorch-b
     --rounds 10 --json "$W/dispatch.json" >"$W/dispatch.log" 2>&1; el dispatch $?
 timeout 60 taskset -c 2 python3 tools/compare_torch.py --dispatch --interleaved --libtorch-bench /tmp/bench_interleaved \
     --rounds 5 --json "$W/dispatch_pinned.json" >"$W/dispatch_pinned.log" 2>&1; el pinned $?
+timeout 45 $M bench dispatch --self-check 5 >"$W/selfcheck.log" 2>&1; el selfcheck $?
 timeout 60 python3 tools/compare_torch.py --dispatch --minitensor $M --libtorch-bench /tmp/bench_libtorch \
     --rounds 5 --json "$W/dispatch_procs.json" >"$W/dispatch_procs.log" 2>&1; el dispatch-procs $?
 timeout 60 $B --host-only --json "$W/hostcost1.json" >"$W/hostcost1.log" 2>&1; el hostcost1 $?
@@ -66,4 +68,4 @@ if command -v nsys >/dev/null && (( SECONDS - T0 < 215 )); then
   timeout $((255 - SECONDS + T0)) nsys profile -t cuda,osrt -o /tmp/hc --stats=true $B --loop 20000 >"$W/nsys.log" 2>&1; el nsys $?
 fi
 cat "$W/info.log"; tail -n 4 "$W/interleaved_build.log"; tail -n 25 "$W/dispatch.log"; tail -n 12 "$W/dispatch_pinned.log"
-tail -n 10 "$W/dispatch_procs.log"; tail -n 30 "$W/hostcost1.log"
+tail -n 10 "$W/dispatch_procs.log"; cat "$W/selfcheck.log"; tail -n 30 "$W/hostcost1.log"
