@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // libtorch's side of `minitensor bench dispatch`: the same host costs, measured the same
-// way (the same loops, tools/bench/host_loop.h, and iteration counts), so that
+// way (the same loops, tools/bench/host_loop.h; in the plain form the same iteration
+// counts), so that
 // `compare_torch.py --dispatch` can put both on one machine in one run instead of
 // comparing against figures from another day. Not part of the Meson build: it needs
 // libtorch, which only the GPU host has (from the torch wheel); tools/gpu_check.sh and
@@ -11,8 +12,8 @@
 //         tools/bench_libtorch.cpp -L<torch>/lib -ltorch_cpu -lc10 -Wl,-rpath,<torch>/lib
 //   with minitensor's rows linked in (-DMT_INTERLEAVED, tools/bench/dispatch.cpp from the
 //   Meson build's libmt_bench.a, and libminitensor), timing the two in one process as pairs
-//   of loops a few milliseconds apart (--interleaved ROUNDS), each pair's ratio taken from
-//   one state of the host.
+//   of short loops back to back (--interleaved ROUNDS), each pair's ratio taken from one
+//   state of the host.
 //     g++ ... -DMT_INTERLEAVED tools/bench_libtorch.cpp <build>/tools/libmt_bench.a
 //         -L<build> -lminitensor -lfmt -Wl,-rpath,<build> (then libtorch as above)
 //
@@ -111,11 +112,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifdef MT_INTERLEAVED
-  // Each round times every row both libraries have as 21 pairs of loops of about 5 ms, one
-  // library's loop and the other's back to back (ns_per_call_paired), minitensor first in
-  // the even pairs of even rounds and in the odd pairs of odd rounds.
+  // Each round times every row both libraries have as kPairs pairs of loops of about
+  // kPairLoopMs, one library's loop and the other's back to back (ns_per_call_paired),
+  // minitensor first in the even pairs of even rounds and in the odd pairs of odd rounds.
   mt::bench::DispatchRows mt_rows;
-  std::printf("{\"pairs\": 21, \"loop_ms\": 5, \"rounds\": [");
+  std::printf("{\"pairs\": %d, \"loop_ms\": %g, \"rounds\": [", mt::bench::kPairs, mt::bench::kPairLoopMs);
   for (int r = 0; r < rounds; ++r) {
     std::printf("%s\n {", r ? "," : "");
     bool first_row = true;
@@ -124,7 +125,8 @@ int main(int argc, char** argv) {
       for (const Row& c : rows)
         if (std::strcmp(c.key, m.key) == 0) l = &c;
       if (!l) continue;
-      mt::bench::PairedNs p = mt::bench::ns_per_call_paired(m.call, l->call, 21, 5.0, r % 2 == 0);
+      mt::bench::PairedNs p = mt::bench::ns_per_call_paired(m.call, l->call, mt::bench::kPairs,
+                                                                mt::bench::kPairLoopMs, r % 2 == 0);
       std::printf("%s\"%s\": {\"minitensor\": %.2f, \"libtorch\": %.2f, \"ratio\": %.4f}", first_row ? "" : ", ",
                   m.key, p.f, p.g, p.ratio);
       first_row = false;

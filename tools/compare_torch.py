@@ -20,13 +20,14 @@ ratio torch / minitensor (> 1 means minitensor is faster).
   compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING]
                          [--steps N] [--warmup N]
 
-With --dispatch: the host cost of one call, `minitensor bench dispatch --json` against
+With --dispatch (tools/dispatch_compare.py, which also runs without torch): the host cost
+of one call, `minitensor bench dispatch --json` against
 tools/bench_libtorch.cpp (the same loops in libtorch C++, built by tools/gpu_check.sh),
 run alternately --rounds times (default 5) in one process tree on one machine; prints
 the median of the rounds per row and the ratio libtorch / minitensor, and the range of
 that ratio over the rounds. With --interleaved, --libtorch-bench is bench_libtorch built
 with minitensor linked in (-DMT_INTERLEAVED), which times the two in one process as pairs
-of ~5 ms loops, one library's right after the other's: a round's ratio is the median of
+of short loops, one library's right after the other's: a round's ratio is the median of
 its pairs' ratios, each taken from one state of the host, so that it does not depend on
 which side met the host in which state.
 
@@ -76,6 +77,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+import dispatch_compare  # tools/dispatch_compare.py: --dispatch, which needs no torch
 
 
 @triton.jit
@@ -320,94 +323,8 @@ def main_mlp(args):
     return 0 if mt else 1
 
 
-# minitensor's row names (bench dispatch --json) -> bench_libtorch's keys, and what the
-# libtorch side of each row is.
-DISPATCH_ROWS = [
-    ("direct C++ call of the no-op kernel", "direct", "direct call"),
-    ("unboxed dispatch, CPU kernel only", "dispatch", "op.call, autograd fallback in the path"),
-    (None, "below_autograd", "op.call under AutoDispatchBelowADInplaceOrView"),
-    ("unboxed dispatch, Autograd kernel redispatching to CPU", "autograd_redispatch",
-     "Autograd kernel, redispatch after_autograd_keyset"),
-    ("boxed call (Stack)", "boxed", "callBoxed"),
-    ("mt::silu on 1 element, requires grad (records the tape)", "silu_grad",
-     "at::silu, requires grad"),
-    ("mt::add on 1 element", "add", "at::add"),
-]
-
-
 def main_dispatch(args):
-    mt_runs, lt_runs, ratio_runs = [], [], []
-    if args.interleaved:
-        # One process times both, loop by loop (bench_libtorch built with -DMT_INTERLEAVED).
-        out = subprocess.run([args.libtorch_bench, "--interleaved", str(args.rounds)], check=True,
-                             capture_output=True, text=True).stdout
-        label = {key: mt_name for mt_name, key, _ in DISPATCH_ROWS if mt_name}
-        for rnd in json.loads(out)["rounds"]:
-            mt_runs.append({label[k]: v["minitensor"] for k, v in rnd.items()})
-            lt_runs.append({k: v["libtorch"] for k, v in rnd.items()})
-            # A round's ratio is the median of its pairs' ratios, each pair's two loops a
-            # few milliseconds apart; the ns columns are each side's median loop.
-            ratio_runs.append({k: v["ratio"] for k, v in rnd.items()})
-    for r in range(0 if args.interleaved else args.rounds):
-        out = subprocess.run([args.minitensor, "bench", "dispatch", "--json"], check=True,
-                             capture_output=True, text=True).stdout
-        mt_runs.append(json.loads(out))
-        out = subprocess.run([args.libtorch_bench], check=True, capture_output=True,
-                             text=True).stdout
-        lt_runs.append(json.loads(out))
-        print(f"[dispatch] round {r + 1}/{args.rounds} done", file=sys.stderr)
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    how = ("in one process; each row in a round 21 pairs of ~5 ms loops, minitensor's and "
-           "libtorch's back to back: its ns the median loop of each side, its ratio the median "
-           "of the pairs' ratios" if args.interleaved
-           else "each side in its own process, alternating; each row in a round the median of "
-           "5 timed loops")
-    print(f"Host cost of one call, ns (median of {args.rounds} rounds, {how}), on {cpu}, "
-          f"torch {torch.__version__}")
-    print("| call | minitensor ns | libtorch ns | libtorch/mt | ratio range over rounds |"
-          " libtorch side |")
-    print("|---|---|---|---|---|---|")
-    rows = []
-    for mt_name, key, what in DISPATCH_ROWS:
-        if key not in lt_runs[0]:
-            continue  # the interleaved form times only the rows both sides have
-        lt = [run[key] for run in lt_runs]
-        mt = [run[mt_name] for run in mt_runs] if mt_name else None
-        lt_med = statistics.median(lt)
-        mt_med = statistics.median(mt) if mt else None
-        if mt:
-            ratios = ([run[key] for run in ratio_runs] if ratio_runs
-                      else [l / m for l, m in zip(lt, mt)])
-            med = statistics.median(ratios) if ratio_runs else lt_med / mt_med
-            ratio, rng = f"{med:.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"
-        else:
-            ratio = rng = "-"
-        name = mt_name or "(no minitensor row) below autograd"
-        mts = f"{mt_med:.1f}" if mt else "-"
-        print(f"| {name} | {mts} | {lt_med:.1f} | {ratio} | {rng} | {what} |")
-        rows.append({"row": key, "minitensor": mt, "libtorch": lt,
-                     "ratio": [run[key] for run in ratio_runs] if ratio_runs and mt else None})
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"cpu": cpu, "torch": torch.__version__, "interleaved": args.interleaved,
-                       "rows": rows}, f, indent=1)
-    # Every round's pair, so that "in every round" can be read off the log.
-    print("\nPer round, minitensor ns / libtorch ns = ratio" +
-          (" (the median of the pairs' ratios):" if ratio_runs else ":"))
-    for mt_name, key, _ in DISPATCH_ROWS:
-        if not mt_name:
-            continue
-        rs = ([run[key] for run in ratio_runs] if ratio_runs
-              else [run_l[key] / run_m[mt_name] for run_m, run_l in zip(mt_runs, lt_runs)])
-        cells = [f"{run_m[mt_name]:.1f}/{run_l[key]:.1f} = {r:.2f}x"
-                 for run_m, run_l, r in zip(mt_runs, lt_runs, rs)]
-        print(f"  {key}: " + "; ".join(cells))
-    return 0
+    return dispatch_compare.main_dispatch(args, torch.__version__)
 
 
 def torch_laplacian_forms(n, dev="cuda"):

@@ -125,6 +125,7 @@ if want bench && [ -x build-gpu/tools/minitensor ]; then
   TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
   TORCH_ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
   if [ -n "$TORCH_DIR" ]; then
+    rm -f build-gpu/tools/bench_libtorch build-gpu/tools/bench_interleaved{,.o}  # none from an older tree
     step libtorch-build 180 "$OUT/dispatch.log" bash -c '
       f=(-O2 -std=c++20 -w -D_GLIBCXX_USE_CXX11_ABI="$1" -I. -I"$2/include")
       lt=(-L"$2/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$2/lib")

@@ -39,8 +39,8 @@ LT=$!
 LI=$!
 meson setup build-gpu -Dcuda=enabled -Dwerror=false >"$W/build.log" 2>&1
 ninja -C build-gpu -j16 tools/bench_silu tools/minitensor >>"$W/build.log" 2>&1; el ninja $?
-wait $LI
-g++ /tmp/bench_interleaved.o build-gpu/tools/libmt_bench.a -o /tmp/bench_interleaved \
+rm -f /tmp/bench_interleaved
+wait $LI && g++ /tmp/bench_interleaved.o build-gpu/tools/libmt_bench.a -o /tmp/bench_interleaved \
     -Lbuild-gpu -lminitensor $(pkg-config --libs fmt) -Wl,-rpath,"$PWD/build-gpu" \
     -L"$TD/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$TD/lib" >>"$W/interleaved_build.log" 2>&1; el interleaved-bench $?
 wait $LT; el libtorch-bench $?

@@ -325,15 +325,17 @@ void write_plot(const std::string& path, const std::string& svg_text) {
   std::fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
-// --self-check ROUNDS: each row timed against itself, in the two forms a comparison with
-// another library can take (tools/bench_libtorch.cpp): 5 loops a side with their medians
-// compared, and 21 pairs of ~5 ms loops with the median of the pairs' ratios. Both sides
-// run the same code, so every ratio should be 1: the spread is what the form cannot resolve
-// on this machine in its present state.
+// --self-check ROUNDS: each row timed against itself in two forms: the pairs of
+// `bench_libtorch --interleaved` (kPairs pairs of short loops, the median of the pairs' ratios)
+// and 5 loops a side, alternating loop by loop, their medians compared (each side timed as
+// `bench dispatch` times a row, without the separate-process comparison's process boundary).
+// Both sides run the same code, so every ratio should be 1: the spread is what the form
+// cannot resolve on this machine in its present state.
 int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t iters, int rounds) {
   std::printf("each row against itself, %d rounds, on %s: the range of the ratios\n", rounds,
               cpu_model().c_str());
-  std::printf("  %-58s %20s %20s\n", "", "5 loops a side", "21 pairs of ~5 ms");
+  const std::string pairs = fmt::format("{} pairs of ~{} ms", bench::kPairs, bench::kPairLoopMs);
+  std::printf("  %-58s %20s   %-20s\n", "", "5 loops a side", pairs.c_str());
   for (const bench::DispatchRow& r : dispatch_rows.rows()) {
     double lo[2] = {INFINITY, INFINITY}, hi[2] = {0, 0};
     for (int k = 0; k < rounds; ++k) {
@@ -343,7 +345,8 @@ int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t 
         b.push_back(bench::loop_ns(r.call, iters / r.divisor));
       }
       double ratio[2] = {bench::median_of(b) / bench::median_of(a),
-                         bench::ns_per_call_paired(r.call, r.call, 21, 5.0, k % 2 == 0).ratio};
+                         bench::ns_per_call_paired(r.call, r.call, bench::kPairs, bench::kPairLoopMs,
+                                                     k % 2 == 0).ratio};
       for (int f = 0; f < 2; ++f) lo[f] = std::min(lo[f], ratio[f]), hi[f] = std::max(hi[f], ratio[f]);
     }
     std::printf("  %-58s %8.3f to %-8.3f %8.3f to %-8.3f\n", r.label, lo[0], hi[0], lo[1], hi[1]);
@@ -1047,9 +1050,9 @@ int main(int argc, char** argv) {
   int dispatch_self_check = 0;
   b_dispatch
       ->add_option("--self-check", dispatch_self_check,
-                   "time each row against itself for this many rounds, in both forms of "
-                   "tools/bench_libtorch's comparison, and print the ratios' ranges: what "
-                   "the comparison can resolve on this machine")
+                   "time each row against itself for this many rounds, as 5 loops a side "
+                   "and as the pairs of bench_libtorch --interleaved, and print the ratios' "
+                   "ranges: what each form can resolve on this machine")
       ->check(CLI::Range(1, 1000));
   b_dispatch
       ->add_option("--only", dispatch_only,

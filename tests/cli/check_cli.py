@@ -133,9 +133,10 @@ with tempfile.TemporaryDirectory() as scratch:
     expect_json("bench matmul --json", ["bench", "matmul", "--max-log2", "6", "--min-time", "0.01", "--json"])
     expect_json("bench mlp --json", ["bench", "mlp", "--shape", "16x8x16", "--steps", "3", "--warmup", "1", "--json"])
     expect_json("bench dispatch --json", ["bench", "dispatch", "--json"])
-    # --self-check: one line of two ratio ranges per row, each range around 1 (a row timed
-    # against itself; 0.5 to 2 leaves room for a loaded CI machine, and catches a form that
-    # compares different calls or divides the wrong way).
+    # --self-check runs and prints one line of two ratio ranges per row, each around 1 (a row
+    # timed against itself; 0.5 to 2 leaves room for a loaded CI machine). The pairs' ratio
+    # direction is checked in tests/test_bench_loops.cpp, the comparison's table in
+    # check_dispatch_compare.py.
     rc, out, err = run(["bench", "dispatch", "--self-check", "1", "--iters", "20000"])
     ranges = [tuple(map(float, m)) for m in
               re.findall(r"([\d.]+) to ([\d.]+)\s+([\d.]+) to ([\d.]+)\s*$", out, re.M)]

@@ -48,11 +48,20 @@ int64_t calls_for(F&& f, double target_ns) {
 
 // Two calls timed side by side, as pairs of loops: f's loop and g's back to back, each about
 // loop_ms long, the order alternating from pair to pair (f first in the even pairs when
-// f_first). A pair's two loops run within a few milliseconds of each other, so a change in
-// the host's state (another process, the clock, a migration) slower than that scales both
-// and leaves the pair's ratio g / f as it was; the median over the pairs then drops the
-// pairs a change fell inside. Returns the median loop of each side (ns per call) and the
-// median of the pairs' ratios.
+// f_first). A pair's two loops run within a millisecond of each other, so a change in the
+// host's state (another process, the clock, a migration) slower than that scales both and
+// leaves the pair's ratio g / f as it was; the median over the pairs then drops the pairs a
+// change fell inside. Returns the median loop of each side (ns per call) and the median of
+// the pairs' ratios.
+//
+// Short loops and many pairs (kPairs of kPairLoopMs, what bench_libtorch --interleaved and
+// `minitensor bench dispatch --self-check` use): on a 2-core VM with two busy loops beside
+// it, a row against itself (--self-check) came out 0.994 to 1.014 with 101 pairs of 0.5 ms
+// over 10 rounds, and 0.345 to 2.882 with 21 pairs of 5 ms, whose loops are as long as the
+// scheduler's time slices and so are preempted in step with the pairs' alternation.
+inline constexpr int kPairs = 101;
+inline constexpr double kPairLoopMs = 0.5;
+
 struct PairedNs {
   double f, g, ratio;
 };
