@@ -20,19 +20,13 @@ ratio torch / minitensor (> 1 means minitensor is faster).
   compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING]
                          [--steps N] [--warmup N]
 
-With --dispatch (tools/dispatch_compare.py, which also runs without torch): the host cost
-of one call, `minitensor bench dispatch --json` against
-tools/bench_libtorch.cpp (the same loops in libtorch C++, built by tools/gpu_check.sh),
-run alternately --rounds times (default 5) in one process tree on one machine; prints
-the median of the rounds per row and the ratio libtorch / minitensor, and the range of
-that ratio over the rounds. With --interleaved, --libtorch-bench is bench_libtorch built
-with minitensor linked in (-DMT_INTERLEAVED), which times the two in one process as pairs
-of short loops, one library's right after the other's: a round's ratio is the median of
-its pairs' ratios, each taken from one state of the host, so that it does not depend on
-which side met the host in which state.
+With --dispatch: the host cost of one call against libtorch C++ (tools/bench_libtorch.cpp),
+in separate processes or, with --interleaved, in one process as pairs of short loops;
+tools/dispatch_compare.py (which also runs without torch) says how.
 
   compare_torch.py --dispatch --libtorch-bench PATH [--interleaved] [--minitensor PATH]
                    [--rounds N] [--json OUT]
+
 With --scenarios: the tutorial's application scenarios (examples/ops/): pde::laplacian3d
 (examples/ops/laplacian3d/laplacian3d_bench --json, float32 N^3 grids, N = 128, 256, 512)
 against torch's forms of the same 7-point stencil, timed in the same run with do_bench

@@ -344,7 +344,7 @@ int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t 
         a.push_back(bench::loop_ns(r.call, iters / r.divisor));
         b.push_back(bench::loop_ns(r.call, iters / r.divisor));
       }
-      double ratio[2] = {bench::median_of(b) / bench::median_of(a),
+      double ratio[2] = {bench::median(b) / bench::median(a),
                          bench::ns_per_call_paired(r.call, r.call, bench::kPairs, bench::kPairLoopMs,
                                                      k % 2 == 0).ratio};
       for (int f = 0; f < 2; ++f) lo[f] = std::min(lo[f], ratio[f]), hi[f] = std::max(hi[f], ratio[f]);

@@ -20,10 +20,11 @@ double loop_ns(F&& f, int64_t iters) {
          double(iters);
 }
 
-// The median of runs (the upper middle one for an even count).
-inline double median_of(std::vector<double> runs) {
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+// The median of v (the upper one of the two middle values for an even count; 0 if empty).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
 }
 
 // Nanoseconds per call of f: 5 timed loops of `iters` calls, the median loop.
@@ -31,7 +32,7 @@ template <typename F>
 double ns_per_call(F&& f, int64_t iters) {
   std::vector<double> runs;
   for (int r = 0; r < 5; ++r) runs.push_back(loop_ns(f, iters));
-  return median_of(std::move(runs));
+  return median(std::move(runs));
 }
 
 // How many calls of f make a loop of about target_ns (from a loop of at least 1 ms).
@@ -82,7 +83,7 @@ PairedNs ns_per_call_paired(F&& f, G&& g, int pairs, double loop_ms, bool f_firs
     gr.push_back(b);
     ratios.push_back(b / a);
   }
-  return {median_of(std::move(fr)), median_of(std::move(gr)), median_of(std::move(ratios))};
+  return {median(std::move(fr)), median(std::move(gr)), median(std::move(ratios))};
 }
 
 }  // namespace mt::bench

@@ -10,17 +10,11 @@
 #include <vector>
 
 #include "minitensor.h"
+#include "tools/bench/host_loop.h"  // median
 
 namespace mt::bench {
 
 using Clock = std::chrono::steady_clock;
-
-// The median of v (the upper one of the two middle values for an even count).
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 // Median seconds of f: one warm-up call, then at least min_reps calls, more until
 // min_seconds have passed (at most max_reps).
