@@ -15,6 +15,7 @@
 // mt::gelu, ...) are declared there from the rows of kernels/elementwise_table.h, and
 // `minitensor ops --namespace mt` lists every op with its schema.
 #include "kernels/ops.h"
+#include "kernels/ops/pointwise_op.h"
 #include "kernels/settings.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"

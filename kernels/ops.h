@@ -7,7 +7,6 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/elementwise_table.h"
 #include "runtime/tensor.h"
 
 namespace mt {
@@ -23,19 +22,21 @@ Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 Tensor pow(const Tensor& x, double exponent);
 
-// The unary elementwise ops: Tensor mt::NAME(const Tensor& x) for each Unary row of
-// MT_ELEMENTWISE_OPS in kernels/elementwise_table.h (mt::neg, mt::exp, mt::sigmoid,
-// mt::gelu, ...; the row's CPU functor is what it computes). `minitensor ops --namespace mt`
-// lists them all with their schemas. Float-valued ones give float32 for integer inputs.
-#define MT_EW_PUBLIC_Unary(name) Tensor name(const Tensor& x);
-#define MT_EW_PUBLIC_Scalar(name)  // the scalar forms: add(x, double) and so on, above
-#define MT_EW_PUBLIC_Binary(name)  // add(a, b, alpha) and so on, above
-#define MT_EW_PUBLIC(Id, name, arity, ...) MT_EW_PUBLIC_##arity(name)
-MT_ELEMENTWISE_OPS(MT_EW_PUBLIC)
-#undef MT_EW_PUBLIC
-#undef MT_EW_PUBLIC_Binary
-#undef MT_EW_PUBLIC_Scalar
-#undef MT_EW_PUBLIC_Unary
+// The unary elementwise ops, one Unary row each of MT_ELEMENTWISE_OPS in
+// kernels/elementwise_table.h, whose forward expression is what they compute (shown
+// beside each). `minitensor ops --namespace mt` lists them with their schemas. Float-valued
+// ones give float32 for integer inputs; neg, abs, sign, relu and silu keep the dtype.
+Tensor neg(const Tensor& x);      // -x
+Tensor exp(const Tensor& x);      // exp(x)
+Tensor log(const Tensor& x);      // log(x)
+Tensor sqrt(const Tensor& x);     // sqrt(x)
+Tensor abs(const Tensor& x);      // abs(x)
+Tensor sign(const Tensor& x);     // 1, -1 or 0 (NaN stays NaN)
+Tensor sigmoid(const Tensor& x);  // 1 / (1 + exp(-x))
+Tensor tanh(const Tensor& x);     // tanh(x)
+Tensor relu(const Tensor& x);     // x < 0 ? 0 : x (NaN stays NaN)
+Tensor silu(const Tensor& x);     // x / (1 + exp(-x)), kernels of its own (kernels/ops/silu.cpp)
+Tensor gelu(const Tensor& x);     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
 // The fused SiLU gradient: grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.
 Tensor silu_backward(const Tensor& grad, const Tensor& x);

@@ -294,7 +294,6 @@ std::vector<ew::Row> unary_rows() {
     if (r.arity == ew::Arity::Unary) rows.push_back(r);
   return rows;
 }
-std::string op_name(const ew::Row& r) { return fmt::format("mt::{}", r.name); }
 
 // The shape a view/reshape gives, with one -1 resolved.
 Shape resolve(std::vector<int64_t> shape, int64_t numel) {

@@ -187,10 +187,10 @@ TEST_SUITE("user kernels") {
     auto two = jit::pointwise({.name = "two",
                                .inputs = {"x", "y"},
                                .scalars = {"alpha"},
-                               .outputs = {"sum", "relu"},
+                               .outputs = {"sum", "pos"},
                                .body = "let t = x + alpha * y;\n"
                                        "sum = t;\n"
-                                       "relu = t > 0 ? t : 0.0;  // a comparison and a select"});
+                                       "pos = t > 0 ? t : 0.0;  // a comparison and a select"});
     // y broadcasts: [3, 4] with [4].
     Tensor a = randn({3, 4}), b = randn({4});
     const Tensor in[] = {a, b};

@@ -6,6 +6,8 @@
 #include <map>
 
 #include "kernels/compile/compile.h"
+#include "kernels/jit/derive.h"
+#include "kernels/ops/pointwise_eval.h"
 #include "runtime/view.h"
 
 namespace mt {
@@ -29,58 +31,50 @@ namespace mt {
 
 namespace {
 
-struct Formula {
-  int tensors;       // tensor operands (a, b)
-  int scalars;       // scalar operands after them in the schema (s0: the first)
-  const char* expr;  // over a, b, s
-};
+using Formula = ops::PointwiseFormula;
 
-// The expression of each fusable op, with a, b the tensor operands and s the scalar one
-// (alpha for add and sub; unused when it is 1).
-const std::map<std::string, Formula, std::less<>>& formulas() {
-  static const std::map<std::string, Formula, std::less<>> m = {
-      {"mt::neg", {1, 0, "-a"}},
-      {"mt::exp", {1, 0, "exp(a)"}},
-      {"mt::log", {1, 0, "log(a)"}},
-      {"mt::sqrt", {1, 0, "sqrt(a)"}},
-      {"mt::abs", {1, 0, "abs(a)"}},
-      {"mt::sign", {1, 0, "(a > 0 ? 1 : (a < 0 ? -1 : a * 0))"}},
-      {"mt::sigmoid", {1, 0, "sigmoid(a)"}},
-      {"mt::tanh", {1, 0, "tanh(a)"}},
-      {"mt::relu", {1, 0, "(a < 0 ? 0 : a)"}},
-      {"mt::silu", {1, 0, "a / (1 + exp(-a))"}},
-      {"mt::gelu", {1, 0, "0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))"}},
-      {"mt::pow", {1, 1, "pow(a, s)"}},
-      {"mt::add.Scalar", {1, 1, "a + s"}},
-      {"mt::sub.Scalar", {1, 1, "a - s"}},
-      {"mt::mul.Scalar", {1, 1, "a * s"}},
-      {"mt::div.Scalar", {1, 1, "a / s"}},
-      {"mt::add", {2, 1, "a + s * b"}},
-      {"mt::sub", {2, 1, "a - s * b"}},
-      {"mt::mul", {2, 0, "a * b"}},
-      {"mt::div", {2, 0, "a / b"}},
-      {"mt::silu_backward", {2, 0, "a * sigmoid(b) * (1 + b * (1 - sigmoid(b)))"}},
-      {"mt::to.dtype", {1, 0, "a"}},
+// The formulas of the fusable ops that are no elementwise row: silu's fused backward and
+// casts between floating dtypes (the kernel converts its inputs anyway).
+std::shared_ptr<const Formula> extra_formula(std::string_view op) {
+  auto make = [](std::vector<std::string> in, const char* body) {
+    auto f = std::make_shared<Formula>();
+    f->tensors = int(in.size());
+    f->program = jit::expr::parse("fusion", body, std::move(in), {}, {"out"}, false);
+    return std::shared_ptr<const Formula>(std::move(f));
   };
-  return m;
+  static const auto silu_backward = make({"g", "x"}, "t = sigmoid(x); g * t * (1 + x * (1 - t))");
+  static const auto cast = make({"x"}, "x");
+  if (op == "mt::silu_backward") return silu_backward;
+  if (op == "mt::to.dtype") return cast;
+  return nullptr;
 }
 
-// A one-element factory's value (the loss's seed gradient, ones_like(loss)) becomes a
-// literal of the expression: F.
-constexpr Formula kFill = {0, 0, "F"};
+// The formula of a node: its op's, from the elementwise rows and users' pointwise ops
+// (ops::pointwise_formula), or the extras above; null for a factory (a fill, a literal)
+// and for every other op.
+std::shared_ptr<const Formula> formula_of(const GraphNode& n) {
+  if (n.is_factory()) return nullptr;
+  const std::string name = n.op.name().str();
+  if (auto f = ops::pointwise_formula(name)) return f;
+  return extra_formula(name);
+}
 
-const Formula* formula_of(const GraphNode& n) {
-  if (n.is_factory()) return n.fill ? &kFill : nullptr;
-  auto it = formulas().find(n.op.name().str());
-  return it == formulas().end() ? nullptr : &it->second;
+// How many tensor operands a member reads: a fill reads none.
+int tensor_operands(const GraphNode& n) {
+  const auto f = formula_of(n);
+  return f ? f->tensors : 0;
 }
 
 bool fusable(const Graph& g, const GraphNode& n) {
-  const Formula* f = formula_of(n);
+  if (n.is_factory()) {  // a one-element fill joins as a literal
+    if (!n.fill || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
+    const GraphValue& out = g.values[size_t(n.outputs[0])];
+    return is_floating(out.dtype) && out.alias_root == n.outputs[0] && shape_numel(out.sizes) == 1;
+  }
+  const auto f = formula_of(n);
   if (!f || !n.mutated.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
   const GraphValue& out = g.values[size_t(n.outputs[0])];
   if (!is_floating(out.dtype) || out.alias_root != n.outputs[0]) return false;
-  if (n.is_factory() && shape_numel(out.sizes) != 1) return false;  // broadcasts as a literal
   if (int(n.args.size()) < f->tensors + f->scalars) return false;
   for (int k = 0; k < f->tensors; ++k) {
     const GraphArg& a = n.args[size_t(k)];
@@ -116,8 +110,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
   auto externals = [&](const std::vector<int>& ms) {
     std::vector<int> ext;
     for (int m : ms) {
-      const Formula* f = formula_of(g.nodes[size_t(m)]);
-      for (int k = 0; k < f->tensors; ++k) {
+      const int nt = tensor_operands(g.nodes[size_t(m)]);
+      for (int k = 0; k < nt; ++k) {
         const int v = g.nodes[size_t(m)].args[size_t(k)].value;
         const int p = g.values[size_t(v)].producer;
         if (p >= 0 && std::find(ms.begin(), ms.end(), p) != ms.end()) continue;
@@ -139,8 +133,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     if (!ok[i]) continue;
     const GraphNode& n = g.nodes[i];
     const DType t = g.values[size_t(n.outputs[0])].dtype;
-    const Formula* f = formula_of(n);
-    for (int k = 0; k < f->tensors; ++k) {
+    const int nt = tensor_operands(n);
+    for (int k = 0; k < nt; ++k) {
       const int v = n.args[size_t(k)].value;
       const int p = g.values[size_t(v)].producer;
       if (p < 0 || !ok[size_t(p)] || members[size_t(p)].empty() || uses[size_t(v)] != 1) continue;
@@ -157,8 +151,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       }
       bool moved_past_write = false;
       for (int m : merged) {
-        const Formula* fm = formula_of(g.nodes[size_t(m)]);
-        for (int a = 0; a < fm->tensors && !moved_past_write; ++a) {
+        const int nm = tensor_operands(g.nodes[size_t(m)]);
+        for (int a = 0; a < nm && !moved_past_write; ++a) {
           const int e = g.nodes[size_t(m)].args[size_t(a)].value;
           if (std::find(ext.begin(), ext.end(), e) != ext.end())
             moved_past_write = written_between(e, m, int(i));
@@ -195,42 +189,31 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     };
     for (int m : fg.nodes) {
       const GraphNode& n = g.nodes[size_t(m)];
-      const Formula* f = formula_of(n);
       parts.push_back(short_op(n));
-      std::string pattern = f->expr;
-      std::string scalar;
-      if (f->scalars) {
-        const double s = n.args[size_t(f->tensors)].constant.to_double();
-        if (f->tensors == 2 && s == 1.0) {  // alpha 1: a + b reads as written
-          pattern = pattern == "a + s * b" ? "a + b" : "a - b";
-        } else if (fg.scalars.size() < 8) {
-          scalar = fmt::format("s{}", fg.scalars.size());
-          fg.scalars.push_back(s);
-        } else {
-          scalar = fmt::format("({:.17g})", s);
-        }
+      if (n.is_factory()) {
+        body += fmt::format("t{} = {:.17g};\n", m, *n.fill);
+        continue;
       }
-      std::string e;
-      for (size_t c = 0; c < pattern.size(); ++c) {
-        auto ident = [&](size_t at) {
-          return at < pattern.size() &&
-                 (std::isalnum((unsigned char)pattern[at]) || pattern[at] == '_');
-        };
-        const char ch = pattern[c];
-        if ((ch == 'a' || ch == 'b' || ch == 's' || ch == 'F') && !(c > 0 && ident(c - 1)) &&
-            !ident(c + 1)) {
-          if (ch == 'F')
-            e += fmt::format("{:.17g}", *n.fill);
-          else if (ch == 'a')
-            e += operand(n.args[0].value);
-          else if (ch == 'b')
-            e += operand(n.args[1].value);
-          else
-            e += scalar;
-        } else {
-          e += ch;
+      const auto f = formula_of(n);
+      // The member's program with its scalars bound: a 1 (add's alpha, and the alpha a
+      // schema leaves out) folds away as a literal, others take one of the kernel's
+      // scalar slots while there are any left.
+      jit::expr::Program p = f->program;
+      std::vector<std::string> in, sc(p.scalars.size());
+      for (int k = 0; k < f->tensors; ++k) in.push_back(operand(n.args[size_t(k)].value));
+      for (size_t k = 0; k < p.scalars.size(); ++k) {
+        const double v = int(k) < f->scalars ? n.args[size_t(f->tensors) + k].constant.to_double() : 1.0;
+        if (v != 1.0 && fg.scalars.size() < 8) {
+          sc[k] = fmt::format("s{}", fg.scalars.size());
+          fg.scalars.push_back(v);
+          continue;
         }
+        for (jit::expr::Node& node : p.nodes)
+          if (node.op == jit::expr::Op::Scalar && node.index == int(k))
+            node = jit::expr::Node{.op = jit::expr::Op::Const, .value = v};
       }
+      p = jit::expr::simplify(p);
+      const std::string e = jit::expr::inline_text(p, in, sc, fmt::format("t{}", m), body);
       body += fmt::format("t{} = {};\n", m, e);
     }
     body += fmt::format("return t{};", fg.nodes.back());

@@ -46,7 +46,7 @@ template <typename Body>
 void visit_row(ew::Fn fn, Body&& body) {
   using namespace ew;  // the rows' flags
   switch (fn) {
-#define MT_EW_CASE(Id, name, arity, flags, ...) \
+#define MT_EW_CASE(Id, name, arity, flags, fwd, bwd, ...) \
   case ew::Fn::Id:                              \
     return body.template operator()<ew::Arity::arity, flags>(__VA_ARGS__);
     MT_ELEMENTWISE_OPS(MT_EW_CASE)

@@ -68,6 +68,8 @@ __device__ __forceinline__ float min(float x, float y) { return ::fminf(x, y); }
 __device__ __forceinline__ double min(double x, double y) { return ::fmin(x, y); }
 __device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+template <class C> __device__ __forceinline__ C sign(C x) { return x > C(0) ? C(1) : x < C(0) ? C(-1) : x * C(0); }
+template <class C> __device__ __forceinline__ C relu(C x) { return x < C(0) ? C(0) : x; }
 // clang-format on
 }  // namespace pw
 

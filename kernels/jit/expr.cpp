@@ -59,6 +59,8 @@ const std::map<std::string, FnInfo, std::less<>>& functions() {
     add(Fn::Max, 2, "max", {"max", "fmax", "fmaxf"});
     add(Fn::Min, 2, "min", {"min", "fmin", "fminf"});
     add(Fn::Pow, 2, "pow", {"pow", "powf"});
+    add(Fn::Sign, 1, "sign", {"sign"});  // 1, -1, 0 (and NaN for NaN)
+    add(Fn::Relu, 1, "relu", {"relu"});  // x < 0 ? 0 : x (NaN stays NaN)
     return r;
   }();
   return m;
@@ -319,7 +321,7 @@ class Parser {
         if (int(args.size()) != it->second.arity)
           fail(t.pos, fmt::format("{} takes {} argument{}, got {}", t.text, it->second.arity,
                                   it->second.arity == 1 ? "" : "s", args.size()));
-        Node n{.op = Op::Call, .fn = it->second.fn, .a = args[0]};
+        Node n{.op = Op::Call, .fn = it->second.fn, .a = args[0], .pos = int(t.pos)};
         if (args.size() > 1) n.b = args[1];
         return add(n);
       }
@@ -379,7 +381,7 @@ int fn_arity(Fn f) {
 const char* fn_name(Fn f) {
   static const char* const kNames[kNumFns] = {
       "exp", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "abs", "erf", "floor", "ceil",
-      "log1p", "expm1", "sigmoid", "max", "min", "pow"};
+      "log1p", "expm1", "sigmoid", "max", "min", "pow", "sign", "relu"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumFns, "one name per Fn");
   return kNames[int(f)];
 }
@@ -463,6 +465,8 @@ C call(Fn f, C x, C y) {
     case Fn::Max: return std::fmax(x, y);
     case Fn::Min: return std::fmin(x, y);
     case Fn::Pow: return std::pow(x, y);
+    case Fn::Sign: return x > C(0) ? C(1) : x < C(0) ? C(-1) : C(x * C(0));
+    case Fn::Relu: return x < C(0) ? C(0) : x;
   }
   return x;
 }

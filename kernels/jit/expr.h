@@ -14,9 +14,9 @@ namespace mt::jit::expr {
 
 enum class Fn : uint8_t {
   Exp, Log, Sqrt, Rsqrt, Tanh, Sin, Cos, Abs, Erf, Floor, Ceil, Log1p, Expm1, Sigmoid,
-  Max, Min, Pow,
+  Max, Min, Pow, Sign, Relu,
 };
-inline constexpr int kNumFns = int(Fn::Pow) + 1;
+inline constexpr int kNumFns = int(Fn::Relu) + 1;
 int fn_arity(Fn f);
 const char* fn_name(Fn f);  // "exp": the name the CUDA source calls (mt::pw::exp)
 
@@ -34,6 +34,7 @@ struct Node {
   int a = -1, b = -1, c = -1;  // operand nodes (earlier in the list)
   int index = -1;              // Input / Scalar: which one
   double value = 0;            // Const
+  int pos = -1;                // Call: where the call starts in the body (for carets)
 };
 
 struct Program {

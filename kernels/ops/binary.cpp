@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/elementwise_rows.h"
 #include "kernels/gpu/gpu_kernels.h"
+#include "kernels/ops/pointwise_eval.h"
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"
 
@@ -26,7 +27,7 @@ Tensor binary_result(const Tensor& a, const Tensor& b, BinaryOp op) {
            "[{}] the inputs are on different devices ({} and {}); move one with .to()",
            name_of(op), a.device(), b.device());
   DType t = promote_types(a.dtype(), b.dtype());
-  if (op == BinaryOp::Div) t = float_result(t);
+  if (!ew::row(op).keeps_dtype()) t = float_result(t);  // div of integers is float
   // Same shapes, the common case: nothing to broadcast, and no Shape built and dropped (a
   // tenth of a 1-element add's instructions went to broadcast_shapes, by callgrind).
   if (a.sizes() == b.sizes()) return empty(a.sizes(), {.dtype = t, .device = a.device()});
@@ -35,7 +36,7 @@ Tensor binary_result(const Tensor& a, const Tensor& b, BinaryOp op) {
 }
 
 Tensor scalar_result(const Tensor& a, BinaryOp op) {
-  DType t = op == BinaryOp::Div ? float_result(a.dtype()) : a.dtype();
+  DType t = ew::row(op).keeps_dtype() ? a.dtype() : float_result(a.dtype());
   return empty(a.sizes(), {.dtype = t, .device = a.device()});
 }
 
@@ -108,9 +109,10 @@ Tensor inplace_form(const Tensor& self, const Tensor& other, Alpha... alpha) {
   return self;
 }
 
-// loc, in each of these: the caller's line, what `minitensor dump` shows.
+// loc, in each of these: the caller's line, what `minitensor dump` shows. The backward of
+// each form is its row's (kernels/elementwise_table.h), evaluated with dispatched ops.
 template <BinaryOp Op, typename... Alpha>
-void register_tensor_form(const char* name, const char* schema,
+void register_tensor_form(const std::string& name, const std::string& schema,
                           std::source_location loc = std::source_location::current()) {
   auto op = custom_op(name, tensor_form<Op, cpu::binary, Alpha...>, {.schema = schema}, loc);
   op.register_kernel(DeviceType::CUDA, tensor_form<Op, gpu::binary, Alpha...>, loc);
@@ -119,20 +121,12 @@ void register_tensor_form(const char* name, const char* schema,
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
         auto s = ctx.saved();
-        const Tensor &a = s[0], &b = s[1];
-        Tensor ga, gb;
-        if constexpr (sizeof...(Alpha) > 0) {
-          const double alpha = std::any_cast<double>(ctx.data["alpha"]);
-          if (ctx.needs_input_grad(0)) ga = reduce_grad(g, a);
-          double k = Op == BinaryOp::Add ? alpha : -alpha;
-          if (ctx.needs_input_grad(1)) gb = reduce_grad(k == 1 ? g : mul(g, k), b);
-        } else if constexpr (Op == BinaryOp::Mul) {
-          if (ctx.needs_input_grad(0)) ga = reduce_grad(mul(g, b), a);
-          if (ctx.needs_input_grad(1)) gb = reduce_grad(mul(g, a), b);
-        } else {
-          if (ctx.needs_input_grad(0)) ga = reduce_grad(div(g, b), a);
-          if (ctx.needs_input_grad(1)) gb = reduce_grad(neg(div(mul(g, a), mul(b, b))), b);
-        }
+        const Tensor in[] = {s[0], s[1], g};
+        const double alpha[] = {sizeof...(Alpha) > 0 ? std::any_cast<double>(ctx.data["alpha"]) : 1.0};
+        const bool wanted[] = {ctx.needs_input_grad(0), ctx.needs_input_grad(1)};
+        auto grads = eval_with_ops(name_of(Op), row_backward(Op), in, alpha, wanted);
+        Tensor ga = wanted[0] ? reduce_grad(grads[0], s[0]) : Tensor();
+        Tensor gb = wanted[1] ? reduce_grad(grads[1], s[1]) : Tensor();
         return std::tuple<Tensor, Tensor>(ga, gb);
       },
       [](AutogradContext& ctx, const Tensor& a, const Tensor& b, Alpha... alpha, const Tensor&) {
@@ -144,7 +138,7 @@ void register_tensor_form(const char* name, const char* schema,
 }
 
 template <BinaryOp Op>
-void register_scalar_form(const char* name,
+void register_scalar_form(const std::string& name,
                           std::source_location loc = std::source_location::current()) {
   auto op = custom_op(name, scalar_form<Op, cpu::binary_scalar>,
                       {.schema = "(Tensor self, float other) -> Tensor"}, loc);
@@ -152,14 +146,36 @@ void register_scalar_form(const char* name,
   op.register_fake([](const Tensor& a, double) { return scalar_result(a, Op); }, loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {
-        double s = std::any_cast<double>(ctx.data["other"]);
-        if constexpr (Op == BinaryOp::Mul) return mul(g, s);
-        else if constexpr (Op == BinaryOp::Div) return div(g, s);
-        else return g;
+        const auto saved = ctx.saved();
+        const Tensor in[] = {saved.empty() ? Tensor() : saved[0], g};
+        const double s[] = {std::any_cast<double>(ctx.data["other"])};
+        return eval_with_ops(name_of(Op), row_backward(Op), in, s)[0];
       },
-      [](AutogradContext& ctx, const Tensor&, double s, const Tensor&) { ctx.data["other"] = s; },
+      [](AutogradContext& ctx, const Tensor& a, double s, const Tensor&) {
+        if (reads_input(row_backward(Op), 0)) ctx.save_for_backward(a);
+        ctx.data["other"] = s;
+      },
       loc);
   keep(op);
+}
+
+// Every Binary row (an op of its own) as mt::<name>, with `*, float alpha=1.0` when its
+// forward reads s, and every Scalar row but pow (kernels/ops/unary.cpp) as
+// mt::<name>.Scalar: a new row needs no line here.
+template <size_t... I>
+void register_rows(std::index_sequence<I...>, std::source_location loc) {
+  auto one = [&]<size_t K>() {
+    constexpr ew::Row r = ew::kRows[K];
+    if constexpr (r.arity == ew::Arity::Binary && !r.kernel_only()) {
+      if constexpr (r.reads_scalar())
+        register_tensor_form<r.fn, double>(ew::op_name(r), "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor", loc);
+      else
+        register_tensor_form<r.fn>(ew::op_name(r), "(Tensor self, Tensor other) -> Tensor", loc);
+    } else if constexpr (r.arity == ew::Arity::Scalar && r.fn != ew::Fn::Pow) {
+      register_scalar_form<r.fn>(ew::op_name(r), loc);
+    }
+  };
+  (one.template operator()<I>(), ...);
 }
 
 template <BinaryOp Op, typename... Alpha>
@@ -179,14 +195,7 @@ void register_inplace(const char* name, const char* schema,
 }  // namespace
 
 void register_binary() {
-  register_tensor_form<BinaryOp::Add, double>("mt::add", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
-  register_tensor_form<BinaryOp::Sub, double>("mt::sub", "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor");
-  register_tensor_form<BinaryOp::Mul>("mt::mul", "(Tensor self, Tensor other) -> Tensor");
-  register_tensor_form<BinaryOp::Div>("mt::div", "(Tensor self, Tensor other) -> Tensor");
-  register_scalar_form<BinaryOp::Add>("mt::add.Scalar");
-  register_scalar_form<BinaryOp::Sub>("mt::sub.Scalar");
-  register_scalar_form<BinaryOp::Mul>("mt::mul.Scalar");
-  register_scalar_form<BinaryOp::Div>("mt::div.Scalar");
+  register_rows(std::make_index_sequence<ew::kNumFns>{}, std::source_location::current());
   register_inplace<BinaryOp::Add, double>("mt::add_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
   register_inplace<BinaryOp::Sub, double>("mt::sub_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
   register_inplace<BinaryOp::Mul>("mt::mul_", "(Tensor(a!) self, Tensor other) -> Tensor(a!)");

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+// One op, one unit: symbolic derivatives of pointwise expressions, the elementwise rows'
+// expressions against their CPU functors and their own derivatives, and mt::pointwise_op.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/compile/compile.h"
+#include "kernels/elementwise_rows.h"
+#include "kernels/jit/derive.h"
+#include "kernels/ops/pointwise_eval.h"
+#include "minitensor.h"
+#include "tests/helpers.h"
+
+using namespace mt;
+namespace ex = mt::jit::expr;
+
+namespace {
+
+// Evaluates output k of p at one point in float64.
+double eval_at(const ex::Program& p, std::vector<double> in, std::vector<double> sc, size_t k = 0) {
+  std::vector<const double*> ip;
+  for (double& v : in) ip.push_back(&v);
+  std::vector<double> out(p.outputs.size());
+  std::vector<double*> op;
+  for (double& v : out) op.push_back(&v);
+  std::vector<double> scratch;
+  ex::eval_chunk<double>(p, ip.data(), op.data(), sc.data(), 1, scratch);
+  return out[k];
+}
+
+ex::Program parse1(const char* body, std::vector<std::string> in, std::vector<std::string> sc = {}) {
+  return ex::parse("t", body, std::move(in), std::move(sc), {"out"}, false);
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  Tensor d = mt::abs(a.to(DType::Float64) - b.to(DType::Float64));
+  return d.numel() ? mt::max(d).item<double>() : 0.0;
+}
+
+bool close(double a, double b, double tol = 1e-9) {
+  return std::abs(a - b) <= tol * (1 + std::abs(b)) || (std::isnan(a) && std::isnan(b));
+}
+
+}  // namespace
+
+TEST_SUITE("pointwise_op") {
+  TEST_CASE("derivative: softplus' derivative is the sigmoid, names and shape of the program") {
+    const ex::Program p = parse1("log1p(exp(x))", {"x"});
+    const ex::Program d = ex::derivative("t", p);
+    CHECK(d.inputs == std::vector<std::string>{"x", "grad"});
+    CHECK(d.outputs == std::vector<std::string>{"grad_x"});
+    for (double x : {-3.0, -0.5, 0.0, 0.7, 4.0})
+      CHECK(close(eval_at(d, {x, 2.0}, {}), 2.0 / (1 + std::exp(-x))));
+    // The text parses back to the same values.
+    const ex::Program again = ex::parse("t", d.body, d.inputs, {}, d.outputs, false);
+    CHECK(close(eval_at(again, {0.3, 1.5}, {}), eval_at(d, {0.3, 1.5}, {})));
+  }
+
+  TEST_CASE("derivative: every construct against central differences, twice") {
+    const char* bodies[] = {
+        "x * y + x / y - y",          "exp(x) * sin(y)",        "sqrt(x) + rsqrt(y)",
+        "tanh(x * y) + cos(x)",       "abs(x - y) + erf(x)",    "expm1(x) + log(y)",
+        "sigmoid(x) * relu(y - 0.5)", "max(x, y) + min(x, 2 * y)", "pow(x, y) + pow(y, 3)",
+        "x > y ? x * x : -y",         "t = x * y; t * t - sign(x) * t", "-(-x) * 1 + 0 * y",
+    };
+    for (const char* body : bodies) {
+      CAPTURE(body);
+      const ex::Program p = parse1(body, {"x", "y"});
+      const ex::Program d = ex::derivative("t", p);
+      const ex::Program dd = ex::derivative("t", d);  // second order: of grad_x and grad_y
+      for (auto [x, y] : {std::pair{0.8, 1.3}, std::pair{1.7, 0.6}, std::pair{2.2, 1.9}}) {
+        const double h = 1e-6;
+        const double dx = (eval_at(p, {x + h, y}, {}) - eval_at(p, {x - h, y}, {})) / (2 * h);
+        const double dy = (eval_at(p, {x, y + h}, {}) - eval_at(p, {x, y - h}, {})) / (2 * h);
+        CHECK(close(eval_at(d, {x, y, 1.0}, {}, 0), dx, 1e-6));
+        CHECK(close(eval_at(d, {x, y, 1.0}, {}, 1), dy, 1e-6));
+        // d/dx of grad_x (seeded 1, 0): the second derivative in x
+        const double dxx = (eval_at(d, {x + h, y, 1.0}, {}, 0) - eval_at(d, {x - h, y, 1.0}, {}, 0)) / (2 * h);
+        CHECK(close(eval_at(dd, {x, y, 1.0, 1.0, 0.0}, {}, 0), dxx, 1e-5));
+      }
+    }
+  }
+
+  TEST_CASE("derivative: scalars are not differentiated; an input nobody reads gets zero") {
+    const ex::Program p = ex::parse("t", "pow(x, s) * beta", {"x", "y"}, {"s", "beta"}, {"out"}, false);
+    const ex::Program d = ex::derivative("t", p);
+    CHECK(close(eval_at(d, {2.0, 5.0, 1.0}, {3.0, 0.5}, 0), 0.5 * 3 * 4));
+    CHECK(eval_at(d, {2.0, 5.0, 1.0}, {3.0, 0.5}, 1) == 0);
+    // pow's exponent 0: exactly 0, not 0 * x^-1 (NaN at x = 0)
+    CHECK(eval_at(d, {0.0, 1.0, 1.0}, {0.0, 1.0}, 0) == 0);
+  }
+
+  TEST_CASE("derivative: floor and ceil are an error with a caret, naming the fix") {
+    const ex::Program p = parse1("x * 2 + floor(x)", {"x"});
+    CHECK_THROWS_WITH_AS(ex::derivative("app::step", p),
+                         "[app::step] floor() has no derivative to differentiate through (it is "
+                         "flat almost everywhere); give the backward yourself "
+                         "(PointwiseOpOptions::backward) or make the op non-differentiable "
+                         "(.differentiable = false)\n  x * 2 + floor(x)\n          ^",
+                         mt::Error);
+    // floor of something that depends on no input is a constant: fine
+    const ex::Program q = ex::parse("t", "x * floor(s)", {"x"}, {"s"}, {"out"}, false);
+    CHECK(close(eval_at(ex::derivative("t", q), {3.0, 1.0}, {2.5}), 2.0));
+  }
+
+  TEST_CASE("rows: each forward expression computes the row's CPU functor") {
+    int checked = 0;
+    for (const ew::Row& r : ew::kRows) {
+      if (!r.f64) continue;
+      CAPTURE(r.name);
+      const ex::Program& p = ops::row_forward(r.fn);
+      for (double x : {0.3, 1.7, 2.9}) {
+        const double xs = r.positive() ? x : x - 1.5, y = 0.9, s = r.arity == ew::Arity::Unary ? 0 : 1.25;
+        std::vector<double> in = {xs};
+        if (r.arity == ew::Arity::Binary) in.push_back(y);
+        std::vector<double> sc;
+        if (r.arity != ew::Arity::Unary) sc.push_back(s);
+        CHECK(close(eval_at(p, in, sc), r.f64(xs, y, s), 1e-12));
+      }
+      ++checked;
+    }
+    CHECK(checked == ew::kNumFns);
+  }
+
+  TEST_CASE("rows: each written backward agrees with the derivative of its forward") {
+    for (const ew::Row& r : ew::kRows) {
+      CAPTURE(r.name);
+      const ex::Program& fwd = ops::row_forward(r.fn);
+      const ex::Program& bwd = ops::row_backward(r.fn);
+      // the derivative's inputs: x[, y], grad; the row's backward: x[, y], g
+      const ex::Program d = ex::derivative(r.name, fwd);
+      for (double x : {0.4, 1.3, 2.6}) {
+        const double xs = r.positive() ? x : x - 1.1, y = 0.7, s = 1.5, g = 0.75;
+        std::vector<double> in = {xs};
+        if (r.arity == ew::Arity::Binary) in.push_back(y);
+        in.push_back(g);
+        std::vector<double> sc;
+        if (r.arity != ew::Arity::Unary) sc.push_back(s);
+        for (size_t k = 0; k < bwd.outputs.size(); ++k)
+          CHECK(close(eval_at(bwd, in, sc, k), eval_at(d, in, sc, k), 1e-12));
+      }
+    }
+  }
+
+  TEST_CASE("rows: every elementwise op fuses under compile from its row, no list to edit") {
+    for (const ew::Row& r : ew::kRows) {
+      const std::string name = ew::op_name(r);
+      if (name.empty()) continue;
+      CAPTURE(name);
+      auto f = ops::pointwise_formula(name);
+      REQUIRE(f != nullptr);
+      CHECK(f->tensors == r.tensor_operands());
+      CHECK(f->program.inputs.size() == size_t(r.tensor_operands()));
+    }
+    CHECK(ops::pointwise_formula("mt::matmul") == nullptr);
+  }
+
+  TEST_CASE("pointwise_op: softplus from one line: values, schema, derived backward, gradcheck") {
+    auto softplus = pointwise_op("pw_test::softplus", "log1p(exp(x))");
+    CHECK(softplus.schema() == "pw_test::softplus(Tensor x) -> Tensor");
+    CHECK(softplus.backward_body() == "_t1 = exp(x);\ngrad_x = (grad / (1 + _t1)) * _t1;\n");
+    Tensor x = from_vector(std::vector<double>{-2.0, 0.0, 3.0});
+    Tensor y = softplus(x);
+    CHECK(close(y.select(0, 0).item<double>(), std::log1p(std::exp(-2.0))));
+    // through the dispatcher by name, like any op
+    Tensor z = call<Tensor>("pw_test::softplus", x);
+    CHECK(max_diff(y, z) == 0);
+    Tensor a = randn({4, 3}, {.dtype = DType::Float64}).requires_grad_();
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return softplus(in[0]); }, {a}));
+    CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return softplus(in[0]); }, {a}));
+  }
+
+  TEST_CASE("pointwise_op: two inputs broadcast, a scalar, float32 and a written backward") {
+    auto lerp = pointwise_op("pw_test::lerp", "x + w * (y - x)", {.inputs = {"x", "y"}, .scalars = {"w"}});
+    CHECK(lerp.schema() == "pw_test::lerp(Tensor x, Tensor y, float w) -> Tensor");
+    Tensor x = randn({3, 1}, {.dtype = DType::Float64}).requires_grad_();
+    Tensor y = randn({4}, {.dtype = DType::Float64}).requires_grad_();
+    Tensor out = lerp(x, y, 0.25);
+    CHECK(out.sizes() == Shape{3, 4});
+    CHECK(max_diff(out, x + (y - x) * 0.25) < 1e-12);
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return lerp(in[0], in[1], 0.25); }, {x, y}));
+    Tensor f = randn({5}).requires_grad_();
+    Tensor gf = mt::grad({sum(lerp(f, f, 0.5))}, {f})[0];
+    CHECK(gf.dtype() == DType::Float32);
+    CHECK(max_diff(gf, ones_like(f)) < 1e-6);
+
+    // a straight-through floor: the forward has no derivative, the written backward is used
+    auto step = pointwise_op("pw_test::step", "floor(x)", {.backward = {"grad"}});
+    Tensor s = from_vector(std::vector<float>{0.5f, 1.5f}).requires_grad_();
+    CHECK(max_diff(mt::grad({sum(step(s))}, {s})[0], ones_like(s)) == 0);
+    CHECK_THROWS_WITH_AS(pointwise_op("pw_test::step2", "floor(x)", {.backward = {"grad", "grad"}}),
+                         "[pw_test::step2] PointwiseOpOptions::backward has 2 expressions, but the "
+                         "op has 1 input (x); give one gradient expression per input",
+                         mt::Error);
+  }
+
+  TEST_CASE("pointwise_op: bad expressions and calls are errors naming the op") {
+    CHECK_THROWS_WITH_AS(pointwise_op("pw_test::bad", "foo(x)"),
+                         doctest::Contains("unknown function 'foo'"), mt::Error);
+    CHECK_THROWS_WITH_AS(pointwise_op("pw_test::bad", "pow(x)"),
+                         doctest::Contains("pow takes 2 arguments, got 1"), mt::Error);
+    CHECK_THROWS_WITH_AS(pointwise_op("pw_test::bad", "ceil(x) * x"),
+                         doctest::Contains("[pw_test::bad] ceil() has no derivative"), mt::Error);
+    CHECK_NOTHROW(pointwise_op("pw_test::flat", "ceil(x) * x", {.differentiable = false}));
+    auto flat = pointwise_op("pw_test::flat", "ceil(x) * x", {.differentiable = false});
+    Tensor x = randn({2}).requires_grad_();
+    CHECK_THROWS_WITH_AS(flat(x),
+                         "[pw_test::flat] was defined with .differentiable = false, but its input "
+                         "'x' requires grad; detach it (x.detach()), or define the op with a "
+                         "backward",
+                         mt::Error);
+    CHECK(flat(x.detach()).sizes() == x.sizes());
+    auto two = pointwise_op("pw_test::two", "x * y");
+    CHECK_THROWS_WITH_AS(two(x), "[pw_test::two] takes 2 tensors (x, y), got 1", mt::Error);
+    CHECK_THROWS_WITH_AS(pointwise_op("bad name", "x"), doctest::Contains("bad name"), mt::Error);
+  }
+
+  TEST_CASE("pointwise_op: fake in, fake out; dropped handle removes the op and its formula") {
+    {
+      auto sq = pointwise_op("pw_test::sq", "x * x");
+      FakeMode fake;
+      Tensor f = empty({1 << 20, 64});
+      Tensor out = sq(f);
+      CHECK(out.is_fake());
+      CHECK(out.sizes() == Shape{1 << 20, 64});
+      CHECK(ops::pointwise_formula("pw_test::sq") != nullptr);
+    }
+    CHECK(ops::pointwise_formula("pw_test::sq") == nullptr);
+    CHECK_FALSE(dispatcher().find("pw_test::sq").has_value());
+  }
+
+  TEST_CASE("pointwise_op: mt::compile fuses it with the built-in ops around it") {
+    auto softplus = pointwise_op("pw_test::softplus2", "log1p(exp(x))");
+    auto fn = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{mt::tanh(softplus(mt::mul(in[0], 2.0)))};
+    };
+    Tensor x = randn({64});
+    Graph g = capture(fn, {x});
+    auto groups = fusion_groups(g);
+    REQUIRE(groups.size() == 1);
+    CHECK(groups[0].name == "fused_mul_softplus2_tanh");
+    CHECK(groups[0].body == "t0 = i0 * s0;\nt1 = log1p(exp(t0));\nt2 = tanh(t1);\nreturn t2;");
+    Compiled c = mt::compile(fn);
+    CHECK(max_diff(c({x})[0], fn({x})[0]) < 1e-6);
+  }
+}
