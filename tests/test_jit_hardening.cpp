@@ -127,7 +127,7 @@ TEST_SUITE("jit") {
   }
 
   TEST_CASE("pointwise: 255 nested parentheses are the most; the deepest body parses on a "
-            "1 MiB stack") {
+            "2 MiB stack") {
     // The statement is level 1, each parenthesis one more: 255 of them make level 256.
     const std::string ok = repeat("(", 255) + "x * 2" + repeat(")", 255);
     // Each level here holds a frame for every precedence of binary operator.
@@ -135,7 +135,8 @@ TEST_SUITE("jit") {
         repeat("x || x && x == x < x + x * (", 255) + "x" + repeat(")", 255);
     CHECK(in_child([&] {
             Tensor y;
-            const bool ran = on_small_stack(size_t(1) << 20, [&] {
+            // Note [Nesting limit]: about 0.9 MiB under ASan, 0.2 MiB at -O2.
+            const bool ran = on_small_stack(size_t(2) << 20, [&] {
               y = jit::pointwise("deep", ok)(from_vector<float>({1, -3}));
               (void)jit::pointwise("deep", worst);
             });
@@ -198,7 +199,7 @@ TEST_SUITE("jit") {
     const std::string body =
         "a = x * 0x1.8p1;  // hex: 3. \xc3\xa9t\xc3\xa9, 50% \\ of it,\ta tab\r\n"
         "b = a + 1e-310 + 0x10; // \r#include \"/etc/hostname\"\r\n"
-        "\v\f// */ /* ??/ \xff\xfe not UTF-8, \xc2\x9b a C1 control\n"
+        "\v\f// */ /* ?\?/ \xff\xfe not UTF-8, \xc2\x9b a C1 control\n"
         "return b * 1.5F + .5 - 5. + 0 * 3.5e39f;  // the last is inf in float, 0 * inf NaN\n";
     const auto f = jit::pointwise({.name = "edge", .inputs = {"x"}, .body = body});
     const std::string& src = f.cuda_source();
