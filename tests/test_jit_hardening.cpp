@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -220,6 +221,35 @@ TEST_SUITE("jit") {
     // infinity and the product NaN (so says the CUDA source too: C(3.5000000000000001e+39)).
     CHECK(f(from_vector<double>({2})).to_vector<double>() == std::vector<double>{28.5});
     CHECK(std::isnan(f(from_vector<float>({2})).to_vector<float>()[0]));
+  }
+
+  TEST_CASE("cuda_body: a constant node that is not finite compiles (made by a pass, not a "
+            "literal)" * doctest::skip(no_nvrtc())) {
+    // {:.17g} printed C(inf) and C(nan), which are no CUDA.
+    jit::expr::Program p;
+    p.inputs = {"x"};
+    p.outputs = {"out"};
+    using jit::expr::Node, jit::expr::Op;
+    const double inf = std::numeric_limits<double>::infinity();
+    p.nodes = {Node{.op = Op::Input, .index = 0}, Node{.op = Op::Const, .value = inf},
+               Node{.op = Op::Const, .value = -inf},
+               Node{.op = Op::Const, .value = std::numeric_limits<double>::quiet_NaN()},
+               Node{.op = Op::Add, .a = 0, .b = 1}, Node{.op = Op::Add, .a = 4, .b = 2},
+               Node{.op = Op::Add, .a = 5, .b = 3}};
+    p.output_nodes = {6};
+    const std::string body = jit::expr::cuda_body(p);
+    CHECK(body.find("inf") == std::string::npos);
+    CHECK(body.find("nan") == std::string::npos);
+    const std::string src =
+        "#include \"pointwise.cuh\"\n"
+        "struct pw_t {\n"
+        "  template <class C>\n"
+        "  __device__ __forceinline__ void operator()(const C* in, C* out, const C* s) const {\n"
+        "    (void)s;\n" +
+        body + "  }\n};\n";
+    const auto r = jit::compile(src, "t.cu", {"pointwise_flat<float, pw_t, 1, 1>"},
+                                jit::default_options(), 80);
+    CHECK(r.binary.size() > 1000);
   }
 
   // ---- 4. error messages
