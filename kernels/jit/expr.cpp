@@ -2,9 +2,9 @@
 #include "kernels/jit/expr.h"
 
 #include <algorithm>
-#include <cctype>
+#include <array>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 
 #include "runtime/error.h"
@@ -27,6 +27,24 @@ namespace mt::jit::expr {
 // double math and not the float functions the spelling names. Comparisons and && || !
 // give 1 or 0. Assigning to an output sets it; assigning to a new name makes a temporary;
 // a final expression (or return) sets the one output when there is exactly one.
+// A NUMBER is decimal (1, 2.5, .5, 1e-3) or hexadecimal (0x10, 0x1.8p1), with an optional
+// f or F; one past double's range (1e999, 1e-400) is an error, not infinity or 0. A `//`
+// comment runs to the end of its line; it may not hold control bytes other than tab and
+// carriage return, nor end in a backslash (which in C would join the next line to it).
+// Note [Nesting limit] bounds how deep expressions nest.
+
+// Note [Nesting limit]
+// The parser is recursive descent: each parenthesis, call argument, ?: branch, unary
+// operator and cast is one more level of C++ recursion (at most four frames: parse_expr,
+// parse_binary, parse_unary, parse_primary), and about 2,500 nested parentheses, ten
+// frames each then, once overflowed an 8 MiB stack. kMaxNesting levels is far past what
+// people write (a 100-arm ?: chain is 100) and keeps the deepest parse to about 0.2 MiB
+// of stack at -O2 and 0.9 MiB under ASan at -Og (tests/test_jit_hardening.cpp runs it on
+// a 2 MiB stack); past it the body is an error with a caret, and the fix is to split the
+// expression into statements. Binary operators do not nest (parse_binary keeps its open
+// operators on a stack of its own, so a chain of a million `+ 1` is a loop), and every
+// later pass (cuda_body, eval_chunk) walks the node list in order: nothing else recurses
+// on the body's shape.
 
 namespace {
 
@@ -64,6 +82,42 @@ const std::map<std::string, FnInfo, std::less<>>& functions() {
     return r;
   }();
   return m;
+}
+
+constexpr int kMaxNesting = 256;  // Note [Nesting limit]
+
+// ASCII only, whatever the C locale says about other bytes.
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+bool is_hex_digit(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
+// The length of the UTF-8 sequence at s[i] if it is a well-formed one for a character
+// other than a C1 control (as mt::quoted keeps them), else 0.
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+                   : c >= 0xe0 && c <= 0xef ? 3
+                   : c >= 0xf0 && c <= 0xf4 ? 4
+                                            : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  const auto c1 = static_cast<unsigned char>(s[i + 1]);
+  if ((c == 0xc2 && c1 < 0xa0) || (c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) ||
+      (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90))
+    return 0;
+  return n;
+}
+
+bool is_identifier(std::string_view n) {
+  return !n.empty() && is_ident_start(n[0]) && std::all_of(n.begin(), n.end(), is_ident_char);
 }
 
 bool is_decl(std::string_view w) {
@@ -145,17 +199,42 @@ class Parser {
 
  private:
   [[noreturn]] void fail(size_t pos, const std::string& what) const {
-    // The line holding pos, and a caret under it.
-    size_t line_start = src_.rfind('\n', pos == 0 ? 0 : pos - 1);
+    // The line holding pos as a terminal would show it, and a caret under pos.
+    pos = std::min(pos, src_.size());
+    size_t line_start = pos == 0 ? std::string_view::npos : src_.rfind('\n', pos - 1);
     line_start = line_start == std::string_view::npos ? 0 : line_start + 1;
-    if (pos > 0 && pos <= src_.size() && src_[pos - 1] == '\n') line_start = pos;
-    size_t line_end = src_.find('\n', line_start);
-    if (line_end == std::string_view::npos) line_end = src_.size();
+    const size_t line_end = std::min(src_.find('\n', pos), src_.size());
     const int line = int(std::count(src_.begin(), src_.begin() + long(line_start), '\n')) + 1;
-    const size_t col = std::min(pos, line_end) - line_start;
-    MT_ERROR("[jit] pointwise '{}': {} (line {}, column {})\n  {}\n  {}^", name_, what, line,
-             col + 1, src_.substr(line_start, line_end - line_start), std::string(col, ' '));
+    const std::string_view text = src_.substr(line_start, line_end - line_start);
+    const size_t at = pos - line_start;
+    // Columns count characters: a UTF-8 sequence is one, any other byte one.
+    auto unit = [&](size_t i) { return std::max<size_t>(1, utf8_length(text, i)); };
+    size_t col = 0, width = 0;
+    for (size_t i = 0; i < text.size(); i += unit(i)) {
+      if (i < at) ++col;
+      ++width;
+    }
+    // A long line is cut to a window around the caret, with "..." where it was cut.
+    const size_t first = col > kBefore ? col - kBefore : 0;
+    const size_t last = std::min(width, first + kBefore + kAfter);
+    std::string shown = first > 0 ? "..." : "";
+    size_t k = 0;
+    for (size_t i = 0; i < text.size(); i += unit(i), ++k) {
+      if (k < first || k >= last) continue;
+      const size_t n = utf8_length(text, i);
+      if (n > 0)
+        shown.append(text.substr(i, n));
+      else if (is_control(text[i]))
+        shown += ' ';  // tabs, terminal escapes, NUL: one blank keeps the caret aligned
+      else
+        shown += static_cast<unsigned char>(text[i]) < 0x80 ? text[i] : '?';  // not UTF-8
+    }
+    if (last < width) shown += "...";
+    const size_t caret = col - first + (first > 0 ? 3 : 0);
+    MT_ERROR("[jit] pointwise {}: {} (line {}, column {})\n  {}\n  {}^", mt::quoted(name_), what,
+             line, col + 1, shown, std::string(caret, ' '));
   }
+  static constexpr size_t kBefore = 60, kAfter = 40;  // characters a caret line shows
 
   int add(Node n) {
     p_.nodes.push_back(n);
@@ -164,33 +243,22 @@ class Parser {
   int leaf(Op op, int index) { return add(Node{.op = op, .index = index}); }
 
   void next() {
-    while (pos_ < src_.size() && std::isspace(static_cast<unsigned char>(src_[pos_]))) ++pos_;
-    // comments
-    if (pos_ + 1 < src_.size() && src_[pos_] == '/' && src_[pos_ + 1] == '/') {
-      while (pos_ < src_.size() && src_[pos_] != '\n') ++pos_;
-      return next();
+    for (;;) {
+      while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
+      if (src_.substr(pos_, 2) != "//") break;
+      skip_comment();
     }
     tok_ = Token{};
     tok_.pos = pos_;
     if (pos_ >= src_.size()) return;
     const char c = src_[pos_];
-    if (std::isdigit(static_cast<unsigned char>(c)) ||
-        (c == '.' && pos_ + 1 < src_.size() && std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])))) {
-      const std::string rest(src_.substr(pos_));
-      char* end = nullptr;
-      tok_.value = std::strtod(rest.c_str(), &end);
-      size_t len = size_t(end - rest.c_str());
-      if (len < rest.size() && (rest[len] == 'f' || rest[len] == 'F')) ++len;
-      if (len < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[len])) || rest[len] == '_'))
-        fail(pos_ + len, "malformed number");
-      tok_.kind = Token::Number;
-      tok_.text = rest.substr(0, len);
-      pos_ += len;
+    if (is_digit(c) || (c == '.' && pos_ + 1 < src_.size() && is_digit(src_[pos_ + 1]))) {
+      lex_number();
       return;
     }
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+    if (is_ident_start(c)) {
       size_t e = pos_;
-      while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
+      while (e < src_.size() && is_ident_char(src_[e])) ++e;
       tok_.kind = Token::Name;
       tok_.text = std::string(src_.substr(pos_, e - pos_));
       pos_ = e;
@@ -210,12 +278,75 @@ class Parser {
       ++pos_;
       return;
     }
-    fail(pos_, fmt::format("unexpected character '{}'", c));
+    const size_t n = utf8_length(src_, pos_);
+    fail(pos_, fmt::format("unexpected character {}", mt::quoted(src_.substr(pos_, n ? n : 1))));
+  }
+
+  // A `//` comment, up to its newline. The generated CUDA source carries the body as a
+  // comment too, so what C would read differently (a backslash joining the next line) or
+  // what NVRTC would cut the source at (NUL) is refused here, on every device alike.
+  void skip_comment() {
+    size_t e = pos_;
+    while (e < src_.size() && src_[e] != '\n') {
+      if (is_control(src_[e]) && src_[e] != '\t' && src_[e] != '\r')
+        fail(e, fmt::format("a comment holds the control byte {}; remove it",
+                            mt::quoted(src_.substr(e, 1))));
+      ++e;
+    }
+    size_t back = e;
+    while (back > pos_ && is_space(src_[back - 1])) --back;
+    if (back > pos_ + 2 && src_[back - 1] == '\\')
+      fail(back - 1,
+           "a comment ends in a backslash, which in C joins the next line to the "
+           "comment; remove the backslash");
+    pos_ = e;
+  }
+
+  // A number: its extent scanned here (decimal, or hexadecimal after 0x), its value read by
+  // from_chars from that extent alone (no copy of the rest of the body: parsing stays
+  // linear in the body's length; and no locale).
+  void lex_number() {
+    const size_t start = pos_, n = src_.size();
+    size_t e = start;
+    auto run = [&](bool (*pred)(char)) {
+      while (e < n && pred(src_[e])) ++e;
+    };
+    bool (*digit)(char) = is_digit;
+    bool hex = false;
+    if (src_[e] == '0' && e + 1 < n && (src_[e + 1] == 'x' || src_[e + 1] == 'X')) {
+      size_t q = e + 2;
+      if (q < n && src_[q] == '.') ++q;
+      hex = q < n && is_hex_digit(src_[q]);
+      if (hex) e += 2, digit = is_hex_digit;
+    }
+    const size_t mantissa = e;
+    run(digit);
+    if (e < n && src_[e] == '.') ++e, run(digit);
+    const char exp_mark = hex ? 'p' : 'e';
+    if (e < n && (src_[e] == exp_mark || src_[e] == exp_mark - 32)) {
+      size_t q = e + 1;
+      if (q < n && (src_[q] == '+' || src_[q] == '-')) ++q;
+      if (q < n && is_digit(src_[q])) e = q, run(is_digit);
+    }
+    const std::string_view digits = src_.substr(mantissa, e - mantissa);
+    const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), tok_.value,
+                                   hex ? std::chars_format::hex : std::chars_format::general);
+    if (r.ec == std::errc::result_out_of_range)
+      fail(start, fmt::format("the number {} is outside the range of a double (magnitudes "
+                              "from about 4.9e-324 to 1.8e308); for infinity write 1.0 / 0.0",
+                              mt::quoted(src_.substr(start, e - start))));
+    if (r.ec != std::errc() || r.ptr != digits.data() + digits.size())
+      fail(start, "malformed number");
+    if (e < n && (src_[e] == 'f' || src_[e] == 'F')) ++e;
+    if (e < n && is_ident_char(src_[e])) fail(e, "malformed number");
+    tok_.kind = Token::Number;
+    tok_.text = std::string(src_.substr(start, e - start));
+    pos_ = e;
   }
 
   bool peek_is_assign() const {
     size_t q = pos_;
-    while (q < src_.size() && std::isspace(static_cast<unsigned char>(src_[q]))) ++q;
+    while (q < src_.size() && is_space(src_[q])) ++q;
     return q < src_.size() && src_[q] == '=' && (q + 1 >= src_.size() || src_[q + 1] != '=');
   }
   bool is(std::string_view punct) const { return tok_.kind == Token::Punct && tok_.text == punct; }
@@ -243,8 +374,27 @@ class Parser {
     assigned[0] = v;
   }
 
+  // One level deeper for the expression starting at pos (Note [Nesting limit]).
+  class Nest {
+   public:
+    Nest(Parser& parser, size_t pos) : parser_(parser) {
+      if (++parser_.depth_ > kMaxNesting)
+        parser_.fail(pos, fmt::format("the expression nests more than {} levels deep (each "
+                                      "parenthesis, call, ?: branch, unary operator and cast "
+                                      "is a level); split it into statements, e.g. `t = ...;`",
+                                      kMaxNesting));
+    }
+    ~Nest() { --parser_.depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
   int parse_expr() {
-    const int c = parse_binary(0);
+    const Nest nest(*this, tok_.pos);
+    const int c = parse_binary();
     if (!accept("?")) return c;
     const int a = parse_expr();
     expect(":");
@@ -252,37 +402,49 @@ class Parser {
     return add(Node{.op = Op::Select, .a = c, .b = a, .c = b});
   }
 
-  // Precedence climbing over the binary operators, lowest first.
-  int parse_binary(int level) {
-    static const std::vector<std::vector<std::pair<std::string_view, Op>>> levels = {
-        {{"||", Op::Or}},
-        {{"&&", Op::And}},
-        {{"==", Op::Eq}, {"!=", Op::Ne}},
-        {{"<", Op::Lt}, {"<=", Op::Le}, {">", Op::Gt}, {">=", Op::Ge}},
-        {{"+", Op::Add}, {"-", Op::Sub}},
-        {{"*", Op::Mul}, {"/", Op::Div}},
+  // The binary operators (all left-associative), with an explicit stack of the operands
+  // and operators still open: however long the chain, no recursion (Note [Nesting limit]).
+  // Levels lowest first; the stack's levels rise strictly, so it holds at most six.
+  int parse_binary() {
+    struct Binary {
+      std::string_view text;
+      Op op;
+      int level;
     };
-    if (level == int(levels.size())) return parse_unary();
-    int lhs = parse_binary(level + 1);
+    static constexpr Binary kOps[] = {
+        {"||", Op::Or, 0}, {"&&", Op::And, 1}, {"==", Op::Eq, 2}, {"!=", Op::Ne, 2},
+        {"<", Op::Lt, 3},  {"<=", Op::Le, 3},  {">", Op::Gt, 3},  {">=", Op::Ge, 3},
+        {"+", Op::Add, 4}, {"-", Op::Sub, 4},  {"*", Op::Mul, 5}, {"/", Op::Div, 5},
+    };
+    struct Open {
+      int lhs;
+      const Binary* op;
+    };
+    std::array<Open, 6> open;
+    size_t n = 0;
+    int rhs = parse_unary();
     for (;;) {
-      bool matched = false;
-      for (const auto& [text, op] : levels[size_t(level)]) {
-        if (is(text)) {
-          next();
-          const int rhs = parse_binary(level + 1);
-          lhs = add(Node{.op = op, .a = lhs, .b = rhs});
-          matched = true;
-          break;
-        }
-      }
-      if (!matched) return lhs;
+      const Binary* b = nullptr;
+      if (tok_.kind == Token::Punct)
+        for (const Binary& o : kOps)
+          if (tok_.text == o.text) b = &o;
+      for (; n > 0 && (!b || open[n - 1].op->level >= b->level); --n)
+        rhs = add(Node{.op = open[n - 1].op->op, .a = open[n - 1].lhs, .b = rhs});
+      if (!b) return rhs;
+      open[n++] = {rhs, b};
+      next();
+      rhs = parse_unary();
     }
   }
 
   int parse_unary() {
-    if (accept("-")) return add(Node{.op = Op::Neg, .a = parse_unary()});
-    if (accept("+")) return parse_unary();
-    if (accept("!")) return add(Node{.op = Op::Not, .a = parse_unary()});
+    for (std::string_view op : {"-", "+", "!"}) {
+      if (!is(op)) continue;
+      const Nest nest(*this, tok_.pos);
+      next();
+      const int a = parse_unary();
+      return op == "+" ? a : add(Node{.op = op == "-" ? Op::Neg : Op::Not, .a = a});
+    }
     return parse_primary();
   }
 
@@ -297,6 +459,7 @@ class Parser {
       // a C cast, (float) x: every value already has the compute type
       if (tok_.kind == Token::Name && (tok_.text == "float" || tok_.text == "double") &&
           !vars_.count(tok_.text)) {
+        const Nest nest(*this, t.pos);
         next();
         expect(")");
         return parse_unary();
@@ -350,6 +513,7 @@ class Parser {
   bool infer_;
   size_t pos_ = 0;
   Token tok_;
+  int depth_ = 0;  // Nest levels open
   std::map<std::string, int, std::less<>> vars_;
 };
 
@@ -357,17 +521,17 @@ void check_names(std::string_view op, const Program& p) {
   std::vector<std::string> all;
   for (const auto* list : {&p.inputs, &p.scalars, &p.outputs})
     for (const auto& n : *list) {
-      const bool ok = !n.empty() && (std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_') &&
-                      std::all_of(n.begin(), n.end(), [](char c) {
-                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                      });
-      MT_CHECK(ok, "[jit] pointwise '{}': '{}' is not a valid name (letters, digits, _)", op, n);
+      MT_CHECK(is_identifier(n),
+               "[jit] pointwise {}: {} is not a valid name (letters, digits, _, not starting "
+               "with a digit)",
+               mt::quoted(op), mt::quoted(n));
       MT_CHECK(!functions().count(n) && !is_decl(n) && n != "return",
-               "[jit] pointwise '{}': '{}' is a function or keyword; pick another name", op, n);
+               "[jit] pointwise {}: '{}' is a function or keyword; pick another name",
+               mt::quoted(op), n);
       MT_CHECK(std::find(all.begin(), all.end(), n) == all.end(),
-               "[jit] pointwise '{}': the name '{}' is used twice among inputs, scalars and "
+               "[jit] pointwise {}: the name '{}' is used twice among inputs, scalars and "
                "outputs",
-               op, n);
+               mt::quoted(op), n);
       all.push_back(n);
     }
 }
@@ -394,15 +558,15 @@ Program parse(std::string_view name, std::string_view body, std::vector<std::str
   p.scalars = std::move(scalars);
   p.outputs = std::move(outputs);
   p.body = std::string(body);
-  MT_CHECK(!p.outputs.empty(), "[jit] pointwise '{}': needs at least one output", name);
+  MT_CHECK(!p.outputs.empty(), "[jit] pointwise {}: needs at least one output", mt::quoted(name));
   check_names(name, p);
   Parser parser(name, body, p, infer_inputs);
   parser.run();
   check_names(name, p);  // inferred inputs too
   MT_CHECK(!p.inputs.empty(),
-           "[jit] pointwise '{}': the expression reads no input tensor, so there is no shape to "
+           "[jit] pointwise {}: the expression reads no input tensor, so there is no shape to "
            "compute over; name at least one input",
-           name);
+           mt::quoted(name));
   return p;
 }
 
@@ -417,7 +581,12 @@ std::string cuda_body(const Program& p) {
     const Node& n = p.nodes[i];
     std::string e;
     switch (n.op) {
-      case Op::Const: e = fmt::format("C({:.17g})", n.value); break;
+      case Op::Const:  // a literal is finite (lex_number), but a node made elsewhere may not be
+        e = std::isfinite(n.value) ? fmt::format("C({:.17g})", n.value)
+            : std::isnan(n.value)  ? "C(__longlong_as_double(0x7ff8000000000000LL))"
+            : n.value > 0          ? "C(__longlong_as_double(0x7ff0000000000000LL))"
+                                   : "C(-__longlong_as_double(0x7ff0000000000000LL))";
+        break;
       case Op::Input: e = fmt::format("in[{}]  /* {} */", n.index, p.inputs[size_t(n.index)]); break;
       case Op::Scalar: e = fmt::format("s[{}]  /* {} */", n.index, p.scalars[size_t(n.index)]); break;
       case Op::Neg: e = "-" + v(n.a); break;

@@ -129,6 +129,10 @@ std::string describe(const KernelArg& a) {
   return a.cxx_type;
 }
 
+bool printable_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
 template <typename T>
 void put(KernelArg& a, T v) {
   std::memcpy(a.bytes, &v, sizeof(T));
@@ -199,8 +203,23 @@ UserKernel::UserKernel(KernelSpec spec, std::string name_expression)
     : state_(std::make_shared<State>()) {
   MT_CHECK(!name_expression.empty(), "[jit] kernel(): the name expression is empty; pass the "
                                      "__global__ function's name, e.g. \"my_silu<float>\"");
+  // NVRTC pastes the name expression into code it generates, and the source's name goes
+  // into messages: neither may carry a line break, a terminal escape or a NUL.
+  MT_CHECK(printable_ascii(name_expression),
+           "[jit] kernel(): the name expression {} holds a byte outside printable ASCII; pass "
+           "the __global__ function's name as C++ spells it, e.g. \"my_silu<float>\"",
+           mt::quoted(name_expression));
   MT_CHECK(!spec.name.empty(), "[jit] kernel(): the KernelSpec has no name; set .name (e.g. "
                                "\"my_silu.cu\"), it is what messages call the source");
+  MT_CHECK(printable_ascii(spec.name),
+           "[jit] kernel(): the KernelSpec's name {} holds a byte outside printable ASCII; name "
+           "the source like a file, e.g. \"my_silu.cu\"",
+           mt::quoted(spec.name));
+  const size_t nul = spec.source.find('\0');
+  MT_CHECK(nul == std::string::npos,
+           "[jit] kernel(): the source of '{}' holds a NUL byte at offset {}, where NVRTC would "
+           "stop reading it; remove it",
+           spec.name, nul);
   state_->spec = std::move(spec);
   state_->name_expression = std::move(name_expression);
 }
@@ -209,7 +228,7 @@ const std::string& UserKernel::name_expression() const { return state_->name_exp
 const KernelSpec& UserKernel::spec() const { return state_->spec; }
 
 UserKernel kernel(std::string source, std::string name_expression, std::vector<std::string> options) {
-  MT_CHECK(!source.empty(), "[jit] kernel('{}'): the source is empty", name_expression);
+  MT_CHECK(!source.empty(), "[jit] kernel({}): the source is empty", mt::quoted(name_expression));
   std::string base = name_expression.substr(0, name_expression.find('<'));
   KernelSpec spec{.name = base + ".cu", .source = std::move(source)};
   spec.options = std::move(options);

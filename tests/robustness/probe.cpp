@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The robustness probe (issues #16 and #23): every class of bad input those issues found,
+// The robustness probe (issues #16, #23 and #41): every class of bad input those issues found,
 // tried through the public API, each case in a child process of its own (fork), so that a
 // crash or a hang is counted and the run goes on. A case passes when it gives a clear
 // mt::Error (its message starts with the op's name in brackets and holds no control
@@ -32,6 +32,7 @@
 #include <string>
 #include <thread>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "kernels/jit/cache.h"
@@ -419,6 +420,43 @@ std::vector<Case> make_cases() {
         {.name = "probe2", .inputs = {"x"}, .outputs = {"y", "z"}, .body = "y = x; z = x;"})(
         ones({1}));
   });
+
+  // ---- the pointwise language and the JIT's names (#41): nesting, names pasted into the
+  // generated source, escapes in messages, an empty Pointwise, many literals
+  auto repeat = [](std::string_view s, size_t n) {
+    std::string out;
+    for (size_t i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  for (const auto& [what, body] : std::vector<std::pair<std::string, std::string>>{
+           {"10,000 nested parentheses", repeat("(", 10000) + "x" + repeat(")", 10000)},
+           {"2,500 nested parentheses", repeat("(", 2500) + "x" + repeat(")", 2500)},
+           {"100,000 unary minuses", repeat("-", 100000) + "x"},
+           {"100,000 '!'", repeat("!", 100000) + "x"},
+           {"100,000 casts", repeat("(float)", 100000) + "x"},
+           {"10,000 nested calls", repeat("exp(", 10000) + "x" + repeat(")", 10000)},
+           {"a 100,000-arm ?: chain", repeat("x ? 1 : ", 100000) + "x"},
+           {"a comment ending in a backslash", "x // c \\\n + 1"},
+           {"a NUL in a comment", std::string("x // a\0b", 8)},
+           {"the literal 1e999", "x + 1e999"},
+           {"a terminal escape", "x \x1b[2J"},
+           {"a NUL", std::string("x +\0 1", 6)},
+           {"a UTF-8 letter", "x + \xc3\xa9"},
+       })
+    err("jit", "pointwise body with " + what, [body] { jit::pointwise("probe", body); });
+  err("jit", "pointwise name with a newline and an #include",
+      [] { jit::pointwise("f\n#include \"/etc/hostname\"\n", "x"); });
+  err("jit", "pointwise input name with a terminal escape",
+      [] { jit::pointwise({.name = "probe", .inputs = {"x\x1b[2J"}, .body = "x"}); });
+  err("jit", "a default-constructed Pointwise called", [] { jit::Pointwise()(ones({1})); });
+  ok("jit", "pointwise body of 2 MiB of '+1' parses", [repeat] {
+    const auto f = jit::pointwise("probe", "x" + repeat("+1", size_t(1) << 20));
+    expect(f.program().nodes.size() == (size_t(2) << 20) + 1, "the node count is not 2^21 + 1");
+  });
+  err("jit", "kernel name expression with a newline",
+      [] { jit::kernel("__global__ void k() {}", "k\n#include \"/etc/hostname\""); });
+  err("jit", "kernel source with a NUL",
+      [] { jit::kernel(std::string("__global__ void k() {}\0", 23), "k"); });
 
   // ---- the kernel cache (#16, #23): hostile entries must be handled, not trusted
   ok("cache", "an entry forged from another kernel's file is refused", [] {
