@@ -55,8 +55,8 @@ LibraryInit::LibraryInit(Library::Kind kind, const char* ns, std::optional<Dispa
   } catch (...) {
     // Escaping a static initializer, this would terminate the program (Note [Loading a
     // library of ops]).
-    error = "it threw something that is not a std::exception; throw mt::Error (or another "
-            "std::exception) instead";
+    error = "it threw something that is not a std::exception; throw an mt::Error, or another "
+            "std::exception, instead";
   }
   lib.reset();
   if (t_load_failures) {

@@ -113,7 +113,7 @@ TEST_SUITE("load_library") {
           "[load_library] " + mt::quoted(p) + " loaded, but 1 of its library blocks failed and "
           "registered nothing: the block at tests/load_probe.cpp:",
           ": it threw something that is not a std::exception; ",
-          "throw mt::Error (or another std::exception) instead");
+          "throw an mt::Error, or another std::exception, instead");
       if (!why.empty()) return why;
       if (mt::dispatcher().find("probe_int::f")) return std::string("probe_int::f stayed registered");
       return other_thread_loads(probe("dep"), "probe_dep::dep");

@@ -249,8 +249,10 @@ with tempfile.TemporaryDirectory() as scratch:
     if probe_add:
         # Before the dispatcher's first use (the command loads first): the built-in ops register
         # before the library's block, which then fails; every op works after.
-        expect("--load a library that defines mt::add fails in its block", ["--load", probe_add, "demo"], 1,
-               stderr_has="[def] 'mt::add' is already defined (at kernels/ops/binary.cpp:")
+        _, _, err = expect("--load a library that defines mt::add fails in its block", ["--load", probe_add, "demo"], 1,
+                           stderr_has="[def] 'mt::add' is already defined (at kernels/ops/binary.cpp:")
+        check("... as a load_library error (before, the load passed and the built-ins failed)",
+              f"[load_library] '{probe_add}' loaded, but 1 of its library blocks failed" in err, err)
         expect("--load a library whose static constructor throws: an error, not an abort",
                ["--load", probe_ctor, "ops"], 1,
                stderr_has="was not loaded: a static initializer of it failed")
