@@ -50,4 +50,10 @@ void PostCall::alias_error(size_t i, size_t o) const {
            schema.full_name(), i, o, schema.str());
 }
 
+std::shared_ptr<Library> by_name_library(std::string_view op, std::source_location loc) {
+  (void)dispatcher().find_or_throw(op);  // a clear error when there is no such op (or it was dropped)
+  return std::make_shared<Library>(Library::Kind::Fragment, parse_operator_name(op).ns,
+                                   std::nullopt, loc);
+}
+
 }  // namespace mt::detail

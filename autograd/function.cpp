@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "autograd/function.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "dispatcher/library.h"
 
@@ -25,6 +28,49 @@ std::vector<Tensor> AutogradContext::saved() const {
   out.reserve(saved_.size());
   for (size_t i = 0; i < saved_.size(); ++i) out.push_back(saved_[i].unpack(owner, op_));
   return out;
+}
+
+namespace {
+std::string type_name(const std::type_info& t) {
+  if (t == typeid(double)) return "double";
+  if (t == typeid(float)) return "float";
+  if (t == typeid(int64_t)) return "int64_t";
+  if (t == typeid(int)) return "int";
+  if (t == typeid(bool)) return "bool";
+  if (t == typeid(std::string)) return "std::string";
+  if (t == typeid(Tensor)) return "mt::Tensor";
+  int status = 0;
+  char* d = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && d ? d : t.name();
+  std::free(d);
+  return out;
+}
+}  // namespace
+
+const std::any& AutogradContext::lookup(const std::string& key, const std::type_info& want) const {
+  auto it = data.find(key);
+  if (it != data.end()) return it->second;
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : data) keys.push_back(mt::quoted(k));
+  MT_ERROR("[{}] ctx.get<{}>({}): nothing was saved under that name (saved: {}); save it in "
+           "setup_context with ctx.save({}, value)",
+           op_, type_name(want), mt::quoted(key), keys.empty() ? "nothing" : fmt::format("{}", fmt::join(keys, ", ")),
+           mt::quoted(key));
+}
+
+void AutogradContext::wrong_type(const std::string& key, const std::type_info& want) const {
+  MT_ERROR("[{}] ctx.get<{}>({}): setup_context saved a {} under that name; ask for that type",
+           op_, type_name(want), mt::quoted(key), type_name(data.at(key).type()));
+}
+
+void AutogradContext::lossy(const std::string& key, const std::type_info& want) const {
+  const std::any& a = data.at(key);
+  const std::string v = a.type() == typeid(double) ? fmt::format("{}", std::any_cast<double>(a))
+                                                   : fmt::format("{}", std::any_cast<int64_t>(a));
+  MT_ERROR("[{}] ctx.get<{}>({}): the saved {} {} does not fit a {} without losing value; ask "
+           "for {}",
+           op_, type_name(want), mt::quoted(key), type_name(a.type()), v, type_name(want),
+           type_name(a.type()));
 }
 
 namespace detail {

@@ -9,6 +9,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <typeinfo>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -42,9 +43,47 @@ class AutogradContext {
   // Whether the i-th tensor input needs a gradient (skip computing those that do not).
   // Past the 64th tensor input this answers true: computing an unused gradient is safe.
   bool needs_input_grad(size_t i) const { return i >= 64 || (needs_input_grad_ >> i & 1u); }
+
+  // Non-tensor state for backward: ctx.save("alpha", alpha) in setup_context,
+  // ctx.get<double>("alpha") in backward. An integer is kept as int64_t and a floating-point
+  // value as double; get<T> of an arithmetic T converts, refusing a conversion that loses
+  // value. A missing key, or another type, is an error naming the op and what was saved.
+  template <typename T>
+  void save(std::string key, T value) {
+    using V = std::remove_cvref_t<T>;
+    if constexpr (std::is_same_v<V, bool>) data[std::move(key)] = value;
+    else if constexpr (std::is_integral_v<V>) data[std::move(key)] = int64_t(value);
+    else if constexpr (std::is_floating_point_v<V>) data[std::move(key)] = double(value);
+    else if constexpr (std::is_convertible_v<V, std::string_view> && !std::is_same_v<V, std::string>)
+      data[std::move(key)] = std::string(std::string_view(value));
+    else data[std::move(key)] = std::move(value);
+  }
+  template <typename T>
+  T get(const std::string& key) const {
+    const std::any& a = lookup(key, typeid(T));
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      if (const int64_t* i = std::any_cast<int64_t>(&a)) {
+        const T v = static_cast<T>(*i);
+        if (static_cast<int64_t>(v) != *i) lossy(key, typeid(T));
+        return v;
+      }
+      if (const double* d = std::any_cast<double>(&a)) {
+        const T v = static_cast<T>(*d);
+        if (!(static_cast<double>(v) == *d || (std::is_floating_point_v<T> && *d != *d)))
+          lossy(key, typeid(T));
+        return v;
+      }
+    }
+    if (const T* p = std::any_cast<T>(&a)) return *p;
+    wrong_type(key, typeid(T));
+  }
+  bool has(const std::string& key) const { return data.count(key) != 0; }
   std::map<std::string, std::any> data;
 
  private:
+  const std::any& lookup(const std::string& key, const std::type_info& want) const;
+  [[noreturn]] void wrong_type(const std::string& key, const std::type_info& want) const;
+  [[noreturn]] void lossy(const std::string& key, const std::type_info& want) const;
   template <typename, typename, typename>
   friend struct detail::AutogradKernel;
   template <size_t, size_t>

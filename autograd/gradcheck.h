@@ -66,14 +66,26 @@ struct OpCheckReport {
 struct OpCheckOptions {
   bool gradcheck = true;
   GradcheckOptions gradcheck_options{};
+  bool compile = true;  // test_compile: through mt::compile, against eager
 };
 
-// Runs the op on each sample (its boxed arguments) through four checks, as
+// Runs the op on each sample (its boxed arguments) through five checks, as
 // torch.library.opcheck does: test_schema (declared mutation and aliasing match what the
 // kernel does), test_faketensor (fake outputs match real sizes, strides, dtype and
 // device), test_autograd_registration (an autograd formula is registered when inputs
-// require grad) and test_gradcheck (float64 central differences).
+// require grad), test_gradcheck (float64 central differences) and test_compile (torch's
+// test_aot_dispatch_dynamic: the op captured and replayed by mt::compile, its outputs and
+// gradients against eager's).
 OpCheckReport opcheck(const OperatorHandle& op, const std::vector<Stack>& samples,
                       OpCheckOptions opts = {});
+
+namespace detail {
+// test_compile needs mt::compile, a layer above autograd: kernels/compile/opcheck_compile.cpp
+// installs it at library initialization (Note [Library initialization]); without it the
+// test is skipped, saying so.
+using OpCheckCompileTest = OpCheckReport::Test (*)(const OperatorHandle& op,
+                                                   const std::vector<Stack>& samples);
+void set_opcheck_compile_test(OpCheckCompileTest test);
+}  // namespace detail
 
 }  // namespace mt

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <algorithm>
+#include <atomic>
 
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
@@ -217,7 +218,11 @@ Test test_gradcheck(const OperatorHandle& op, const std::vector<Stack>& samples,
   return t;
 }
 
+std::atomic<detail::OpCheckCompileTest> g_compile_test{nullptr};
+
 }  // namespace
+
+void detail::set_opcheck_compile_test(OpCheckCompileTest test) { g_compile_test.store(test); }
 
 bool OpCheckReport::ok() const {
   return std::all_of(tests.begin(), tests.end(), [](const Test& t) { return t.passed || t.skipped; });
@@ -255,6 +260,13 @@ OpCheckReport opcheck(const OperatorHandle& op, const std::vector<Stack>& sample
   guarded("test_autograd_registration", [&] { return test_autograd_registration(op, samples); });
   if (opts.gradcheck)
     guarded("test_gradcheck", [&] { return test_gradcheck(op, samples, opts.gradcheck_options); });
+  if (opts.compile) {
+    guarded("test_compile", [&] {
+      (void)dispatcher();  // the library's initialization installs the test
+      if (auto test = g_compile_test.load()) return test(op, samples);
+      return Test{"test_compile", true, true, "mt::compile did not install its test"};
+    });
+  }
   return r;
 }
 

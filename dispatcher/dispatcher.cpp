@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 
+#include "runtime/fake.h"
 #include "runtime/init.h"
 
 namespace mt {
@@ -117,7 +119,7 @@ void OperatorEntry::rebuild(const std::array<KernelFunction, kNumDispatchKeys>& 
   auto t = std::make_unique<DispatchTable>();
   uint64_t dispatchable = 0;
   for (int k = 0; k < kNumDispatchKeys; ++k) {
-    if (!kernels_[size_t(k)].empty()) {
+    if (!kernels_[size_t(k)].empty() && !(disabled_ >> k & 1u)) {
       const Registration& r = kernels_[size_t(k)].front();
       t->kernels[size_t(k)] = r.kernel;
       t->origin[size_t(k)] = 1;
@@ -149,7 +151,11 @@ std::string OperatorEntry::dump_table() const {
   std::string out = name_.str() + "\n";
   for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
     std::string_view word = kind_word(t, k);
-    if (word == "missing") {
+    if (disabled_ >> k & 1u) {
+      out += fmt::format("  {:<9} {:<11} [{}]\n", dispatch_key_name(DispatchKey(k)), word,
+                         word == "missing" ? "its kernel is disabled by set_kernel_enabled"
+                                           : t.debug[size_t(k)] + "; its own kernel is disabled");
+    } else if (word == "missing") {
       out += fmt::format("  {:<9} missing\n", dispatch_key_name(DispatchKey(k)));
     } else {
       out += fmt::format("  {:<9} {:<11} [{}]\n", dispatch_key_name(DispatchKey(k)), word,
@@ -169,11 +175,15 @@ std::string OperatorEntry::dump() const {
   for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
     bool first = true;
     for (const Registration& r : kernels_[size_t(k)]) {
+      // (a Fake kernel is boxed by its FakeMode wrapper: Note [Fake is always fake])
       const char* what = r.kernel.kind() == KernelFunction::Kind::Fallthrough ? "fallthrough"
-                         : r.kernel.kind() == KernelFunction::Kind::Boxed     ? "boxed kernel"
-                                                                              : "kernel";
-      out += fmt::format("{}: {} registered at {}{}\n", dispatch_key_name(DispatchKey(k)), what,
-                         r.debug, first ? "" : " (inactive)");
+                         : r.kernel.kind() == KernelFunction::Kind::Boxed &&
+                                 DispatchKey(k) != DispatchKey::Fake
+                             ? "boxed kernel"
+                             : "kernel";
+      out += fmt::format("{}: {} registered at {}{}{}\n", dispatch_key_name(DispatchKey(k)), what,
+                         r.debug, first ? "" : " (inactive)",
+                         disabled_ >> k & 1u ? " (disabled by set_kernel_enabled)" : "");
       first = false;
     }
   }
@@ -208,6 +218,45 @@ void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool r
                                std::string(size_t(2 * t_trace_depth), ' '),
                                redispatch ? "redispatch" : "call", e.name().str(), ks.str(),
                                dispatch_key_name(k), kind_word(t, int(k)), t.debug[size_t(k)]));
+}
+
+KernelFunction computed_kernel(const OperatorEntry& e, DispatchKey key) {
+  const DispatchTable& t = e.table();
+  const KernelFunction& k = t.kernels[size_t(key)];
+  if (k.is_valid() && k.kind() != KernelFunction::Kind::Fallthrough) return k;
+  (void)e.schema();  // a dropped op says so
+  MT_ERROR("[get_kernel] '{}' has no kernel for {} ({}); its table:\n{}", e.name().str(),
+           dispatch_key_name(key), k.is_valid() ? "a fallthrough" : "missing", e.dump_table());
+}
+
+void convert_call_arguments(const OperatorEntry& e, const InferredSignature& sig, Stack* stack) {
+  const FunctionSchema& s = e.schema();
+  auto plain = [](const SchemaType& t, TypeKind kind) {
+    return t.kind == kind && !t.is_list && !t.is_optional;
+  };
+  InferredSignature converted = sig;
+  for (size_t i = 0; i < sig.args.size() && i < s.arguments.size(); ++i) {
+    const Argument& a = s.arguments[i];
+    Value& v = (*stack)[i];
+    if (plain(sig.args[i], TypeKind::Int) && plain(a.type, TypeKind::Float)) {
+      const int64_t n = v.to_int();
+      MT_CHECK(n >= -(int64_t(1) << 53) && n <= (int64_t(1) << 53),
+               "[call] '{}' takes argument '{}' as a float, and {} has no exact float value; "
+               "pass a double",
+               e.name().str(), a.name, n);
+      v = Value(double(n));
+      converted.args[i] = a.type;
+    } else if (plain(sig.args[i], TypeKind::Float) && plain(a.type, TypeKind::Int)) {
+      const double d = v.to_double();
+      MT_CHECK(std::nearbyint(d) == d && d >= -9.2233720368547758e18 && d < 9.2233720368547758e18,
+               "[call] '{}' takes argument '{}' as an int, and {} is not a whole number (it would "
+               "lose its fraction); pass an int",
+               e.name().str(), a.name, d);
+      v = Value(int64_t(d));
+      converted.args[i] = a.type;
+    }
+  }
+  check_signature(e, converted, "call");
 }
 
 }  // namespace detail
@@ -377,6 +426,53 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
   return id;
 }
 
+namespace {
+// Note [Fake is always fake]
+// A Fake kernel runs under FakeMode however it was registered (register_fake, m.impl in
+// MT_LIBRARY_IMPL(ns, Fake, m), by name), so mt::empty_like and the other factories make
+// fake tensors in it. Its outputs must be fake: a real one (a tensor the kernel closed
+// over) is an error naming the op and the output, and so is a read of a fake tensor's
+// data. The wrapper is boxed: fake calls (capture, opcheck) are off the hot path.
+KernelFunction always_fake(KernelFunction kernel, std::string debug) {
+  return KernelFunction::boxed([kernel = std::move(kernel), debug = std::move(debug)](
+                                   const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+    const size_t n_args = op.schema().arguments.size();
+    const size_t base = stack->size() >= n_args ? stack->size() - n_args : 0;
+    {
+      FakeMode fake;
+      try {
+        kernel.call_boxed(op, ks, stack);
+      } catch (const Error& e) {
+        const std::string_view what = e.what();
+        if (what.starts_with("[data_ptr] cannot read the data of a fake tensor") ||
+            what.starts_with("[copy_] cannot copy data to or from a fake tensor"))
+          MT_ERROR("[{}] the Fake kernel registered at {} read the data of a fake tensor; a fake "
+                   "kernel computes the outputs' sizes, strides, dtype and device from the "
+                   "inputs' metadata only ({})",
+                   op.name().str(), debug, e.what());
+        throw;
+      }
+    }
+    size_t o = 0;
+    auto check = [&](const Tensor& t) {
+      if (t.defined() && !t.is_fake())
+        MT_ERROR("[{}] the Fake kernel registered at {} returned a real tensor as output {} "
+                 "(shape {}); a fake kernel must return fake tensors: make them from its inputs "
+                 "with mt::empty_like or mt::empty (it runs under FakeMode), not from real "
+                 "tensors it holds",
+                 op.name().str(), debug, o, t.sizes());
+      ++o;
+    };
+    for (size_t i = base; i < stack->size(); ++i) {
+      const Value& v = (*stack)[i];
+      if (v.is_tensor()) check(v.to_tensor());
+      else if (v.is_tensor_list())
+        for (const Tensor& t : v.to_tensor_list()) check(t);
+    }
+  });
+}
+}  // namespace
+
 uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFunction kernel,
                           std::string debug) {
   OperatorName name = parse_operator_name(name_text);
@@ -389,6 +485,9 @@ uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFun
              dispatch_key_name(key), name.str(), debug, kernel.signature()->str(),
              def->schema.str());
   }
+  if (key == DispatchKey::Fake && kernel.is_valid() &&
+      kernel.kind() != KernelFunction::Kind::Fallthrough)
+    kernel = always_fake(std::move(kernel), debug);  // Note [Fake is always fake]
   OperatorEntry& e = entry_locked(name);
   uint64_t id = next_id_++;
   if (log_registrations_)
@@ -443,6 +542,21 @@ void Dispatcher::deregister(uint64_t id) {
   rebuild_locked(*entry);
 }
 
+void Dispatcher::set_kernel_enabled(std::string_view name, DispatchKey key, bool enabled) {
+  check_operator_name(name);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(std::string(name));
+  MT_CHECK(it != ops_.end() && it->second->has_schema(),
+           "[set_kernel_enabled] no operator named {} is registered", mt::quoted(name));
+  OperatorEntry& e = *it->second;
+  const uint64_t bit = uint64_t(1) << int(key);
+  e.disabled_ = enabled ? e.disabled_ & ~bit : e.disabled_ | bit;
+  if (log_registrations_)
+    log(fmt::format("[registration] {} {} for {}", enabled ? "enable" : "disable", name,
+                    dispatch_key_name(key)));
+  rebuild_locked(e);
+}
+
 namespace {
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -470,6 +584,15 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
   std::vector<std::pair<size_t, std::string>> close;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ops_.find(std::string(name));
+    if (it != ops_.end() && it->second->ever_defined_.load() && !it->second->schemas_.empty()) {
+      MT_ERROR("[dispatcher] {} was defined at {}, and then dropped: the Library or custom_op "
+               "handle that defined it was destroyed, which undoes its registrations. Keep that "
+               "handle alive while the op is used (a custom_op in a shared library: a static "
+               "handle; docs/embedding.md), or define the op in an MT_LIBRARY block, which lives "
+               "for the process",
+               mt::quoted(name), it->second->schemas_.back()->debug);
+    }
     for (auto& [n, e] : ops_) {
       if (!e->has_schema()) continue;
       size_t d = edit_distance(name, n);

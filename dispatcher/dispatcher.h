@@ -132,6 +132,7 @@ class OperatorEntry {
   std::array<std::list<Registration>, kNumDispatchKeys> kernels_;  // newest first
   std::atomic<const DispatchTable*> table_{nullptr};
   std::vector<std::unique_ptr<DispatchTable>> tables_;  // every table ever published
+  uint64_t disabled_ = 0;  // bit k: the kernels at key k are switched off (set_kernel_enabled)
 };
 
 // ---- handles -------------------------------------------------------------------------
@@ -165,6 +166,12 @@ namespace detail {
 [[noreturn]] void report_missing_kernel(const OperatorEntry& e, DispatchKey k);
 void check_signature(const OperatorEntry& e, const InferredSignature& sig, const char* what);
 void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool redispatch);
+// The kernel the table holds for `key` (a clear error when it has none).
+KernelFunction computed_kernel(const OperatorEntry& e, DispatchKey key);
+// mt::call's slow path: the caller's arguments disagree with the schema only in arithmetic
+// scalars (an int for a float). Converts those on the stack, refusing a conversion that
+// loses value; any other mismatch is check_signature's error.
+void convert_call_arguments(const OperatorEntry& e, const InferredSignature& sig, Stack* stack);
 struct TraceDepth {
   TraceDepth();
   ~TraceDepth();
@@ -229,6 +236,9 @@ class Dispatcher {
   uint64_t impl(std::string_view name, DispatchKey key, KernelFunction kernel, std::string debug);
   uint64_t fallback(DispatchKey key, KernelFunction kernel, std::string debug);
   void deregister(uint64_t id);
+  // Switches the kernels registered for `key` off (the table falls through to the key's
+  // fallback, or has none) and on again; shown by dump and dump_table.
+  void set_kernel_enabled(std::string_view name, DispatchKey key, bool enabled);
 
   std::string dump(std::string_view name);
   std::string dump_table(std::string_view name);
@@ -271,12 +281,70 @@ TypedOperatorHandle<Sig> OperatorHandle::typed() const {
   return TypedOperatorHandle<Sig>(entry_);
 }
 
+namespace detail {
+template <typename T>
+Value box_argument(const T& v) {
+  if constexpr (std::is_constructible_v<Value, const T&>) return Value(v);
+  else return Value(canon_value_t<T>(v));
+}
+}  // namespace detail
+
 // Calls an op by name: mt::call<Tensor>("triton_demo::silu", x). The handle is looked
-// up on every call; keep a typed handle for hot loops.
+// up on every call; keep a typed handle for hot loops. An arithmetic scalar converts to
+// the schema's type as in a call through a handle (mt::call<Tensor>("ns::scale", x, 2)
+// for a float argument), unless that loses value (2.5 for an int is an error).
 template <typename Ret, typename... Args>
 Ret call(std::string_view name, const Args&... args) {
-  auto op = dispatcher().find_or_throw(name).typed<Ret(const Args&...)>();
-  return op.call(args...);
+  OperatorHandle h = dispatcher().find_or_throw(name);
+  const detail::InferredSignature sig = detail::infer_signature<Ret, const Args&...>();
+  if (sig.matches(h.schema())) [[likely]]
+    return TypedOperatorHandle<Ret(const Args&...)>(h.entry()).call(args...);
+  Stack s;
+  s.reserve(sizeof...(Args));
+  (s.push_back(detail::box_argument(args)), ...);
+  detail::convert_call_arguments(*h.entry(), sig, &s);
+  h.call_boxed(&s);
+  return detail::pop_returns<Ret>(&s);
+}
+
+// A kernel of an op as a callable (torch.library.get_kernel): the one its table holds for
+// `key` now, called directly, below any key above it. Keeps the kernel alive.
+template <typename Sig>
+class KernelHandle;
+template <typename Ret, typename... Args>
+class KernelHandle<Ret(Args...)> {
+ public:
+  KernelHandle(OperatorHandle op, DispatchKey key, KernelFunction k)
+      : op_(op), key_(key), kernel_(std::move(k)) {}
+  Ret operator()(detail::canon_t<Args>... args) const {
+    const DispatchKeySet ks = detail::call_keys(args...).below(key_).add(key_);
+    if (kernel_.has_unboxed()) return kernel_.template call_unboxed<Ret, Args...>(ks, args...);
+    Stack s;
+    s.reserve(sizeof...(Args));
+    (s.emplace_back(args), ...);
+    kernel_.call_boxed(op_, ks, &s);
+    return detail::pop_returns<Ret>(&s);
+  }
+  DispatchKey key() const { return key_; }
+
+ private:
+  OperatorHandle op_;
+  DispatchKey key_;
+  KernelFunction kernel_;
+};
+
+// get_kernel<Tensor(const Tensor&)>("ns::op", DispatchKey::CPU): Sig is checked against
+// the schema; an op without a kernel for `key` is an error naming the keys it has.
+template <typename Sig>
+KernelHandle<Sig> get_kernel(std::string_view name, DispatchKey key) {
+  OperatorHandle h = dispatcher().find_or_throw(name);
+  (void)h.typed<Sig>();  // the signature check
+  return KernelHandle<Sig>(h, key, detail::computed_kernel(*h.entry(), key));
+}
+
+// Switches one key's kernels of an op off and on (Dispatcher::set_kernel_enabled).
+inline void set_kernel_enabled(std::string_view name, DispatchKey key, bool enabled) {
+  dispatcher().set_kernel_enabled(name, key, enabled);
 }
 
 }  // namespace mt

@@ -10,6 +10,7 @@ namespace mt {
 namespace detail {
 void install_autograd_fallback();  // autograd/function.cpp
 void install_trace_fallback();     // autograd/trace.cpp
+void install_opcheck_compile_test();  // kernels/compile/opcheck_compile.cpp
 }
 
 namespace ops {
@@ -38,6 +39,7 @@ namespace detail {
 void initialize_library() {
   install_autograd_fallback();
   install_trace_fallback();
+  install_opcheck_compile_test();
   ops::register_binary();
   ops::register_unary();
   ops::register_silu();

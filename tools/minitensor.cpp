@@ -1007,6 +1007,32 @@ int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --load LIB.so may come before or after the command (up to a "--"): taken out here, so
+  // that no command's parser sees it.
+  std::vector<std::string> load_first;
+  std::vector<char*> kept_args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") {
+      kept_args.insert(kept_args.end(), argv + i, argv + argc);
+      break;
+    }
+    if (a == "--load") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "minitensor: --load needs the path of a shared library of ops, "
+                             "e.g. minitensor --load ./libmyops.so ops\n");
+        return 2;
+      }
+      load_first.emplace_back(argv[++i]);
+    } else if (a.starts_with("--load=")) {
+      load_first.emplace_back(a.substr(7));
+    } else {
+      kept_args.push_back(argv[i]);
+    }
+  }
+  argc = int(kept_args.size());
+  kept_args.push_back(nullptr);
+  argv = kept_args.data();
   CLI::App app{"minitensor: a small tensor runtime with its own op dispatcher"};
   app.require_subcommand(1);
   app.set_version_flag("-V,--version", std::string("minitensor ") + MT_VERSION);
@@ -1016,7 +1042,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> load;
   app.add_option("--load", load,
                  "load a shared library of ops first (its MT_LIBRARY blocks register), e.g. "
-                 "minitensor --load ./libmyops.so ops; repeatable")
+                 "minitensor --load ./libmyops.so ops; before or after the command; repeatable")
       ->type_name("LIB.so");
   bool json = false;
   auto* doc = app.add_subcommand("doctor", "the build, the CPU, CUDA, NVRTC, the kernel cache, a SiLU check");
@@ -1164,6 +1190,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    for (const std::string& lib : load_first) load_library(lib);
     for (const std::string& lib : load) load_library(lib);
     bound_omp_threads();
     for (auto* o : {&silu_o, &matmul_o})

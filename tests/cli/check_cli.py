@@ -3,8 +3,10 @@
 """The minitensor command against bad arguments and hostile environments: exit codes,
 messages, and every --json output parsed by a JSON parser.
 
-Usage: check_cli.py PATH/TO/minitensor [USER_OPS.so USER_OPS_BROKEN.so] (a user's op
-library for --load, and the same with a block that fails: tests/cli/user_ops.cpp). Exit codes checked: 0 success, 1 an error,
+Usage: check_cli.py PATH/TO/minitensor [USER_OPS.so USER_OPS_BROKEN.so [DEFINES_ADD.so
+CTOR_THROWS.so BLOCK_THROWS_INT.so]] (a user's op library for --load, the same with a block
+that fails: tests/cli/user_ops.cpp; libraries that misbehave while they load:
+tests/load_probe.cpp). Exit codes checked: 0 success, 1 an error,
 2 a usage error (as `minitensor --help` documents)."""
 import json
 import os
@@ -16,6 +18,7 @@ import xml.etree.ElementTree as ET
 
 exe = sys.argv[1]
 user_ops, user_ops_broken = (sys.argv[2], sys.argv[3]) if len(sys.argv) > 3 else (None, None)
+probe_add, probe_ctor, probe_int = sys.argv[4:7] if len(sys.argv) > 6 else (None, None, None)
 failures = []
 cases = 0
 
@@ -215,7 +218,7 @@ with tempfile.TemporaryDirectory() as scratch:
     if user_ops:
         _, out, _ = expect("--load LIB ops lists the user's op", ["--load", user_ops, "ops", "--namespace", "user_ops"],
                            0, stdout_has="user_ops::twice(Tensor x) -> Tensor")
-        check("--load LIB ops lists only that namespace", out.count("\n") == 1, out)
+        check("--load LIB ops lists only that namespace (its two ops)", out.count("\n") == 2, out)
         expect("--load LIB dump shows the user's op and its CPU kernel", ["--load", user_ops, "dump", "user_ops::twice"],
                0, stdout_has="tests/cli/user_ops.cpp")
         ops = expect_json("--load LIB ops --json", ["--load", user_ops, "ops", "--json"])
@@ -233,7 +236,29 @@ with tempfile.TemporaryDirectory() as scratch:
                           "tests/cli/user_ops.cpp:")
         _, _, err = run(["--load", user_ops_broken, "ops"])
         check("the failure says what was wrong", "bad_schema" in err, err)
-        expect("--load without a path is a usage error", ["--load"], 2)
+        expect("--load without a path is a usage error", ["--load"], 2,
+               stderr_has="--load needs the path of a shared library of ops")
+        expect("--load after the command works too", ["ops", "--namespace", "user_ops", "--load", user_ops],
+               0, stdout_has="user_ops::scale(Tensor x, float alpha) -> Tensor")
+        expect("--load=LIB after a nested command", ["dump", "user_ops::scale", "--load=" + user_ops], 0,
+               stdout_has="Autograd: kernel registered at tests/cli/user_ops.cpp:")
+        _, out, _ = run(["--load", user_ops, "dump", "user_ops::scale"])
+        check("the user's op has a CPU, a Fake and an Autograd kernel from its .so",
+              all(f"{k}: " in out for k in ("CPU", "Fake", "Autograd")) and out.count("tests/cli/user_ops.cpp:") >= 4,
+              out)
+    if probe_add:
+        # Before the dispatcher's first use (the command loads first): the built-in ops register
+        # before the library's block, which then fails; every op works after.
+        _, _, err = expect("--load a library that defines mt::add fails in its block", ["--load", probe_add, "demo"], 1,
+                           stderr_has="[def] 'mt::add' is already defined (at kernels/ops/binary.cpp:")
+        check("... as a load_library error (before, the load passed and the built-ins failed)",
+              f"[load_library] '{probe_add}' loaded, but 1 of its library blocks failed" in err, err)
+        expect("--load a library whose static constructor throws: an error, not an abort",
+               ["--load", probe_ctor, "ops"], 1,
+               stderr_has="was not loaded: a static initializer of it failed")
+        expect("--load a library whose block throws a non-std::exception: an error",
+               ["--load", probe_int, "ops"], 1,
+               stderr_has="it threw something that is not a std::exception")
 
 print(f"cli: {cases} cases, {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
 sys.exit(1 if failures else 0)
