@@ -246,3 +246,57 @@ TEST_SUITE("pointwise_op") {
     CHECK(max_diff(c({x})[0], fn({x})[0]) < 1e-6);
   }
 }
+
+TEST_SUITE("tile evaluator") {
+  TEST_CASE("tile evaluator: every row's forward, float and double, every tail length") {
+    // Note [Tile evaluation]: per-node loops over a tile, constants filled once, outputs
+    // written in place; each length from 1 to past a tile, against the row's float64 functor.
+    for (const ew::Row& r : ew::kRows) {
+      if (!r.f64) continue;
+      CAPTURE(r.name);
+      const ex::Program& p = ops::row_forward(r.fn);
+      const double s = 0.75;
+      const int64_t n = ex::kChunk + 3;
+      std::vector<double> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        x[size_t(i)] = r.positive() ? 0.1 + 0.01 * double(i % 97) : -2.0 + 0.037 * double(i % 113);
+        y[size_t(i)] = 0.5 + 0.013 * double(i % 89);
+        want[size_t(i)] = r.f64(x[size_t(i)], y[size_t(i)], s);
+      }
+      std::vector<float> xf(x.begin(), x.end()), yf(y.begin(), y.end());
+      const double sd[] = {s};
+      const float sf[] = {float(s)};
+      ex::TileEvaluator<double> ed(p, sd);
+      ex::TileEvaluator<float> ef(p, sf);
+      for (int64_t len : {int64_t(1), int64_t(7), int64_t(16), int64_t(255), ex::kChunk - 1, ex::kChunk}) {
+        std::vector<double> od(size_t(len));
+        std::vector<float> of(size_t(len));
+        const double* ind[] = {x.data(), y.data()};
+        const float* inf[] = {xf.data(), yf.data()};
+        double* outd[] = {od.data()};
+        float* outf[] = {of.data()};
+        ed.run(ind, outd, len);
+        ef.run(inf, outf, len);
+        for (int64_t i = 0; i < len; ++i) {
+          CHECK(close(od[size_t(i)], want[size_t(i)], 1e-12));
+          CHECK(close(double(of[size_t(i)]), want[size_t(i)], 2e-6));
+        }
+      }
+    }
+  }
+
+  TEST_CASE("tile evaluator: shared temporaries, two outputs, an output that is an input") {
+    const ex::Program p = ex::parse("t", "t = x * y; a = t + 1; b = t * t; c = x;", {"x", "y"}, {},
+                                    {"a", "b", "c"}, false);
+    std::vector<float> x = {1, 2, 3, 4, 5}, y = {2, 2, 2, 2, 2}, a(5), b(5), c(5);
+    const float* in[] = {x.data(), y.data()};
+    float* out[] = {a.data(), b.data(), c.data()};
+    ex::TileEvaluator<float> ev(p, nullptr);
+    ev.run(in, out, 5);
+    for (size_t i = 0; i < 5; ++i) {
+      CHECK(a[i] == x[i] * 2 + 1);
+      CHECK(b[i] == x[i] * 2 * x[i] * 2);
+      CHECK(c[i] == x[i]);
+    }
+  }
+}

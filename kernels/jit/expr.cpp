@@ -2,11 +2,13 @@
 #include "kernels/jit/expr.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <map>
 
+#include "kernels/cpu/vec_exp.h"
 #include "runtime/error.h"
 
 namespace mt::jit::expr {
@@ -612,82 +614,126 @@ std::string cuda_body(const Program& p) {
   return s;
 }
 
-namespace {
+
+// Note [Tile evaluation]
+// On the CPU a program runs tile by tile (kChunk elements): each node is one tight loop
+// over the tile into a buffer of its own that stays in cache, so a chain of ops makes one
+// pass over memory instead of one a op. Constants and scalars are filled once per
+// evaluator, not per tile; an input is read in place; a node that only an output reads is
+// computed straight into that output. The loops are plain (`omp simd`: the compiler
+// vectorizes them), the function calls switch once per tile, not per element, and float
+// exp and sigmoid use the library's vector loops (kernels/cpu/vec_exp.h, AVX-512 where the
+// CPU has it). TileEvaluator is per thread: it owns its buffers.
+
+#define MT_EXPR_SIMD _Pragma("omp simd")
 
 template <typename C>
-C call(Fn f, C x, C y) {
-  switch (f) {
-    case Fn::Exp: return std::exp(x);
-    case Fn::Log: return std::log(x);
-    case Fn::Sqrt: return std::sqrt(x);
-    case Fn::Rsqrt: return C(1) / std::sqrt(x);
-    case Fn::Tanh: return std::tanh(x);
-    case Fn::Sin: return std::sin(x);
-    case Fn::Cos: return std::cos(x);
-    case Fn::Abs: return std::fabs(x);
-    case Fn::Erf: return std::erf(x);
-    case Fn::Floor: return std::floor(x);
-    case Fn::Ceil: return std::ceil(x);
-    case Fn::Log1p: return std::log1p(x);
-    case Fn::Expm1: return std::expm1(x);
-    case Fn::Sigmoid: return C(1) / (C(1) + std::exp(-x));
-    case Fn::Max: return std::fmax(x, y);
-    case Fn::Min: return std::fmin(x, y);
-    case Fn::Pow: return std::pow(x, y);
-    case Fn::Sign: return x > C(0) ? C(1) : x < C(0) ? C(-1) : C(x * C(0));
-    case Fn::Relu: return x < C(0) ? C(0) : x;
+TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) : p_(&p) {
+  const size_t nodes = p.nodes.size();
+  std::vector<int> uses(nodes, 0);
+  for (const Node& nd : p.nodes)
+    for (int k : {nd.a, nd.b, nd.c})
+      if (k >= 0) ++uses[size_t(k)];
+  out_of_.assign(nodes, -1);
+  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
+    const int o = p.output_nodes[k];
+    const Op op = p.nodes[size_t(o)].op;
+    const bool leaf = op == Op::Const || op == Op::Input || op == Op::Scalar;
+    // straight into the output when nothing else reads the node and no other output is it
+    if (!leaf && uses[size_t(o)] == 0 &&
+        std::count(p.output_nodes.begin(), p.output_nodes.end(), o) == 1)
+      out_of_[size_t(o)] = int(k);
   }
-  return x;
+  buf_.assign(nodes * size_t(kChunk), C(0));
+  val_.assign(nodes, nullptr);
+  for (size_t i = 0; i < nodes; ++i) {
+    const Node& nd = p.nodes[i];
+    C* r = buf_.data() + i * size_t(kChunk);
+    if (nd.op == Op::Const) std::fill(r, r + kChunk, C(nd.value));
+    if (nd.op == Op::Scalar) std::fill(r, r + kChunk, s[nd.index]);
+  }
 }
 
-}  // namespace
+template <typename C>
+void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
+  const Program& p = *p_;
+  const size_t nodes = p.nodes.size();
+  for (size_t i = 0; i < nodes; ++i) {
+    const Node& nd = p.nodes[i];
+    C* r = out_of_[i] >= 0 ? out[out_of_[i]] : buf_.data() + i * size_t(kChunk);
+    val_[i] = r;
+    const C* a = nd.a >= 0 ? val_[size_t(nd.a)] : nullptr;
+    const C* b = nd.b >= 0 ? val_[size_t(nd.b)] : nullptr;
+    const C* c = nd.c >= 0 ? val_[size_t(nd.c)] : nullptr;
+#define MT_EXPR_LOOP(expr) \
+  MT_EXPR_SIMD for (int64_t j = 0; j < n; ++j) r[j] = (expr);
+    switch (nd.op) {
+      case Op::Const: case Op::Scalar: break;  // filled once
+      case Op::Input: val_[i] = in[nd.index]; break;
+      case Op::Neg: MT_EXPR_LOOP(C(-a[j])); break;
+      case Op::Not: MT_EXPR_LOOP(C(a[j] == C(0))); break;
+      case Op::Add: MT_EXPR_LOOP(C(a[j] + b[j])); break;
+      case Op::Sub: MT_EXPR_LOOP(C(a[j] - b[j])); break;
+      case Op::Mul: MT_EXPR_LOOP(C(a[j] * b[j])); break;
+      case Op::Div: MT_EXPR_LOOP(C(a[j] / b[j])); break;
+      case Op::Lt: MT_EXPR_LOOP(C(a[j] < b[j])); break;
+      case Op::Le: MT_EXPR_LOOP(C(a[j] <= b[j])); break;
+      case Op::Gt: MT_EXPR_LOOP(C(a[j] > b[j])); break;
+      case Op::Ge: MT_EXPR_LOOP(C(a[j] >= b[j])); break;
+      case Op::Eq: MT_EXPR_LOOP(C(a[j] == b[j])); break;
+      case Op::Ne: MT_EXPR_LOOP(C(a[j] != b[j])); break;
+      case Op::And: MT_EXPR_LOOP(C(a[j] != C(0) && b[j] != C(0))); break;
+      case Op::Or: MT_EXPR_LOOP(C(a[j] != C(0) || b[j] != C(0))); break;
+      case Op::Select: MT_EXPR_LOOP(a[j] != C(0) ? b[j] : c[j]); break;
+      case Op::Call:
+        switch (nd.fn) {
+          case Fn::Exp:
+            if constexpr (std::is_same_v<C, float>) cpu::exp_f32_loop(r, a, n);
+            else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(a[j]);
+            break;
+          case Fn::Sigmoid:
+            if constexpr (std::is_same_v<C, float>) cpu::sigmoid_f32_loop(r, a, n);
+            else for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-a[j]));
+            break;
+          case Fn::Log: for (int64_t j = 0; j < n; ++j) r[j] = std::log(a[j]); break;
+          case Fn::Sqrt: MT_EXPR_LOOP(std::sqrt(a[j])); break;
+          case Fn::Rsqrt: MT_EXPR_LOOP(C(1) / std::sqrt(a[j])); break;
+          case Fn::Tanh: for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(a[j]); break;
+          case Fn::Sin: for (int64_t j = 0; j < n; ++j) r[j] = std::sin(a[j]); break;
+          case Fn::Cos: for (int64_t j = 0; j < n; ++j) r[j] = std::cos(a[j]); break;
+          case Fn::Abs: MT_EXPR_LOOP(std::fabs(a[j])); break;
+          case Fn::Erf: for (int64_t j = 0; j < n; ++j) r[j] = std::erf(a[j]); break;
+          case Fn::Floor: MT_EXPR_LOOP(std::floor(a[j])); break;
+          case Fn::Ceil: MT_EXPR_LOOP(std::ceil(a[j])); break;
+          case Fn::Log1p: for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(a[j]); break;
+          case Fn::Expm1: for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(a[j]); break;
+          case Fn::Max: MT_EXPR_LOOP(std::fmax(a[j], b[j])); break;
+          case Fn::Min: MT_EXPR_LOOP(std::fmin(a[j], b[j])); break;
+          case Fn::Pow: for (int64_t j = 0; j < n; ++j) r[j] = std::pow(a[j], b[j]); break;
+          case Fn::Sign:
+            MT_EXPR_LOOP(a[j] > C(0) ? C(1) : a[j] < C(0) ? C(-1) : C(a[j] * C(0)));
+            break;
+          case Fn::Relu: MT_EXPR_LOOP(a[j] < C(0) ? C(0) : a[j]); break;
+        }
+        break;
+    }
+#undef MT_EXPR_LOOP
+  }
+  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
+    const C* r = val_[size_t(p.output_nodes[k])];
+    if (r != out[k]) std::copy(r, r + n, out[k]);
+  }
+}
 
 template <typename C>
 void eval_chunk(const Program& p, const C* const* in, C* const* out, const C* s, int64_t n,
-                std::vector<C>& scratch) {
-  const size_t nodes = p.nodes.size();
-  scratch.resize(nodes * size_t(kChunk));
-  std::vector<const C*> val(nodes);
-  for (size_t i = 0; i < nodes; ++i) {
-    const Node& nd = p.nodes[i];
-    C* r = scratch.data() + i * size_t(kChunk);
-    val[i] = r;
-    const C* a = nd.a >= 0 ? val[size_t(nd.a)] : nullptr;
-    const C* b = nd.b >= 0 ? val[size_t(nd.b)] : nullptr;
-    const C* c = nd.c >= 0 ? val[size_t(nd.c)] : nullptr;
-    auto each = [&](auto f) {
-      for (int64_t j = 0; j < n; ++j) r[j] = f(j);
-    };
-    switch (nd.op) {
-      case Op::Const: each([&](int64_t) { return C(nd.value); }); break;
-      case Op::Input: val[i] = in[nd.index]; break;
-      case Op::Scalar: each([&](int64_t) { return s[nd.index]; }); break;
-      case Op::Neg: each([&](int64_t j) { return C(-a[j]); }); break;
-      case Op::Not: each([&](int64_t j) { return C(a[j] == C(0)); }); break;
-      case Op::Add: each([&](int64_t j) { return C(a[j] + b[j]); }); break;
-      case Op::Sub: each([&](int64_t j) { return C(a[j] - b[j]); }); break;
-      case Op::Mul: each([&](int64_t j) { return C(a[j] * b[j]); }); break;
-      case Op::Div: each([&](int64_t j) { return C(a[j] / b[j]); }); break;
-      case Op::Lt: each([&](int64_t j) { return C(a[j] < b[j]); }); break;
-      case Op::Le: each([&](int64_t j) { return C(a[j] <= b[j]); }); break;
-      case Op::Gt: each([&](int64_t j) { return C(a[j] > b[j]); }); break;
-      case Op::Ge: each([&](int64_t j) { return C(a[j] >= b[j]); }); break;
-      case Op::Eq: each([&](int64_t j) { return C(a[j] == b[j]); }); break;
-      case Op::Ne: each([&](int64_t j) { return C(a[j] != b[j]); }); break;
-      case Op::And: each([&](int64_t j) { return C(a[j] != C(0) && b[j] != C(0)); }); break;
-      case Op::Or: each([&](int64_t j) { return C(a[j] != C(0) || b[j] != C(0)); }); break;
-      case Op::Select: each([&](int64_t j) { return a[j] != C(0) ? b[j] : c[j]; }); break;
-      case Op::Call:
-        each([&](int64_t j) { return call<C>(nd.fn, a[j], b ? b[j] : C(0)); });
-        break;
-    }
-  }
-  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
-    const C* r = val[size_t(p.output_nodes[k])];
-    std::copy(r, r + n, out[k]);
-  }
+                std::vector<C>&) {
+  TileEvaluator<C> ev(p, s);
+  ev.run(in, out, n);
 }
 
+template class TileEvaluator<float>;
+template class TileEvaluator<double>;
 template void eval_chunk<float>(const Program&, const float* const*, float* const*, const float*,
                                 int64_t, std::vector<float>&);
 template void eval_chunk<double>(const Program&, const double* const*, double* const*,

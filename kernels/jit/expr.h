@@ -57,9 +57,25 @@ std::string cuda_body(const Program& p);
 
 // Evaluates p over n elements (n <= kChunk) in compute type C (float or double):
 // in[k][i] -> out[k][i]; s: the scalars, converted to C.
-inline constexpr int64_t kChunk = 256;
+inline constexpr int64_t kChunk = 1024;
 template <typename C>
 void eval_chunk(const Program& p, const C* const* in, C* const* out, const C* s, int64_t n,
                 std::vector<C>& scratch);
+
+// The same, for many tiles: made once per thread (constants and scalars filled once, the
+// tile buffers its own), then run(in, out, n) per tile of n <= kChunk elements.
+// Note [Tile evaluation] in expr.cpp.
+template <typename C>
+class TileEvaluator {
+ public:
+  TileEvaluator(const Program& p, const C* s);
+  void run(const C* const* in, C* const* out, int64_t n);
+
+ private:
+  const Program* p_;
+  std::vector<C> buf_;        // kChunk values a node
+  std::vector<const C*> val_; // each node's values in the current tile
+  std::vector<int> out_of_;   // the output a node is written into directly, or -1
+};
 
 }  // namespace mt::jit::expr

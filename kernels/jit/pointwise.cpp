@@ -240,9 +240,9 @@ void run_cpu(const expr::Program& p, std::span<const Tensor> inputs, std::span<c
       std::array<C, kMaxScalars> s{};
       for (size_t k = 0; k < scalars.size(); ++k) s[k] = C(scalars[k]);
       const int64_t chunks = (n + expr::kChunk - 1) / expr::kChunk;
-#pragma omp parallel if (chunks > 64)
+#pragma omp parallel if (chunks > 16)
       {
-        std::vector<C> scratch;
+        expr::TileEvaluator<C> ev(p, s.data());
         std::vector<const C*> ic(ip.size());
         std::vector<C*> oc(op.size());
 #pragma omp for schedule(static)
@@ -250,7 +250,7 @@ void run_cpu(const expr::Program& p, std::span<const Tensor> inputs, std::span<c
           const int64_t begin = c * expr::kChunk, len = std::min(expr::kChunk, n - begin);
           for (size_t k = 0; k < ip.size(); ++k) ic[k] = ip[k] + begin;
           for (size_t k = 0; k < op.size(); ++k) oc[k] = op[k] + begin;
-          expr::eval_chunk<C>(p, ic.data(), oc.data(), s.data(), len, scratch);
+          ev.run(ic.data(), oc.data(), len);
         }
       }
     }
