@@ -377,3 +377,41 @@ TEST_CASE("rand: float16 and bfloat16 draws stay below 1") {
     CHECK(*std::min_element(v.begin(), v.end()) >= 0.0f);
   }
 }
+
+// ---- backward after an Autograd fallthrough --------------------------------------------
+
+namespace {
+// A CPU kernel that computes without recording (as a kernel of raw loops does).
+Tensor twice_cpu(const Tensor& x) { return mul(x.detach(), 2.0); }
+}  // namespace
+
+TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names it, with file:line") {
+  Library def(Library::Kind::Def, "test_dropped");
+  def.def("twice(Tensor x) -> Tensor");
+  def.impl("twice", DispatchKey::CPU, twice_cpu);
+  auto twice = dispatcher().find_or_throw("test_dropped::twice").typed<Tensor(const Tensor&)>();
+  const Tensor x = ones({3}).requires_grad_();
+  const std::string plain =
+      "[backward] the tensor does not require grad and has no grad_fn: nothing it was computed "
+      "from requires grad. Call .requires_grad_() on the leaves before the forward pass, and do "
+      "not run it under NoGradGuard";
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+  {
+    Library skip(Library::Kind::Impl, "test_dropped", DispatchKey::Autograd);
+    const int line = __LINE__ + 1;
+    skip.impl("twice", fallthrough());
+    const Tensor y = twice(x);  // x requires grad; y has no history
+    CHECK_FALSE(y.requires_grad());
+    // Before: the plain message, telling the user to call .requires_grad_(), which x has.
+    CHECK(error_of([&] { backward(sum(y)); }) ==
+          fmt::format("[backward] the tensor does not require grad and has no grad_fn. If it was "
+                      "computed through test_dropped::twice (a fallthrough registered at "
+                      "tests/test_hardening_misc.cpp:{}), its history was dropped there: a "
+                      "fallthrough at Autograd records no tape node (register an autograd "
+                      "formula with register_autograd instead). Otherwise nothing it was "
+                      "computed from requires grad: call .requires_grad_() on the leaves before "
+                      "the forward pass, and do not run it under NoGradGuard",
+                      line));
+  }
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);  // the fallthrough is gone
+}
