@@ -179,13 +179,42 @@ Tensor default_grad(const Tensor& out, const Tensor& given, const char* op) {
   return ones_like(out);
 }
 
+// The ops whose Autograd entry is now a fallthrough, each with where it was registered: a
+// call of one with inputs that require grad goes straight below Autograd and leaves its
+// outputs without history.
+std::vector<std::string> autograd_fallthroughs() {
+  std::vector<std::string> out;
+  const size_t k = size_t(DispatchKey::Autograd);
+  for (const OperatorName& n : dispatcher().all_ops()) {
+    const std::optional<OperatorHandle> h = dispatcher().find(n.str());
+    if (!h) continue;
+    const DispatchTable& t = h->entry()->table();
+    if (t.origin[k] != 0 && t.kernels[k].kind() == KernelFunction::Kind::Fallthrough)
+      out.push_back(fmt::format("{} (a fallthrough {}registered at {})", n.str(),
+                                t.origin[k] == 2 ? "fallback " : "", t.debug[k]));
+  }
+  return out;
+}
+
 void check_root(const Tensor& out, const char* op) {
   MT_CHECK(out.defined(), "[{}] the output tensor is undefined", op);
-  MT_CHECK(out.requires_grad(),
-           "[{}] the tensor does not require grad and has no grad_fn: nothing it was computed "
-           "from requires grad. Call .requires_grad_() on the leaves before the forward pass, "
-           "and do not run it under NoGradGuard",
-           op);
+  if (out.requires_grad()) return;
+  // Inputs that require grad lose their history through an Autograd fallthrough: name it
+  // rather than tell the user to call .requires_grad_(), which they may have done.
+  const std::vector<std::string> dropping = autograd_fallthroughs();
+  if (!dropping.empty())
+    MT_ERROR(
+        "[{}] the tensor does not require grad and has no grad_fn. If it was computed through "
+        "{}, its history was dropped there: a fallthrough at Autograd records no tape node "
+        "(register an autograd formula with register_autograd instead). Otherwise nothing it "
+        "was computed from requires grad: call .requires_grad_() on the leaves before the "
+        "forward pass, and do not run it under NoGradGuard",
+        op, fmt::join(dropping, ", or "));
+  MT_ERROR(
+      "[{}] the tensor does not require grad and has no grad_fn: nothing it was computed "
+      "from requires grad. Call .requires_grad_() on the leaves before the forward pass, "
+      "and do not run it under NoGradGuard",
+      op);
 }
 
 }  // namespace

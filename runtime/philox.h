@@ -11,9 +11,12 @@
 // (key = {low 32 bits, high 32 bits}), so two seeds are two different permutations, not
 // shifted copies of one stream, and gives element i of a draw the counter
 // {low 32, high 32 of (offset + i), 0, 0}, where offset is the generator's position
-// (Generator::advance reserves one counter an element). Element i of rand takes the 53
-// high bits of the first 64 output bits; element i of randn takes a uniform from each
-// 64-bit half and makes one normal by Box-Muller. So a value depends only on (seed,
+// (Generator::advance reserves one counter an element). Element i of rand takes as many
+// high bits of the first 64 output bits as its dtype has significand bits (53 float64, 24
+// float32, 11 float16, 8 bfloat16: philox_uniform_bits), so the value is exact in the dtype
+// and below 1 (rounding 53 bits to nearest made 1.0 about 261 times a million in float16);
+// element i of randn takes a 53-bit uniform from each 64-bit half and makes one normal by
+// Box-Muller. So a value depends only on (seed,
 // offset + i): the CPU and the GPU draw the same numbers whatever the launch shape. The
 // known-answer vectors of the Random123 distribution are checked in tests/test_runtime.cpp.
 #pragma once
@@ -55,10 +58,25 @@ MT_PHILOX_FN Philox4x32 philox_block(unsigned long long seed, unsigned long long
                        (unsigned int)seed, (unsigned int)(seed >> 32));
 }
 
-// A double in [0, 1) from two output words: their 53 high bits times 2^-53.
+// A double in [0, 1) from two output words: their `bits` (1 to 53) high bits times
+// 2^-bits, so exact in any floating type of at least `bits` significand bits: converting it
+// to that type never rounds it up to 1.
+MT_PHILOX_FN double philox_uniform(unsigned int lo, unsigned int hi, int bits) {
+  const unsigned long long word = ((unsigned long long)hi << 32) | lo;
+  return double(word >> (64 - bits)) / double(1ull << bits);
+}
+
+// The 53-bit uniform of randn (and of rand in float64).
 MT_PHILOX_FN double philox_uniform01(unsigned int lo, unsigned int hi) {
-  const unsigned long long bits = ((unsigned long long)hi << 32) | lo;
-  return double(bits >> 11) * (1.0 / 9007199254740992.0);
+  return philox_uniform(lo, hi, 53);
+}
+
+// The significand bits of the floating types rand fills, by their size in bytes and, for
+// two bytes, whether the type is bfloat16 (8 bits) or float16 (11): the bits of
+// philox_uniform for rand in that type, on the CPU (runtime/tensor.cpp) and the GPU
+// (kernels/cuda/random.cu) alike.
+MT_PHILOX_FN int philox_uniform_bits(int bytes, bool bfloat16) {
+  return bytes == 8 ? 53 : bytes == 4 ? 24 : bfloat16 ? 8 : 11;
 }
 
 }  // namespace mt

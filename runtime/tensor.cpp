@@ -445,9 +445,12 @@ Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
     base = g.advance(uint64_t(checked_numel(shape, "rand")));
   }
   if (Tensor t = device_random(shape, opts, seed, base, false); t.defined()) return t;
+  // As many bits as the dtype holds, so the value stays below 1 (Note [The random stream]).
+  const int bits =
+      philox_uniform_bits(int(dtype_size(opts.dtype)), opts.dtype == DType::BFloat16);
   return generate(shape, opts, "rand", [&](int64_t i) {
     const Philox4x32 r = philox_block(seed, base + uint64_t(i));
-    return philox_uniform01(r.v[0], r.v[1]);
+    return philox_uniform(r.v[0], r.v[1], bits);
   });
 }
 

@@ -60,6 +60,8 @@ using ::mt::kMaxKernelDims;
 using ::mt::kMaxKernelOperands;
 using ::mt::philox_block;
 using ::mt::philox_uniform01;
+using ::mt::philox_uniform;
+using ::mt::philox_uniform_bits;
 using ::mt::Philox4x32;
 using ::mt::StridedLayout;
 using ::mt::ForeachTable;
@@ -1492,6 +1494,24 @@ TEST_SUITE("jit") {
     emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] { emu::random_normal<double>(dz.data(), n, 1234, n); });
     CHECK(du == u.to_vector<double>());
     CHECK(dz == z.to_vector<double>());
+  }
+
+  TEST_CASE_TEMPLATE("jit emu: rand's kernel draws the host's values in every float dtype, below 1",
+                     T, float, mt::Half, mt::BFloat16) {
+    // The kernel and the host take philox_uniform's bits for the dtype (runtime/philox.h).
+    const int64_t n = 4096;
+    const DType dt = std::is_same_v<T, float>       ? DType::Float32
+                     : std::is_same_v<T, mt::Half> ? DType::Float16
+                                                   : DType::BFloat16;
+    mt::Generator g(99);
+    const std::vector<T> host = mt::rand({n}, {.dtype = dt}, &g).to_vector<T>();
+    HostArray<T> dev(size_t(n), T(0.0f));
+    emu::launch(LaunchShape{{2, 1, 1}, {64, 1, 1}},
+                [&] { emu::random_uniform<emu_t<T>>(as_emu(dev.data()), n, 99, 0); });
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(same_value(dev[size_t(i)], host[size_t(i)]));
+      CHECK(float(host[size_t(i)]) < 1.0f);
+    }
   }
 
   TEST_CASE_TEMPLATE("jit emu: fill writes every element of a contiguous or strided tensor", T,

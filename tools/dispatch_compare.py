@@ -22,8 +22,8 @@ import statistics
 import subprocess
 import sys
 
-# minitensor's row names (bench dispatch --json) -> bench_libtorch's keys, and what the
-# libtorch side of each row is.
+# minitensor's row labels (bench dispatch's table), the key both sides' JSON uses (bench
+# dispatch --json, bench_libtorch), and what the libtorch side of each row is.
 DISPATCH_ROWS = [
     ("direct C++ call of the no-op kernel", "direct", "direct call"),
     ("unboxed dispatch, CPU kernel only", "dispatch", "op.call, autograd fallback in the path"),
@@ -53,9 +53,8 @@ def main_dispatch(args, torch_version="?"):
                              capture_output=True, text=True).stdout
         doc = json.loads(out)
         pairs, loop_ms = doc["pairs"], doc["loop_ms"]
-        label = {key: mt_name for mt_name, key, _ in DISPATCH_ROWS if mt_name}
         for rnd in doc["rounds"]:
-            mt_runs.append({label[k]: v["minitensor"] for k, v in rnd.items()})
+            mt_runs.append({k: v["minitensor"] for k, v in rnd.items()})
             lt_runs.append({k: v["libtorch"] for k, v in rnd.items()})
             ratio_runs.append({k: v["ratio"] for k, v in rnd.items()})
     for r in range(0 if args.interleaved else args.rounds):
@@ -82,7 +81,7 @@ def main_dispatch(args, torch_version="?"):
         if key not in lt_runs[0]:
             continue  # the interleaved form times only the rows both sides have
         lt = [run[key] for run in lt_runs]
-        mt = [run[mt_name] for run in mt_runs] if mt_name else None
+        mt = [run[key] for run in mt_runs] if mt_name else None
         ratios = None
         if mt:
             ratios = ([run[key] for run in ratio_runs] if ratio_runs

@@ -59,64 +59,73 @@ void print_json(const Json& j) {
 
 // ---- doctor ----------------------------------------------------------------------------
 
+// Each line of doctor: a stable identifier (the --json key), the label the table shows, the value.
+struct DoctorLine {
+  std::string key, label, value;
+};
+
 int doctor(bool json) {
-  std::vector<std::pair<std::string, std::string>> kv;
-  kv.emplace_back("version", MT_VERSION);
-  kv.emplace_back("compiler", __VERSION__);
+  std::vector<DoctorLine> kv;
+  kv.push_back({"version", "version", MT_VERSION});
+  kv.push_back({"compiler", "compiler", __VERSION__});
 #ifdef MT_HAVE_CUDA
-  kv.emplace_back("cuda backend", "built (driver and NVRTC loaded at run time)");
+  kv.push_back({"cuda_backend", "cuda backend", "built (driver and NVRTC loaded at run time)"});
 #elif defined(MT_CUDA_DISABLED)
-  kv.emplace_back("cuda backend", "not built (configured with -Dcuda=disabled)");
+  kv.push_back({"cuda_backend", "cuda backend", "not built (configured with -Dcuda=disabled)"});
 #else
-  kv.emplace_back("cuda backend", "not built (no cuda.h/nvrtc.h at configure time)");
+  kv.push_back({"cuda_backend", "cuda backend", "not built (no cuda.h/nvrtc.h at configure time)"});
 #endif
-  kv.emplace_back("cpu", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency()));
+  kv.push_back({"cpu", "cpu", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())});
   bool cuda_ok = cuda::is_available();
-  kv.emplace_back("cuda driver", cuda_ok ? fmt::format("found, {} device(s), driver {}", cuda::device_count(), cuda::driver_version())
-                                         : "unavailable: " + cuda::unavailable_reason());
+  kv.push_back({"cuda_driver", "cuda driver",
+                cuda_ok ? fmt::format("found, {} device(s), driver {}", cuda::device_count(), cuda::driver_version())
+                        : "unavailable: " + cuda::unavailable_reason()});
   for (int i = 0; cuda_ok && i < cuda::device_count(); ++i) {
     const auto& p = cuda::device_props(i);
-    kv.emplace_back(fmt::format("cuda:{}", i), fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB", p.name, p.major, p.minor,
-                                                          p.sm_count, double(p.total_memory) / (1 << 30)));
+    kv.push_back({fmt::format("cuda_{}", i), fmt::format("cuda:{}", i),
+                  fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB", p.name, p.major, p.minor, p.sm_count,
+                              double(p.total_memory) / (1 << 30))});
   }
   if (jit::nvrtc_available()) {
     jit::NvrtcVersion v = jit::nvrtc_version();
     std::vector<std::string> archs;
     for (int a : jit::nvrtc_supported_archs()) archs.push_back(fmt::format("sm_{}", a));
-    kv.emplace_back("nvrtc", fmt::format("{}.{} at {}; archs {}", v.major, v.minor, jit::nvrtc_library_path(), fmt::join(archs, " ")));
+    kv.push_back({"nvrtc", "nvrtc",
+                  fmt::format("{}.{} at {}; archs {}", v.major, v.minor, jit::nvrtc_library_path(), fmt::join(archs, " "))});
   } else {
-    kv.emplace_back("nvrtc", "unavailable: " + jit::nvrtc_unavailable_reason());
+    kv.push_back({"nvrtc", "nvrtc", "unavailable: " + jit::nvrtc_unavailable_reason()});
   }
   try {
     auto& cache = jit::kernel_cache();
-    kv.emplace_back("kernel cache", cache.disk_enabled()
+    kv.push_back({"kernel_cache", "kernel cache", cache.disk_enabled()
                                         ? fmt::format("{} ({} entries, {:.1f} MiB of {} MiB)", cache.config().dir, cache.list().size(),
                                                       double(cache.disk_bytes()) / (1 << 20), cache.config().max_bytes >> 20)
-                                        : std::string("memory only (MT_KERNEL_CACHE=0)"));
+                                        : std::string("memory only (MT_KERNEL_CACHE=0)")});
   } catch (const Error& e) {
-    kv.emplace_back("kernel cache", std::string("error: ") + e.what());
+    kv.push_back({"kernel_cache", "kernel cache", std::string("error: ") + e.what()});
   }
   // A tiny SiLU on every device, checked against the CPU.
   Tensor x = linspace(-4, 4, 33);
   Tensor ref = silu(x);
-  kv.emplace_back("silu on cpu", "ok");
+  kv.push_back({"silu_cpu", "silu on cpu", "ok"});
   bool all_ok = true;
   for (int i = 0; cuda_ok && i < cuda::device_count(); ++i) {
     try {
       double d = max_abs_diff(silu(x.to(Device(DeviceType::CUDA, i))).cpu(), ref);
-      kv.emplace_back(fmt::format("silu on cuda:{}", i), fmt::format("max |diff| vs cpu {:.2g}: {}", d, d < 1e-5 ? "ok" : "MISMATCH"));
+      kv.push_back({fmt::format("silu_cuda_{}", i), fmt::format("silu on cuda:{}", i),
+                    fmt::format("max |diff| vs cpu {:.2g}: {}", d, d < 1e-5 ? "ok" : "MISMATCH")});
       all_ok = all_ok && d < 1e-5;
     } catch (const Error& e) {
-      kv.emplace_back(fmt::format("silu on cuda:{}", i), std::string("error: ") + e.what());
+      kv.push_back({fmt::format("silu_cuda_{}", i), fmt::format("silu on cuda:{}", i), std::string("error: ") + e.what()});
       all_ok = false;
     }
   }
   if (json) {
     Json j = Json::object();
-    for (auto& [k, v] : kv) j[k] = v;
+    for (const DoctorLine& l : kv) j[l.key] = l.value;
     print_json(j);
   } else {
-    for (auto& [k, v] : kv) std::printf("%-14s %s\n", k.c_str(), v.c_str());
+    for (const DoctorLine& l : kv) std::printf("%-14s %s\n", l.label.c_str(), l.value.c_str());
   }
   return all_ok ? 0 : 1;
 }
@@ -167,10 +176,52 @@ auto make_demo_op() {
   return op;
 }
 
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The registered op closest to `name` ("silu" and "mt::sillu" give "mt::silu"), or "" when
+// none is close: compared whole, and by the part after "::" alone; a tie goes to mt::.
+std::string closest_op(std::string_view name) {
+  const size_t colon = name.rfind("::");
+  const std::string_view bare = colon == std::string_view::npos ? name : name.substr(colon + 2);
+  const size_t most = std::max<size_t>(2, bare.size() / 4);
+  std::string best;
+  size_t best_d = most + 1;
+  bool best_mt = false;
+  for (const OperatorName& n : dispatcher().all_ops()) {
+    const std::string full = n.str();
+    std::string short_name = n.name;
+    if (!n.overload.empty()) short_name += "." + n.overload;
+    const size_t d = std::min(edit_distance(name, full), edit_distance(bare, short_name));
+    const bool is_mt = n.ns == "mt";
+    if (d < best_d || (d == best_d && is_mt && !best_mt)) best = full, best_d = d, best_mt = is_mt;
+  }
+  return best;
+}
+
 int dump(const std::string& name) {
   std::optional<decltype(make_demo_op())> demo;
   if (name == "triton_demo::silu") demo.emplace(make_demo_op());
-  std::printf("%s\n%s", dispatcher().dump(name).c_str(), dispatcher().dump_table(name).c_str());
+  std::string text;
+  try {
+    text = dispatcher().dump(name) + "\n" + dispatcher().dump_table(name);
+  } catch (const Error&) {
+    const std::string guess = closest_op(name);
+    if (guess.empty()) throw;
+    MT_ERROR("[dump] no operator named {} is registered; did you mean '{}'? (`minitensor ops` "
+             "lists them)",
+             mt::quoted(name), guess);
+  }
+  std::printf("%s", text.c_str());
   return 0;
 }
 
@@ -331,12 +382,18 @@ void write_plot(const std::string& path, const std::string& svg_text) {
 // `bench dispatch` times a row, without the separate-process comparison's process boundary).
 // Both sides run the same code, so every ratio should be 1: the spread is what the form
 // cannot resolve on this machine in its present state.
-int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t iters, int rounds) {
-  std::printf("each row against itself, %d rounds, on %s: the range of the ratios\n", rounds,
-              cpu_model().c_str());
+// --only keeps one row, --json prints the ranges as JSON (keyed by the rows' keys).
+int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t iters, int rounds,
+                              const std::string& only, bool json) {
   const std::string pairs = fmt::format("{} pairs of ~{} ms", bench::kPairs, bench::kPairLoopMs);
-  std::printf("  %-58s %20s   %-20s\n", "", "5 loops a side", pairs.c_str());
+  if (!json) {
+    std::printf("each row against itself, %d rounds, on %s: the range of the ratios\n", rounds,
+                cpu_model().c_str());
+    std::printf("  %-58s %20s   %-20s\n", "", "5 loops a side", pairs.c_str());
+  }
+  Json rows = Json::object();
   for (const bench::DispatchRow& r : dispatch_rows.rows()) {
+    if (!only.empty() && only != r.key) continue;
     double lo[2] = {INFINITY, INFINITY}, hi[2] = {0, 0};
     for (int k = 0; k < rounds; ++k) {
       std::vector<double> a, b;
@@ -349,22 +406,29 @@ int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t 
                                                      k % 2 == 0).ratio};
       for (int f = 0; f < 2; ++f) lo[f] = std::min(lo[f], ratio[f]), hi[f] = std::max(hi[f], ratio[f]);
     }
-    std::printf("  %-58s %8.3f to %-8.3f %8.3f to %-8.3f\n", r.label, lo[0], hi[0], lo[1], hi[1]);
+    if (json)
+      rows[r.key] = {{"loops_min", lo[0]}, {"loops_max", hi[0]}, {"pairs_min", lo[1]}, {"pairs_max", hi[1]}};
+    else
+      std::printf("  %-58s %8.3f to %-8.3f %8.3f to %-8.3f\n", r.label, lo[0], hi[0], lo[1], hi[1]);
   }
+  if (json)
+    print_json({{"bench", "dispatch --self-check"}, {"cpu", cpu_model()}, {"rounds", rounds},
+                {"loops_a_side", 5}, {"pairs", bench::kPairs}, {"pair_loop_ms", bench::kPairLoopMs},
+                {"rows", rows}});
   return 0;
 }
 
 int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only, int self_check) {
   bench::DispatchRows dispatch_rows;  // tools/bench/dispatch.cpp, shared with bench_libtorch
-  if (self_check > 0) return bench_dispatch_self_check(dispatch_rows, iters, self_check);
+  if (self_check > 0) return bench_dispatch_self_check(dispatch_rows, iters, self_check, only, o.json);
   // A no-op row's loop makes `iters` calls, silu's and add's iters / 20. --only ROW times
   // that row alone (the others print nan), so that an instruction count of the whole
   // process under callgrind is that row's.
-  struct Row { const char* name; double ns; };
+  struct Row { const char* key; const char* name; double ns; };
   std::vector<Row> rows;
   for (const bench::DispatchRow& r : dispatch_rows.rows()) {
     bool wanted = only.empty() || only == r.key;
-    rows.push_back({r.label, wanted ? bench::ns_per_call(r.call, iters / r.divisor) : std::nan("")});
+    rows.push_back({r.key, r.label, wanted ? bench::ns_per_call(r.call, iters / r.divisor) : std::nan("")});
   }
   double t_direct = rows[0].ns;
   if (!o.plot.empty()) {
@@ -375,13 +439,13 @@ int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only,
   }
   if (o.json) {
     Json j = Json::object();
-    for (const Row& r : rows) j[r.name] = std::round(r.ns * 100) / 100;
+    for (const Row& r : rows) j[r.key] = std::round(r.ns * 100) / 100;  // bench_libtorch's keys
     print_json(j);
     return 0;
   }
   std::printf("dispatch cost, ns per call (median of 5 runs), on %s\n", cpu_model().c_str());
   for (const Row& r : rows)
-    std::printf("  %-58s %8.1f ns   (+%.1f ns over direct)\n", r.name, r.ns, r.ns - t_direct);
+    std::printf("  %-58s %8.1f ns   (%+.1f ns vs direct)\n", r.name, r.ns, r.ns - t_direct);
   return 0;
 }
 
@@ -605,6 +669,15 @@ int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts,
   // The user's x * sigmoid(x), compiled into one kernel, against mt::silu.
   const int lo = dev.is_cuda() ? 20 : 16, hi = dev.is_cuda() ? 26 : 18;
   const std::vector<bench::CompiledSiluRow> silu_rows = bench::bench_compiled_silu(dev, lo, hi);
+  if (!o.plot.empty()) {
+    bench::BarPlot plot{.title = fmt::format("MLP training step, eager and through mt::compile, on {}", where),
+                        .value_label = "ms per step (median)"};
+    for (const auto& r : rows) {
+      plot.bars.push_back({"eager " + label(r.shape), r.eager_ms});
+      plot.bars.push_back({"compiled " + label(r.shape), r.compiled_ms});
+    }
+    write_plot(o.plot, bench::svg(plot));
+  }
   if (o.json) {
     Json silu_json = Json::array();
     for (const auto& r : silu_rows)
@@ -825,9 +898,17 @@ int cache_cmd(const std::string& what, bool json) {
   const std::string& dir = cache.config().dir;
   if (what == "clear") {
     MT_CHECK(cache.disk_enabled(), "[cache] there is no disk cache to clear (MT_KERNEL_CACHE=0)");
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(dir, ec))) {  // nothing cached yet
+      if (json)
+        print_json({{"cleared", dir}, {"existed", false}});
+      else
+        std::printf("nothing to clear: %s does not exist yet\n", mt::quoted(dir).c_str());
+      return 0;
+    }
     cache.clear();  // throws, with the reason, when it cannot
     if (json)
-      print_json({{"cleared", dir}});
+      print_json({{"cleared", dir}, {"existed", true}});
     else
       std::printf("cleared %s\n", dir.c_str());
     return 0;
@@ -1006,6 +1087,19 @@ int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
 
 }  // namespace
 
+// --device: a usage error (exit 2) when it does not parse, as the help's exit codes promise.
+const CLI::Validator kDeviceName(
+    [](std::string& v) -> std::string {
+      try {
+        Device d(v);
+        (void)d;
+        return "";
+      } catch (const Error& e) {
+        return e.what();
+      }
+    },
+    "");
+
 int main(int argc, char** argv) {
   // --load LIB.so may come before or after the command (up to a "--"): taken out here, so
   // that no command's parser sees it.
@@ -1056,7 +1150,7 @@ int main(int argc, char** argv) {
   dmp->add_option("name", name, "namespace::op")->required();
   std::string device = "cpu";
   auto* dem = app.add_subcommand("demo", "the tutorial's flow, step by step");
-  dem->add_option("--device", device, "cpu or cuda");
+  dem->add_option("--device", device, "cpu or cuda")->check(kDeviceName);
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
   BenchOutput bench_out;
   auto* ben = app.add_subcommand(
@@ -1086,13 +1180,17 @@ int main(int argc, char** argv) {
                    "autograd_redispatch (or autograd), boxed, silu_grad (or silu), add")
       // The rows' keys (tools/bench/dispatch.cpp), and the short names they had before.
       ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{
-          {"direct", "direct"}, {"cpu", "dispatch"}, {"autograd", "autograd_redispatch"},
-          {"boxed", "boxed"}, {"silu", "silu_grad"}, {"add", "add"}}));
+                                              {"direct", "direct"}, {"cpu", "dispatch"},
+                                              {"dispatch", "dispatch"}, {"autograd", "autograd_redispatch"},
+                                              {"autograd_redispatch", "autograd_redispatch"}, {"boxed", "boxed"},
+                                              {"silu", "silu_grad"}, {"silu_grad", "silu_grad"}, {"add", "add"}})
+                      .description(""))
+      ->type_name("ROW");
   SweepOptions silu_o, matmul_o;
   auto* b_silu = ben->add_subcommand("silu", "SiLU forward and fused backward over sizes, against a copy of the same bytes");
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
   for (auto [sub, o] : {std::pair{b_silu, &silu_o}, std::pair{b_matmul, &matmul_o}}) {
-    sub->add_option("--device", o->device, "cpu or cuda (cuda:N)")->capture_default_str();
+    sub->add_option("--device", o->device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
     const int most_log2 = sub == b_silu ? 32 : 15;
     sub->add_option("--min-log2", o->min_log2, "smallest size, as a power of two (silu 12, matmul 6)")
         ->check(CLI::Range(0, most_log2));
@@ -1113,12 +1211,14 @@ int main(int argc, char** argv) {
   b_silu->add_option("--dtype", silu_o.dtype, "CUDA: float32 or bfloat16 (the CPU runs float32)")->capture_default_str();
   MlpCliOptions mlp_o;
   auto* b_mlp = ben->add_subcommand("mlp", "ms per training step of examples/mlp.h's two-layer MLP (64/32/64, 4096/1024/4096)");
-  b_mlp->add_option("--device", mlp_o.device, "cpu or cuda (cuda:N)")->capture_default_str();
+  b_mlp->add_option("--device", mlp_o.device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
   b_mlp->add_option("--sgd", mlp_o.opts.sgd,
                     "the update: foreach (one mt::foreach_add_ over all parameters) or loop (one "
                     "mt::sub_ a parameter)")
       ->transform(CLI::CheckedTransformer(
-          std::map<std::string, mlp::Sgd>{{"foreach", mlp::Sgd::Foreach}, {"loop", mlp::Sgd::Loop}}))
+                      std::map<std::string, mlp::Sgd>{{"foreach", mlp::Sgd::Foreach}, {"loop", mlp::Sgd::Loop}})
+                      .description(""))  // CLI11 would show {foreach->0,loop->1}
+      ->type_name("foreach|loop")
       ->default_str("foreach");
   b_mlp->add_option("--shape", mlp_o.shapes, "BATCHxINxHIDDEN, repeatable (output dim = IN)")
       ->capture_default_str()
@@ -1138,7 +1238,7 @@ int main(int argc, char** argv) {
   GraphCliOptions graph_o;
   auto* b_graph = ben->add_subcommand(
       "graph", "a tiny kernel back to back: eager launches against one CUDA graph replay");
-  b_graph->add_option("--device", graph_o.device, "cuda (cuda:N)")->capture_default_str();
+  b_graph->add_option("--device", graph_o.device, "cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
   b_graph->add_option("--kernels", graph_o.kernels, "launches per timed loop")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
@@ -1153,7 +1253,7 @@ int main(int argc, char** argv) {
   for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
   std::string compile_device = "cpu";
   auto* cdemo = app.add_subcommand("compile-demo", "mt::compile on the MLP training step: the graph, Graphviz, fusion, replay");
-  cdemo->add_option("--device", compile_device, "cpu or cuda")->capture_default_str();
+  cdemo->add_option("--device", compile_device, "cpu or cuda")->capture_default_str()->check(kDeviceName);
   std::string cache_what = "ls", cache_plot_path;
   bool cache_demo = false;
   auto* cac = app.add_subcommand(
@@ -1167,7 +1267,7 @@ int main(int argc, char** argv) {
   MemoryCliOptions mem_o;
   auto* mem = app.add_subcommand(
       "memory", "the CUDA caching allocator's events over an MLP training loop (--plot FILE.svg)");
-  mem->add_option("--device", mem_o.device, "cuda (cuda:N)")->capture_default_str();
+  mem->add_option("--device", mem_o.device, "cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
   mem->add_option("--plot", mem_o.plot, "draw the blocks over time into this SVG file");
   mem->add_option("--shape", mem_o.shape, "the MLP's BATCHxINxHIDDEN")
       ->capture_default_str()
@@ -1200,6 +1300,12 @@ int main(int argc, char** argv) {
     if (*dmp) return dump(name);
     if (*dem) return demo(device);
     if (*cdemo) return compile_demo(compile_device);
+    if (*b_dispatch && dispatch_self_check > 0 && !bench_out.plot.empty()) {
+      std::fprintf(stderr,
+                   "minitensor bench dispatch: --self-check prints ranges of ratios and draws no "
+                   "plot; leave out --plot (or --self-check)\n");
+      return 2;
+    }
     if (*b_dispatch) return bench_dispatch(bench_out, dispatch_iters, dispatch_only, dispatch_self_check);
     if (*b_silu) return bench_silu(silu_o, bench_out);
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);

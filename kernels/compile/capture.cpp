@@ -247,6 +247,9 @@ std::string GraphNode::op_name() const {
 
 Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
               const CaptureOptions& opts) {
+  MT_CHECK(bool(fn),
+           "[compile] mt::capture got an empty std::function; pass a callable that takes the "
+           "inputs and returns the outputs");
   Graph g;
   Capturer cap(&g);
   std::vector<Tensor> fakes;

@@ -147,7 +147,8 @@ class Compiled {
 };
 
 // Compiles fn lazily: the first call with each guard combination captures and plans.
-// MT_COMPILE=0 in the environment makes the compiled callable run fn eagerly.
+// MT_COMPILE=0 (or off, false) in the environment makes the compiled callable run fn
+// eagerly; 1, on, true or unset compile; any other value, or an empty fn, is an mt::Error.
 Compiled compile(GraphFn fn, CompileOptions opts = {});
 
 }  // namespace mt

@@ -34,9 +34,16 @@ namespace mt {
 
 namespace {
 
-bool env_off(const char* var) {
-  const char* v = std::getenv(var);
-  return v && std::string_view(v) == "0";
+// MT_COMPILE: unset, empty, 1, on or true compiles; 0, off or false runs eagerly.
+bool compile_off() {
+  const char* v = std::getenv("MT_COMPILE");
+  const std::string_view s = v ? v : "";
+  if (s.empty() || s == "1" || s == "on" || s == "true") return false;
+  if (s == "0" || s == "off" || s == "false") return true;
+  MT_ERROR(
+      "[compile] MT_COMPILE={} is not one of 0, 1, off, on, false, true; set it to 0 to run "
+      "compiled functions eagerly, or to 1 (or unset it) to compile them",
+      mt::quoted(s));
 }
 
 bool log_enabled() {
@@ -567,9 +574,12 @@ struct Compiled::State {
 };
 
 Compiled::Compiled(GraphFn fn, CompileOptions opts) : state_(std::make_shared<State>()) {
+  MT_CHECK(bool(fn),
+           "[compile] mt::compile got an empty std::function; pass a callable that takes the "
+           "inputs and returns the outputs");
   state_->fn = std::move(fn);
   state_->opts = std::move(opts);
-  state_->eager = env_off("MT_COMPILE");
+  state_->eager = compile_off();
   state_->logging = log_enabled();
 }
 

@@ -19,12 +19,15 @@ __device__ __forceinline__ T from_double(double v) {
 
 }  // namespace mt
 
+// As many high bits as T's significand holds, so the value is exact in T and below 1
+// (the host's rand takes the same bits).
 template <typename T>
 __global__ void random_uniform(T* out, long long n, unsigned long long seed,
                                unsigned long long base) {
+  const int bits = mt::philox_uniform_bits(int(sizeof(T)), mt::is_same_v<T, mt::BFloat16>);
   for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {
     const mt::Philox4x32 r = mt::philox_block(seed, base + (unsigned long long)i);
-    out[i] = mt::from_double<T>(mt::philox_uniform01(r.v[0], r.v[1]));
+    out[i] = mt::from_double<T>(mt::philox_uniform(r.v[0], r.v[1], bits));
   }
 }
 

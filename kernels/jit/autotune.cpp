@@ -39,7 +39,10 @@ namespace mt::jit {
 //    outputs are its own even when a later candidate threw halfway. With the defaults (1
 //    and 5), a key of n candidates costs 6n + 1 calls of the op, once per process and
 //    device unless the file has it. A candidate that throws (too much shared memory on a
-//    smaller card) loses; when all throw, the first one's error goes to the caller.
+//    smaller card) loses, and so does one whose timing is not a finite, non-negative
+//    number of milliseconds (a user's TuneTiming); when all lose, the first one's error goes
+//    to the caller. A candidate that runs its own key again is an error at once (it would
+//    recurse until the stack overflows): keys whose candidate is running are kept per thread.
 //  - Threads: the hot path is one lookup under mutex_. A miss takes tuning_ (recursive,
 //    so a candidate may run another tuned key) and looks again, so threads asking for one
 //    key at once time it once and run one winner; keys of one process tune one at a time,
@@ -131,6 +134,39 @@ void check_candidates(std::string_view key, const std::vector<TuneCandidate>& c)
 }
 
 std::string errno_text(int e) { return std::strerror(e); }
+
+// "" when the file's directory is missing or only this user can write it; else the problem.
+std::string untrusted_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const std::string problem = cache_dir_problem(dir);
+  return problem.empty() ? ""
+                         : fmt::format("'{}' is not read or written: the directory '{}' cannot be "
+                                       "trusted: {}",
+                                       path, dir, problem);
+}
+
+// Runs a candidate with its key marked as running on this thread: a candidate that calls
+// run() with its own key again would recurse until the stack overflows.
+thread_local std::vector<const std::string*> t_running;
+
+// Never counted as a candidate's failure: it goes straight to the caller.
+struct RecursiveKey : Error {
+  using Error::Error;
+};
+
+struct RunningKey {
+  explicit RunningKey(const std::string& full) { t_running.push_back(&full); }
+  ~RunningKey() { t_running.pop_back(); }
+  RunningKey(const RunningKey&) = delete;
+  RunningKey& operator=(const RunningKey&) = delete;
+};
+
+void run_candidate(const std::string& full, std::string_view key, const TuneCandidate& c) {
+  MT_CHECK(bool(c.run), "[autotune] key '{}': candidate '{}' has no function to run", key, c.name);
+  RunningKey running(full);
+  c.run();
+}
 
 }  // namespace
 
@@ -229,6 +265,12 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
                       int device, std::string_view force) {
   MT_CHECK(!candidates.empty(), "[autotune] key '{}' has no candidates; pass at least one", key);
   const std::string full = full_key(key, device);
+  for (const std::string* running : t_running)
+    if (*running == full)
+      throw RecursiveKey(fmt::format(
+          "[autotune] key '{}' was run again by one of its own candidates; a candidate must "
+          "launch its kernels itself, not call the op it tunes (that recursion never ends)",
+          key));
   // Forced, off, or remembered: decided under mutex_, run outside it.
   auto settled = [&]() -> size_t {
     size_t forced = force.empty() ? kNone : index_of(candidates, force);
@@ -260,7 +302,7 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     std::unique_lock<std::mutex> lock(mutex_);
     if (const size_t i = settled(); i != kNone) {
       lock.unlock();
-      candidates[i].run();
+      run_candidate(full, key, candidates[i]);
       return i;
     }
   }
@@ -271,7 +313,7 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     if (const size_t i = settled(); i != kNone) {  // another thread tuned it meanwhile
       lock.unlock();
       tuning.unlock();
-      candidates[i].run();
+      run_candidate(full, key, candidates[i]);
       return i;
     }
   }
@@ -287,7 +329,7 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
           .name = names[0], .index = 0, .source = TuneChoice::Source::Default, .candidates = names};
     }
     tuning.unlock();
-    candidates[0].run();
+    run_candidate(full, key, candidates[0]);
     return 0;
   }
   const bool timed = !found;
@@ -304,11 +346,19 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     uint64_t calls = 0;
     for (size_t i = 0; i < candidates.size(); ++i) {
       try {
+        RunningKey running(full);
         for (int w = 0; w < warmup; ++w, ++calls) candidates[i].run();
         calls += uint64_t(reps);
         const std::vector<double> ms = timing_.time_ms(device, candidates[i].run, reps);
         MT_CHECK(!ms.empty(), "[autotune] the timing gave no times for '{}'", names[i]);
+        for (double m : ms)
+          MT_CHECK(std::isfinite(m) && m >= 0,
+                   "[autotune] key '{}': the timing gave {} ms for candidate '{}'; time_ms must "
+                   "return finite, non-negative milliseconds",
+                   key, m, names[i]);
         c.ms[i] = median(ms);
+      } catch (const RecursiveKey&) {
+        throw;  // an error of the code, not of this candidate on this device
       } catch (...) {
         if (!first_error) first_error = std::current_exception();
       }
@@ -318,7 +368,10 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
       stats_.timed_runs += calls;
     }
     c.index = size_t(std::min_element(c.ms.begin(), c.ms.end()) - c.ms.begin());
-    if (!std::isfinite(c.ms[c.index])) std::rethrow_exception(first_error);
+    if (!std::isfinite(c.ms[c.index])) {
+      MT_ASSERT(first_error, "every candidate lost without an error");
+      std::rethrow_exception(first_error);
+    }
     c.name = names[c.index];
     store(tag, key, c);
     if (config().log) {
@@ -345,7 +398,7 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     e.last = std::move(found);
   }
   tuning.unlock();
-  candidates[index].run();
+  run_candidate(full, key, candidates[index]);
   return index;
 }
 
@@ -397,6 +450,10 @@ std::optional<TuneChoice> Autotuner::load(const std::string& tag, std::string_vi
                                           const std::vector<std::string>& names) {
   const std::string path = config().file;
   if (path.empty()) return std::nullopt;
+  if (const std::string dir = untrusted_dir(path); !dir.empty()) {
+    warn(dir);
+    return std::nullopt;
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     if (errno != ENOENT) warn(fmt::format("cannot read '{}': {}", path, errno_text(errno)));
@@ -473,6 +530,7 @@ void Autotuner::store(const std::string& tag, std::string_view key, const TuneCh
       }
     }
   }
+  if (problem.empty()) problem = untrusted_dir(path);
   if (problem.empty()) {
     const int fd = ::open(path.c_str(),
                           O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);

@@ -92,9 +92,11 @@ class Autotuner {
   // when tuning is off, else the winner remembered in memory or on disk (for the same
   // device and candidate names), else it times them all (Note [Autotuner]), keeps the
   // fastest (a tie: the earlier one), and runs it once more. A candidate that throws while
-  // being timed loses; when all throw, the first one's error is thrown. Thread-safe: threads
-  // asking for one key at once time it once and run one winner. A candidate must not run
-  // its own key.
+  // being timed, or whose times are not finite and non-negative, loses; when all lose, the
+  // first one's error is thrown. Thread-safe: threads asking for one key at once time it
+  // once and run one winner. A candidate that runs its own key again, or has no function,
+  // is an mt::Error. The file is not read or written when its directory is not this user's
+  // alone (jit::cache_dir_problem).
   size_t run(std::string_view key, const std::vector<TuneCandidate>& candidates, int device = 0,
              std::string_view force = {});
 

@@ -47,8 +47,10 @@ namespace mt::jit {
 //    stays readable, and a file gone before open() is just a miss. Temporaries
 //    left by a crashed writer are removed once they are an hour old.
 //  - Whoever writes the directory chooses the CUBIN that gets loaded, so it is
-//    created with mode 0700 and one owned by another user is not used at all.
-//    A directory that cannot be used or written is reported once, with the reason.
+//    created with mode 0700, and one owned by another user or writable by its group or
+//    others (even with the sticky bit) is not used at all; an entry (or events.log) owned
+//    by another user is never read: it is deleted and reported. A directory that cannot
+//    be used or written is reported once, with the reason (docs/jit.md's threat model).
 // No fsync: a file lost or torn by a power cut fails its checksum and recompiles.
 
 // Note [Kernel cache history]
@@ -220,7 +222,8 @@ std::string errno_text(int err) { return std::strerror(err); }
 // What reading one entry found.
 struct EntryRead {
   bool missing = false;    // no such file: a plain miss
-  bool removable = false;  // an entry that must go: not a regular file, or too large
+  bool removable = false;  // an entry that must go: not a regular file, too large, foreign
+  bool foreign = false;    // owned by another user: planted, never loaded
   std::string problem;     // "" when `bytes` holds the whole file
   struct stat st {};
 };
@@ -246,6 +249,9 @@ EntryRead read_entry(const std::string& path, std::string& bytes) {
   }
   if (::fstat(fd, &e.st) != 0) {
     e.problem = "cannot stat: " + errno_text(errno);
+  } else if (e.st.st_uid != ::geteuid()) {
+    e.removable = e.foreign = true;
+    e.problem = fmt::format("owned by uid {}, not by this user (uid {})", e.st.st_uid, ::geteuid());
   } else if (!S_ISREG(e.st.st_mode)) {
     e.removable = true;
     e.problem = S_ISDIR(e.st.st_mode)    ? "not a regular file (a directory)"
@@ -310,19 +316,6 @@ std::string make_dirs(const std::string& dir) {
   return "";
 }
 
-// "" when the cache directory is missing or is ours; else why it must not be used.
-std::string foreign_dir(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return "";
-  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
-  if (st.st_uid != ::geteuid())
-    return fmt::format(
-        "it is owned by uid {}, not by this user (uid {}), and whoever can write it chooses "
-        "the kernels that get loaded",
-        st.st_uid, ::geteuid());
-  return "";
-}
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -361,7 +354,8 @@ void append_log(const std::string& dir, const CacheEvent& e) {
   const int fd = ::open(path.c_str(),
                         O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) return;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) write_all(fd, log_line(e));
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid())
+    write_all(fd, log_line(e));
   ::close(fd);
 }
 
@@ -445,6 +439,26 @@ std::string headers_digest(const std::vector<Header>& user) {
 
 }  // namespace
 
+std::string cache_dir_problem(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return "";
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
+  if (st.st_uid != ::geteuid())
+    return fmt::format(
+        "it is owned by uid {}, not by this user (uid {}), and whoever can write it chooses "
+        "the kernels that get loaded",
+        st.st_uid, ::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return fmt::format(
+        "it is writable by {} (mode {:04o}), and whoever can write it chooses the kernels that "
+        "get loaded; chmod 700 it",
+        (st.st_mode & S_IWGRP) && (st.st_mode & S_IWOTH) ? "its group and others"
+        : (st.st_mode & S_IWGRP)                        ? "its group"
+                                                        : "others",
+        st.st_mode & 07777);
+  return "";
+}
+
 std::string cache_key(const CompileRequest& r) {
   const NvrtcVersion v = nvrtc_version();
   Sha256 h;
@@ -517,7 +531,7 @@ void KernelCache::note(CacheEvent::Kind kind, const std::string& key, const std:
   if (!recording && !logging) [[likely]]
     return;
   CacheEvent e{kind, now_s(), key, name, bytes};
-  if (logging && foreign_dir(config_.dir).empty() && make_dirs(config_.dir).empty())
+  if (logging && cache_dir_problem(config_.dir).empty() && make_dirs(config_.dir).empty())
     append_log(config_.dir, e);
   if (recording) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -540,7 +554,7 @@ std::vector<CacheEvent> KernelCache::history() const {
 
 std::vector<CacheEvent> KernelCache::disk_log() const {
   std::vector<CacheEvent> out;
-  if (!disk_enabled() || !foreign_dir(config_.dir).empty()) return out;
+  if (!disk_enabled() || !cache_dir_problem(config_.dir).empty()) return out;
   for (const char* name : {kOldLogName, kLogName}) {
     std::string bytes;
     if (read_entry(config_.dir + "/" + name, bytes).problem.empty()) parse_log(bytes, out);
@@ -621,7 +635,7 @@ std::string KernelCache::disk_problem() const {
 }
 
 bool KernelCache::dir_usable() {
-  const std::string problem = foreign_dir(config_.dir);
+  const std::string problem = cache_dir_problem(config_.dir);
   if (problem.empty()) return true;
   report(problem);
   return false;
@@ -647,7 +661,7 @@ std::optional<CompileResult> KernelCache::load(const std::string& key,
   // that could not be read (EIO, EACCES) stays and is reported.
   if (e.problem.empty() || e.removable)
     remove_if_same(path, e.st);
-  else
+  if (!e.problem.empty() && (e.foreign || !e.removable))
     report(fmt::format("'{}': {}", path, problem));
   return std::nullopt;
 }
@@ -657,7 +671,7 @@ bool KernelCache::store(const std::string& key, const CompileResult& result,
   if (!disk_enabled() || !dir_usable()) return false;
   static std::atomic<uint64_t> counter{0};
   std::string problem = make_dirs(config_.dir);
-  if (problem.empty()) problem = foreign_dir(config_.dir);
+  if (problem.empty()) problem = cache_dir_problem(config_.dir);
   const std::string tmp =
       fmt::format("{}/{}{}-{}-{}", config_.dir, kTempPrefix, key, ::getpid(), counter.fetch_add(1));
   if (problem.empty()) {

@@ -131,7 +131,8 @@ class KernelCache {
   bool store(const std::string& key, const CompileResult& result,
              const CompileRequest* from = nullptr);
   // The first reason the disk cache could not be used or written ("" when none so far):
-  // an unwritable directory, one owned by another user, a full disk.
+  // an unwritable directory, one owned by another user or writable by others, an entry owned
+  // by another user, a full disk.
   std::string disk_problem() const;
   // Deletes least recently used files until the total is at most max_bytes; never `keep`.
   void evict(const std::string& keep = {});
@@ -164,6 +165,10 @@ class KernelCache {
   size_t max_events_ = 4096;
   std::deque<CacheEvent> events_;  // guarded by mutex_
 };
+
+// "" when `dir` is missing, or is a directory of this user that only this user can write;
+// else why neither the kernel cache nor the autotuner may trust a file in it.
+std::string cache_dir_problem(const std::string& dir);
 
 // The process's cache, configured from the environment on first use.
 KernelCache& kernel_cache();

@@ -124,9 +124,12 @@ with tempfile.TemporaryDirectory() as scratch:
     # Every --json output parses, also with a cache path holding a tab, a CR and a non-UTF-8 byte.
     odd = scratch.encode() + b"/tab\there\rcr\xffbyte"
     doc = expect_json("doctor --json with an odd cache path", ["doctor", "--json"], env={"MT_KERNEL_CACHE": odd})
-    check("the odd path survives escaping", doc is not None and "tab\there\rcr" in doc.get("kernel cache", ""),
+    check("the odd path survives escaping", doc is not None and "tab\there\rcr" in doc.get("kernel_cache", ""),
           repr(doc))
-    expect_json("doctor --json", ["doctor", "--json"])
+    doc = expect_json("doctor --json", ["doctor", "--json"]) or {}
+    check("doctor --json keys are identifiers, not prose labels",
+          doc and all(re.fullmatch(r"[a-z][a-z0-9_]*", k) for k in doc)
+          and {"version", "cuda_driver", "kernel_cache", "silu_cpu"} <= set(doc), repr(list(doc)))
     ops = expect_json("ops --json", ["ops", "--json"])
     check("ops --json lists mt::silu", ops is not None and any(o["name"] == "mt::silu" for o in ops), repr(ops)[:500])
     expect_json("cache ls --json", ["cache", "ls", "--json"])
@@ -135,7 +138,53 @@ with tempfile.TemporaryDirectory() as scratch:
     expect_json("bench silu --json", quick)
     expect_json("bench matmul --json", ["bench", "matmul", "--max-log2", "6", "--min-time", "0.01", "--json"])
     expect_json("bench mlp --json", ["bench", "mlp", "--shape", "16x8x16", "--steps", "3", "--warmup", "1", "--json"])
-    expect_json("bench dispatch --json", ["bench", "dispatch", "--json"])
+    disp = expect_json("bench dispatch --json", ["bench", "dispatch", "--json", "--iters", "20000"])
+    dispatch_keys = ["direct", "dispatch", "autograd_redispatch", "boxed", "silu_grad", "add"]
+    check("bench dispatch --json is keyed by the rows' keys (bench_libtorch's)",
+          disp is not None and list(disp) == dispatch_keys, repr(disp))
+    rc, out, err = run(["bench", "dispatch", "--iters", "20000"])
+    deltas = re.findall(r"\(([+-]\d+\.\d) ns vs direct\)", out)
+    check("bench dispatch prints signed differences (never '+-')",
+          rc == 0 and len(deltas) == 6 and "+-" not in out and deltas[0] == "+0.0", out + err)
+    sc = expect_json("bench dispatch --self-check --json --only add",
+                     ["bench", "dispatch", "--self-check", "1", "--iters", "20000", "--json", "--only", "add"])
+    check("--self-check keeps --only's row and prints JSON",
+          sc is not None and list(sc.get("rows", {})) == ["add"]
+          and set(sc["rows"]["add"]) == {"loops_min", "loops_max", "pairs_min", "pairs_max"}, repr(sc))
+    expect("--self-check with --plot is a usage error",
+           ["bench", "--plot", scratch + "/sc.svg", "dispatch", "--self-check", "1"], 2,
+           stderr_has="--self-check prints ranges of ratios and draws no plot")
+    check("... and writes no file", not os.path.exists(scratch + "/sc.svg"))
+
+    # A bad --device is a usage error (2), as --help promises, with the parser's reason.
+    for args in (["demo"], ["bench", "silu"], ["bench", "mlp"], ["bench", "graph"], ["compile-demo"],
+                 ["memory"]):
+        expect(" ".join(args) + " --device gpu is a usage error", args + ["--device", "gpu"], 2,
+               stderr_has="cannot parse device 'gpu'")
+
+    # A misspelt op name: the closest registered name is suggested.
+    for bad in ("silu", "mt::sillu", "mt::Silu"):
+        expect(f"dump {bad} suggests mt::silu", ["dump", bad], 1, stderr_has="did you mean 'mt::silu'?")
+    expect("dump of a name far from every op suggests nothing", ["dump", "zz::qqqqqqqqqq"], 1,
+           stderr_lacks="did you mean")
+
+    # The help shows the values an option takes, not CLI11's internal maps.
+    for args in (["bench", "mlp", "--help"], ["bench", "dispatch", "--help"]):
+        _, out, _ = expect(" ".join(args) + " shows no CLI11 internals", args, 0, stdout_has="--")
+        check(" ".join(args) + ": no '->' in the help", "->" not in out, out)
+
+    # bench mlp --compile --plot draws the eager and compiled steps.
+    mlp_svg = scratch + "/mlp_compile.svg"
+    code, _, _ = expect("bench mlp --compile --plot writes the SVG",
+                        ["bench", "--plot", mlp_svg, "mlp", "--compile", "--shape", "16x8x16", "--steps", "3",
+                         "--warmup", "1"], 0, stderr_has="wrote " + mlp_svg, timeout=300)
+    if os.path.exists(mlp_svg):
+        text = open(mlp_svg).read()
+        ET.fromstring(text)
+        check("the mlp --compile picture has an eager and a compiled bar", "eager 16/8/16" in text
+              and "compiled 16/8/16" in text, text[:500])
+    else:
+        check("bench mlp --compile --plot: the file exists", False)
     # --self-check runs and prints one line of two ratio ranges per row, each around 1 (a row
     # timed against itself; 0.5 to 2 leaves room for a loaded CI machine). The pairs' ratio
     # direction is checked in tests/test_bench_loops.cpp, the comparison's table in
@@ -149,8 +198,12 @@ with tempfile.TemporaryDirectory() as scratch:
 
     # The cache subcommands on broken directories.
     missing = scratch + "/missing"
-    expect("cache clear on a missing directory fails with the reason", ["cache", "clear"], 1,
-           env={"MT_KERNEL_CACHE": missing}, stderr_has="No such file or directory")
+    expect("cache clear on a directory not made yet has nothing to clear", ["cache", "clear"], 0,
+           env={"MT_KERNEL_CACHE": missing}, stdout_has="nothing to clear: '" + missing + "' does not exist yet")
+    cleared = expect_json("cache clear --json on a missing directory", ["cache", "clear", "--json"],
+                          env={"MT_KERNEL_CACHE": missing})
+    check("... says it did not exist", cleared == {"cleared": missing, "existed": False}, repr(cleared))
+    check("... and does not make it", not os.path.exists(missing))
     afile = scratch + "/afile"
     open(afile, "w").write("x")
     expect("cache clear on a file fails with the reason", ["cache", "clear"], 1, env={"MT_KERNEL_CACHE": afile},
@@ -199,11 +252,32 @@ with tempfile.TemporaryDirectory() as scratch:
         root, cls = svg_classes(logged)
         check("the logged picture has its three accesses", cls.get("access") == 3 and cls.get("evicted") == 1, repr(cls))
     expect("cache ls has the hits column", ["cache", "ls"], 0, env={"MT_KERNEL_CACHE": log_dir})
+    # A real cache's log: 149 kernels compiled, then the last 20 hit. Drawn whole, it was
+    # 3920 x 3434 px; only the last 30 accesses are drawn, at most 16 rows high.
+    big_dir = scratch + "/big_cache"
+    os.mkdir(big_dir, 0o700)
+    with open(big_dir + "/events.log", "w") as f:
+        keys = [f"{i:064x}" for i in range(149)]
+        for i, k in enumerate(keys):
+            f.write(f"{i}.0 compile {k} 1000 k{i}.cu\n")
+        for i, k in enumerate(keys[-20:]):
+            f.write(f"{200 + i}.0 disk_hit {k} 1000 k{129 + i}.cu\n")
+    big = scratch + "/big.svg"
+    expect("cache --plot of a 149-entry log", ["cache", "--plot", big], 0, env={"MT_KERNEL_CACHE": big_dir},
+           stdout_has="20 disk hits, 149 misses (compiled), 0 evictions")
+    if os.path.exists(big):
+        root, cls = svg_classes(big)
+        w, h = float(root.get("width")), float(root.get("height"))
+        text = "".join(root.itertext())
+        check("the 149-entry picture is readable: 30 columns, about 2000 x 600 px, '+N more'",
+              cls.get("access") == 30 and w <= 2100 and h <= 800 and cls.get("more", 0) >= 1, f"{w} x {h} {cls}")
+        check("its subtitle counts what it draws",
+              "the last 30 of 169 accesses: 20 hits (green), 10 misses" in text, text[:400])
 
     # The allocator's picture needs a GPU: without one, a clear error.
     doc = expect_json("doctor --json (for the GPU check)", ["doctor", "--json"]) or {}
     mem_svg = scratch + "/memory.svg"
-    if str(doc.get("cuda driver", "")).startswith("found"):
+    if str(doc.get("cuda_driver", "")).startswith("found"):
         code, out, err = expect("memory --plot draws the allocator", ["memory", "--plot", mem_svg], 0,
                                 stdout_has="allocator events", timeout=300)
         if code == 0:

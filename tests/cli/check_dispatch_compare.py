@@ -25,14 +25,6 @@ def check(name, cond, detail=""):
 
 
 KEYS = ["direct", "dispatch", "autograd_redispatch", "boxed", "silu_grad", "add"]
-LABELS = {
-    "direct": "direct C++ call of the no-op kernel",
-    "dispatch": "unboxed dispatch, CPU kernel only",
-    "autograd_redispatch": "unboxed dispatch, Autograd kernel redispatching to CPU",
-    "boxed": "boxed call (Stack)",
-    "silu_grad": "mt::silu on 1 element, requires grad (records the tape)",
-    "add": "mt::add on 1 element",
-}
 # Round r of the interleaved fake: minitensor 100 + r ns, libtorch 600 ns, and a pairs'
 # ratio of 5 + r / 10 (deliberately not 600 / (100 + r)).
 FAKE_LIBTORCH = r'''#!/usr/bin/env python3
@@ -51,8 +43,8 @@ else:
 FAKE_MINITENSOR = r'''#!/usr/bin/env python3
 import json, sys
 assert sys.argv[1:] == ["bench", "dispatch", "--json"], sys.argv
-print(json.dumps({l: 200.0 for l in %r}))
-''' % (list(LABELS.values()),)
+print(json.dumps({k: 200.0 for k in %r}))
+''' % (KEYS,)
 
 with tempfile.TemporaryDirectory() as d:
     lt, mt = os.path.join(d, "bench_libtorch"), os.path.join(d, "minitensor")

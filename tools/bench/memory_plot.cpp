@@ -42,12 +42,15 @@ struct Column {
   bool hit = false;
   std::vector<std::string> order;    // most recent first, after the access
   std::vector<std::string> evicted;  // by this access (its write's eviction pass)
+  size_t evictions = 0;              // of those, evicted for room (the rest were corrupt)
 };
 
 }  // namespace
 
 std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std::string& title,
-                          size_t max_columns) {
+                          size_t max_columns, size_t max_rows) {
+  max_columns = std::max<size_t>(1, max_columns);
+  max_rows = std::max<size_t>(2, max_rows);
   using Kind = jit::CacheEvent::Kind;
   std::map<std::string, std::string> names;
   for (const auto& e : events)
@@ -55,28 +58,32 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
   // Replay the events: the disk's recency order, and one column per access.
   std::vector<std::string> order;
   std::vector<Column> cols;
-  size_t hits = 0, misses = 0, evictions = 0;
   for (const auto& e : events) {
     auto drop = [&] { order.erase(std::remove(order.begin(), order.end(), e.key), order.end()); };
     if (e.kind == Kind::DiskHit || e.kind == Kind::Compile) {
       drop();
       order.insert(order.begin(), e.key);
       cols.push_back({e.key, e.kind == Kind::DiskHit, order, {}});
-      ++(e.kind == Kind::DiskHit ? hits : misses);
     } else if (e.kind == Kind::Eviction || e.kind == Kind::Corrupt) {
       drop();
       if (!cols.empty()) {
         cols.back().evicted.push_back(e.key);
+        cols.back().evictions += e.kind == Kind::Eviction;
         cols.back().order = order;
       }
-      evictions += e.kind == Kind::Eviction;
     }
   }
+  const size_t total = cols.size();
   if (cols.size() > max_columns) cols.erase(cols.begin(), cols.end() - ptrdiff_t(max_columns));
+  // The subtitle counts what is drawn.
+  size_t hits = 0, misses = 0, evictions = 0;
+  for (const auto& c : cols) ++(c.hit ? hits : misses), evictions += c.evictions;
+  // A column longer than max_rows shows its max_rows - 1 most recent entries and "+N more".
+  const size_t max_below = 4;
   size_t rows = 1, below = 0;
   for (const auto& c : cols) {
-    rows = std::max(rows, c.order.size());
-    below = std::max(below, c.evicted.size());
+    rows = std::max(rows, std::min(c.order.size(), max_rows));
+    below = std::max(below, std::min(c.evicted.size(), max_below));
   }
   const int cw = 64, ch = 22, left = 60, top = 70;
   const int width = left + int(std::max<size_t>(cols.size(), 4)) * cw + 20;
@@ -87,9 +94,12 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
       "{1}\" font-family=\"sans-serif\" font-size=\"11\">\n<title>{2}</title>\n"
       "<rect x=\"0\" y=\"0\" width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
       "<text x=\"{3}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{2}</text>\n"
-      "<text x=\"{3}\" y=\"42\">{4} accesses: {5} hits (green), {6} misses compiled and written "
+      "<text x=\"{3}\" y=\"42\">{4}: {5} hits (green), {6} misses compiled and written "
       "(orange), {7} evictions (crossed out below each column)</text>\n",
-      width, height, xml_escape(title), left, cols.size(), hits, misses, evictions);
+      width, height, xml_escape(title), left,
+      cols.size() < total ? fmt::format("the last {} of {} accesses", cols.size(), total)
+                          : fmt::format("{} accesses", total),
+      hits, misses, evictions);
   out += fmt::format(
       "<text x=\"12\" y=\"{}\" transform=\"rotate(-90 12 {})\" text-anchor=\"middle\">"
       "recency: most recent on top</text>\n",
@@ -101,7 +111,8 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
         "<g class=\"access\"><text x=\"{}\" y=\"{}\" text-anchor=\"middle\" "
         "fill=\"#555\">{}</text>\n",
         x + cw / 2, top - 8, i + 1);
-    for (size_t r = 0; r < c.order.size(); ++r) {
+    const size_t shown = c.order.size() > max_rows ? max_rows - 1 : c.order.size();
+    for (size_t r = 0; r < shown; ++r) {
       const bool me = c.order[r] == c.accessed;
       const char* cls = me ? (c.hit ? "hit" : "miss") : "cached";
       const char* fill = me ? (c.hit ? "#009E73" : "#E69F00") : "#DDE6F0";
@@ -112,7 +123,19 @@ std::string svg_cache_lru(const std::vector<jit::CacheEvent>& events, const std:
           cls, x + 1, y, cw - 2, ch - 2, fill, x + cw / 2, y + ch - 7,
           xml_escape(label_for(names, c.order[r])));
     }
-    for (size_t r = 0; r < c.evicted.size(); ++r) {
+    if (shown < c.order.size())
+      out += fmt::format(
+          "<text class=\"more\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#555\">+{} "
+          "more</text>\n",
+          x + cw / 2, top + int(shown) * ch + ch - 7, c.order.size() - shown);
+    const size_t shown_below = c.evicted.size() > max_below ? max_below - 1 : c.evicted.size();
+    if (shown_below < c.evicted.size())
+      out += fmt::format(
+          "<text class=\"more\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#555\">+{} "
+          "more</text>\n",
+          x + cw / 2, top + grid_h + 16 + int(shown_below) * ch + ch - 7,
+          c.evicted.size() - shown_below);
+    for (size_t r = 0; r < shown_below; ++r) {
       const int y = top + grid_h + 16 + int(r) * ch;
       out += fmt::format(
           "<rect class=\"evicted\" x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
