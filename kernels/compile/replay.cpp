@@ -107,8 +107,20 @@ struct Step {
   Stack stack;  // reused from call to call (its capacity stays)
 };
 
+// Note [CPU fusion]
+// A fused group on the CPU runs through jit::Pointwise's tile evaluator (Note [Tile
+// evaluation] in kernels/jit/expr.cpp): one pass over memory for the whole chain, each
+// intermediate kept in a cache-sized tile, where eager replay makes one pass an op. Below
+// a size the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks,
+// the output) outweigh the passes saved, and the group stays op calls: the threshold is
+// where tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on
+// one thread (docs/compile.md, "CPU fusion"). CompileOptions::fuse = true fuses every
+// group whatever its size; false fuses none.
+constexpr int64_t kCpuFuseMinElements = 4096;
+
 struct Plan {
   Graph graph;  // as captured (printed)
+  std::string fusion_note;  // on CPU: how many groups the size threshold kept
   Graph exec;   // as run: clones forwarded (Note [Clone forwarding])
   std::vector<FusionGroup> groups;
   std::vector<Step> steps;
@@ -347,8 +359,20 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
   const Graph& g = plan->exec;
   for (const Tensor& t : inputs)
     if (t.defined() && t.is_cuda()) plan->cuda = true, plan->device = t.device().index;
-  const bool fuse = opts.fuse.value_or(plan->cuda);
+  // Note [CPU fusion]: on the CPU too, but groups of fewer than kCpuFuseMinElements
+  // elements stay op calls unless the caller asked for fusion.
+  const bool fuse = opts.fuse.value_or(true);
   if (fuse) plan->groups = fusion_groups(g);
+  if (!plan->cuda && !opts.fuse.has_value() && !plan->groups.empty()) {
+    const size_t found = plan->groups.size();
+    std::erase_if(plan->groups, [&](const FusionGroup& fg) {
+      return shape_numel(g.values[size_t(fg.output)].sizes) < kCpuFuseMinElements;
+    });
+    plan->fusion_note = fmt::format(
+        "cpu fusion: {} of {} groups fused (a group of fewer than {} elements stays op calls: "
+        "Note [CPU fusion])\n",
+        plan->groups.size(), found, kCpuFuseMinElements);
+  }
 
   std::vector<int> group_of(g.nodes.size(), -1);
   for (size_t k = 0; k < plan->groups.size(); ++k)
@@ -609,12 +633,13 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
           "groups\n{}",
           st.opts.name, guard_str(inputs), ms, st.compiles, plan->graph.nodes.size(),
           plan->steps.size(), plan->groups.size(), plan->graph.str());
+      text += plan->fusion_note;
       for (const FusionGroup& fg : plan->groups) {
         std::vector<std::string> names;
         for (int n : fg.nodes) names.push_back(plan->exec.nodes[size_t(n)].op_name());
         text += fmt::format("fusion group {}: {} -> {}\n{}\n", fg.name, fmt::join(names, ", "),
                             plan->exec.values[size_t(fg.output)].name, fg.body);
-        text += fg.kernel().cuda_source();
+        if (plan->cuda) text += fg.kernel().cuda_source();
       }
       text += "plan:\n" + plan->str();
       log(text);
