@@ -182,11 +182,14 @@ TEST_SUITE("cpu threads") {
     constexpr int64_t ms = 1'000'000;
     // The caller ran 4 of 8 chunks in 1 ms: one thread alone would have taken about 2 ms.
     CHECK(next_backoff(0, 1 * ms, 1 * ms, 4, 8) == 0);          // twice as fast: no pause
-    CHECK(next_backoff(8 * ms, 1 * ms, 1 * ms, 4, 8) == 0);     // a probe that pays ends it
+    CHECK(next_backoff(8 * ms, 1 * ms, 1 * ms, 4, 8) == 4 * ms);  // a probe that pays halves it
+    CHECK(next_backoff(1 * ms, 1 * ms, 1 * ms, 4, 8) == 0);       // ... down to none
     CHECK(next_backoff(0, 2 * ms, 1 * ms, 4, 8) == 1 * ms);     // no faster: 1 ms alone
     CHECK(next_backoff(1 * ms, 9 * ms, 1 * ms, 4, 8) == 2 * ms);  // doubling
     CHECK(next_backoff(128 * ms, 9 * ms, 1 * ms, 4, 8) == 128 * ms);  // at most 128 ms
-    CHECK(next_backoff(4 * ms, 1900'000, 1 * ms, 4, 8) == 4 * ms);  // 5% faster: kept
+    CHECK(next_backoff(4 * ms, 1900'000, 1500'000, 6, 8) == 4 * ms);  // 5% faster: kept
+    // Faster than the pace, but the caller waited 0.6 ms for a worker after 1 ms of work.
+    CHECK(next_backoff(0, 1600'000, 1 * ms, 4, 8) == 1 * ms);
     CHECK(next_backoff(4 * ms, 9 * ms, 0, 0, 8) == 4 * ms);  // the caller ran no chunk
   }
 

@@ -25,9 +25,11 @@
 //  - Threads that cannot be started (no memory, a thread limit) leave the caller to do
 //    the work alone. The pool is never destroyed: workers may outlive main() (detached).
 //  - When the threads stop paying (a job took as long as the caller's pace says one thread
-//    would have: the workers' cores are taken, or the loop is memory-bound), loops run on
+//    would have, or the caller waited for a worker longer than half its own work: the
+//    workers' cores are taken, or the loop is memory-bound), loops run on
 //    the caller alone for a while, 1 ms after the first such job, doubling up to 128 ms
-//    while the next ones (probes) still do not pay, and back at once when one does. A
+//    while the next ones (probes) still do not pay, halving when one does (a probe that
+//    does not pay can cost a time slice; one that pays saves less than half a job). A
 //    worker descheduled in the middle of a chunk makes the caller wait until the
 //    scheduler runs it again, a whole time slice of the other load (several ms): with
 //    busy loops beside them, a 512^3 matmul on 2 threads took 2x to 8x its 1-thread time
@@ -284,8 +286,12 @@ int64_t next_backoff(int64_t backoff, int64_t job, int64_t callers, int64_t call
   if (callers_chunks <= 0) return backoff;  // no estimate
   // The caller's pace, for every chunk: about what one thread alone would have taken.
   const double alone = double(callers) * double(chunks) / double(callers_chunks);
-  if (double(job) >= alone) return backoff == 0 ? kFirst : std::min(2 * backoff, kMost);
-  if (double(job) < 0.9 * alone) return 0;
+  // Threads that did not pay, or a caller that waited for a worker longer than half its
+  // own work (a worker descheduled in a chunk; the pace above misleads when the caller
+  // itself was descheduled in its chunks).
+  if (double(job) >= alone || 2 * (job - callers) > callers)
+    return backoff == 0 ? kFirst : std::min(2 * backoff, kMost);
+  if (double(job) < 0.9 * alone) return backoff / 2 < kFirst ? 0 : backoff / 2;
   return backoff;
 }
 
