@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <initializer_list>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -99,12 +99,16 @@ std::vector<CpuThreadsRow> cpu_threads_bench(const CpuThreadsOptions& opts, Prog
   // Bounded: every op's time, twice over, and a minute more.
   const double bound = 60.0 + 2.0 * opts.min_time * double(ops.size()) * 4;
   BusyLoops busy(*busy_loops, bound);
+  std::mt19937 rng(20261206);
+  std::uniform_int_distribution<int> coin(0, 1);
   for (const Op& op : ops) {
     if (!opts.ops.empty() && std::find(opts.ops.begin(), opts.ops.end(), op.name) == opts.ops.end())
       continue;
     progress.step(op.name);
-    // Warm-up at both counts (pages, the pool's threads), then single calls alternating
-    // 1, multi, multi, 1, ... so that drift and the other load hit both alike.
+    // Warm-up at both counts (pages, the pool's threads), then pairs of single calls, one
+    // at each count, in a random order: a fixed pattern (1, multi, multi, 1, ...) locks
+    // into step with the scheduler's slices on a busy machine, and the calls a slice ends
+    // in (descheduled for the rest of the other load's turn) were always of one count.
     for (int t : {1, multi, 1, multi}) {
       cpu::set_num_threads(t);
       op.call();
@@ -112,7 +116,9 @@ std::vector<CpuThreadsRow> cpu_threads_bench(const CpuThreadsOptions& opts, Prog
     std::vector<double> one, many;
     const auto begin = Clock::now();
     for (int i = 0; int(one.size()) < 11 || ms_since(begin) < opts.min_time * 1e3; ++i) {
-      for (int t : (i % 2 ? std::initializer_list<int>{multi, 1} : std::initializer_list<int>{1, multi})) {
+      const bool multi_first = coin(rng) != 0;
+      const int order[2] = {multi_first ? multi : 1, multi_first ? 1 : multi};
+      for (int t : order) {
         cpu::set_num_threads(t);
         const auto t0 = Clock::now();
         op.call();
