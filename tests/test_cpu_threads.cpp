@@ -181,16 +181,16 @@ TEST_SUITE("cpu threads") {
     using cpu::detail::next_backoff;
     constexpr int64_t ms = 1'000'000;
     // The caller ran 4 of 8 chunks in 1 ms: one thread alone would have taken about 2 ms.
-    CHECK(next_backoff(0, 1 * ms, 1 * ms, 4, 8) == 0);          // twice as fast: no pause
-    CHECK(next_backoff(8 * ms, 1 * ms, 1 * ms, 4, 8) == 4 * ms);  // a probe that pays halves it
-    CHECK(next_backoff(1 * ms, 1 * ms, 1 * ms, 4, 8) == 0);       // ... down to none
-    CHECK(next_backoff(0, 2 * ms, 1 * ms, 4, 8) == 1 * ms);     // no faster: 1 ms alone
-    CHECK(next_backoff(1 * ms, 9 * ms, 1 * ms, 4, 8) == 2 * ms);  // doubling
-    CHECK(next_backoff(128 * ms, 9 * ms, 1 * ms, 4, 8) == 128 * ms);  // at most 128 ms
-    CHECK(next_backoff(4 * ms, 1900'000, 1500'000, 6, 8) == 4 * ms);  // 5% faster: kept
+    CHECK(next_backoff(0, 1 * ms, 1 * ms, 4, 8) == 0);      // twice as fast: no pause
+    CHECK(next_backoff(8, 1 * ms, 1 * ms, 4, 8) == 4);      // a probe that pays halves it
+    CHECK(next_backoff(1, 1 * ms, 1 * ms, 4, 8) == 0);      // ... down to none
+    CHECK(next_backoff(0, 2 * ms, 1 * ms, 4, 8) == 1);      // no faster: the next loop alone
+    CHECK(next_backoff(1, 9 * ms, 1 * ms, 4, 8) == 2);      // doubling
+    CHECK(next_backoff(256, 9 * ms, 1 * ms, 4, 8) == 256);  // at most 256 loops
+    CHECK(next_backoff(4, 1900'000, 1500'000, 6, 8) == 4);  // 5% faster: kept
     // Faster than the pace, but the caller waited 0.6 ms for a worker after 1 ms of work.
-    CHECK(next_backoff(0, 1600'000, 1 * ms, 4, 8) == 1 * ms);
-    CHECK(next_backoff(4 * ms, 9 * ms, 0, 0, 8) == 4 * ms);  // the caller ran no chunk
+    CHECK(next_backoff(0, 1600'000, 1 * ms, 4, 8) == 1);
+    CHECK(next_backoff(4, 9 * ms, 0, 0, 8) == 4);  // the caller ran no chunk
   }
 
   TEST_CASE("cpu threads: the count comes from MT_NUM_THREADS, then OMP_NUM_THREADS, at most the CPUs") {

@@ -68,9 +68,9 @@ void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn, void* ctx);
 // most the CPUs this process may run on; else those CPUs. Values that are not positive
 // integers are ignored.
 int threads_from_environment();
-// The pool's pause after a job (Note [The CPU thread pool]): given the current one, the
-// job's time, the caller's time in its own chunks and their count, and all the chunks.
-// Times in nanoseconds.
+// The pool's pause after a job, in parallel loops to run on the caller alone (Note [The
+// CPU thread pool]): given the current one, the job's time, the caller's time in its own
+// chunks and their count, and all the chunks. Times in nanoseconds.
 int64_t next_backoff(int64_t backoff, int64_t job, int64_t callers, int64_t callers_chunks,
                      int64_t chunks);
 // Rethrows e as an mt::Error (an mt::Error as it is; std::bad_alloc as "out of memory").

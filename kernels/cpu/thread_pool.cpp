@@ -26,10 +26,12 @@
 //    the work alone. The pool is never destroyed: workers may outlive main() (detached).
 //  - When the threads stop paying (a job took as long as the caller's pace says one thread
 //    would have, or the caller waited for a worker longer than half its own work: the
-//    workers' cores are taken, or the loop is memory-bound), loops run on
-//    the caller alone for a while, 1 ms after the first such job, doubling up to 128 ms
-//    while the next ones (probes) still do not pay, halving when one does (a probe that
-//    does not pay can cost a time slice; one that pays saves less than half a job). A
+//    workers' cores are taken, or the loop is memory-bound), the next parallel loops run
+//    on the caller alone: 1 after the first such job, doubling up to 256 while the loops
+//    that try threads again (probes) still do not pay, halving when one does (a probe
+//    that does not pay can cost a time slice; one that pays saves less than half a job).
+//    Counted in loops, not time: a pause of some milliseconds covered one or two calls of
+//    a multi-millisecond matmul, and most calls were probes. A
 //    worker descheduled in the middle of a chunk makes the caller wait until the
 //    scheduler runs it again, a whole time slice of the other load (several ms): with
 //    busy loops beside them, a 512^3 matmul on 2 threads took 2x to 8x its 1-thread time
@@ -112,8 +114,11 @@ class Pool {
   bool run(int64_t n, int64_t grain, int threads, detail::RangeFn fn, void* ctx) {
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
+    if (skip_ > 0) {
+      --skip_;
+      return false;
+    }
     const Clock::time_point t0 = Clock::now();
-    if (t0 < backoff_until_) return false;
     const int workers = start_workers(threads - 1);
     if (workers == 0) return false;
     const int64_t most = int64_t(workers + 1) * kChunksPerThread;
@@ -142,8 +147,8 @@ class Pool {
     auto ns = [](Clock::duration d) {
       return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
     };
-    backoff_ns_ = detail::next_backoff(backoff_ns_, ns(t2 - t0), ns(t1 - t0), mine, nchunks);
-    backoff_until_ = t2 + std::chrono::nanoseconds(backoff_ns_);
+    backoff_ = detail::next_backoff(backoff_, ns(t2 - t0), ns(t1 - t0), mine, nchunks);
+    skip_ = backoff_;
     if (error_) std::rethrow_exception(error_);
     return true;
   }
@@ -239,8 +244,7 @@ class Pool {
   }
 
   std::mutex mutex_;  // one caller at a time; guards the rest up to claim_
-  Clock::time_point backoff_until_{};
-  int64_t backoff_ns_ = 0;
+  int64_t backoff_ = 0, skip_ = 0;  // parallel loops to run on the caller alone
   std::vector<Worker*> slots_;
   size_t threads_ = 0;
   uint64_t job_ = 0;
@@ -282,7 +286,7 @@ namespace detail {
 
 int64_t next_backoff(int64_t backoff, int64_t job, int64_t callers, int64_t callers_chunks,
                      int64_t chunks) {
-  constexpr int64_t kFirst = 1'000'000, kMost = 128'000'000;
+  constexpr int64_t kMost = 256;
   if (callers_chunks <= 0) return backoff;  // no estimate
   // The caller's pace, for every chunk: about what one thread alone would have taken.
   const double alone = double(callers) * double(chunks) / double(callers_chunks);
@@ -290,8 +294,8 @@ int64_t next_backoff(int64_t backoff, int64_t job, int64_t callers, int64_t call
   // own work (a worker descheduled in a chunk; the pace above misleads when the caller
   // itself was descheduled in its chunks).
   if (double(job) >= alone || 2 * (job - callers) > callers)
-    return backoff == 0 ? kFirst : std::min(2 * backoff, kMost);
-  if (double(job) < 0.9 * alone) return backoff / 2 < kFirst ? 0 : backoff / 2;
+    return backoff == 0 ? 1 : std::min(2 * backoff, kMost);
+  if (double(job) < 0.9 * alone) return backoff / 2;
   return backoff;
 }
 
