@@ -6,7 +6,9 @@
 
 namespace mt::cpu {
 
-// Threads for the CPU kernels (and for OpenBLAS): OMP_NUM_THREADS or all cores by default.
+// Threads for the CPU kernels, matmul's included (1 to 1024; docs/cpu.md, "Threads"). By
+// default MT_NUM_THREADS, else OMP_NUM_THREADS, at most the CPUs this process may run on;
+// else those CPUs.
 int num_threads();
 void set_num_threads(int n);
 

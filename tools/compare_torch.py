@@ -20,6 +20,19 @@ ratio torch / minitensor (> 1 means minitensor is faster).
   compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING]
                          [--steps N] [--warmup N]
 
+With --mlp --device cpu: the same on the CPU at 64/32/64 and 512/256/512, torch with as many
+threads as minitensor has (the CPUs this process may run on, or MT_NUM_THREADS), so that
+`taskset -c 0,1 python3 tools/compare_torch.py --mlp --device cpu` compares both on the same
+2 cores.
+
+With --cpu-contended: SiLU on 2^20 float32 elements on the CPU, 1 thread against all usable
+CPUs' threads, beside a busy loop on every usable CPU: torch (busy loops as processes, the two
+thread counts alternating in blocks of calls) and `minitensor bench cpu --contended --op silu
+--json` (its own busy loops) one after the other; prints the medians and each one's ratio
+(multi-thread / single-thread: the 1.5x goal of docs/cpu.md).
+
+  compare_torch.py --cpu-contended [--minitensor PATH] [--json OUT]
+
 With --dispatch: the host cost of one call against libtorch C++ (tools/bench_libtorch.cpp),
 in separate processes or, with --interleaved, in one process as pairs of short loops;
 tools/dispatch_compare.py (which also runs without torch) says how.
@@ -93,6 +106,12 @@ def triton_silu(x, y):
 
 
 MLP_SHAPES = [(64, 32, 64), (4096, 1024, 4096)]  # (batch, in, hidden); output dim = in
+MLP_CPU_SHAPES = [(64, 32, 64), (512, 256, 512)]
+
+
+def sync(dev):
+    if dev != "cpu":
+        torch.cuda.synchronize()
 
 
 def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda"):
@@ -134,13 +153,13 @@ def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
     t_warm, done = time.perf_counter(), 0
     while done < warmup or time.perf_counter() - t_warm < 0.5:
         step()
-        torch.cuda.synchronize()
+        sync(dev)
         done += 1
     ms, losses = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
         loss = step()
-        torch.cuda.synchronize()
+        sync(dev)
         ms.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.detach())
     return statistics.median_high(ms), float(losses[0]), float(losses[-1])
@@ -262,13 +281,21 @@ def main_compile(args):
 
 
 def main_mlp(args):
+    dev = args.device
+    shapes = MLP_CPU_SHAPES if dev == "cpu" else MLP_SHAPES
+    if dev == "cpu":
+        # minitensor's count: MT_NUM_THREADS, else the CPUs this process may run on.
+        threads = len(os.sched_getaffinity(0))
+        if os.environ.get("MT_NUM_THREADS", "").isdigit():
+            threads = min(threads, max(1, int(os.environ["MT_NUM_THREADS"])))
+        torch.set_num_threads(threads)
     mt = None
     if args.mt_json:
         with open(args.mt_json) as f:
             mt = json.load(f)
     else:
-        cmd = [args.minitensor, "bench", "mlp", "--device", "cuda", "--json"]
-        for b, i, h in MLP_SHAPES:
+        cmd = [args.minitensor, "bench", "mlp", "--device", dev, "--json"]
+        for b, i, h in shapes:
             cmd += ["--shape", f"{b}x{i}x{h}"]
         if args.steps:
             cmd += ["--steps", str(args.steps)]
@@ -285,21 +312,27 @@ def main_mlp(args):
     steps = args.steps or 50
     warmup = 5 if args.warmup is None else args.warmup
     results = []
-    for b, i, h in MLP_SHAPES:
+    for b, i, h in shapes:
         r = mt_rows.get((b, i, h))
         d_out = r["out"] if r else i
-        t_ms, l0, l1 = torch_mlp_ms(b, i, h, d_out, steps, warmup, lr)
+        t_ms, l0, l1 = torch_mlp_ms(b, i, h, d_out, steps, warmup, lr, dev)
         results.append({"batch": b, "in": i, "hidden": h, "out": d_out, "torch_ms": t_ms,
                         "torch_loss_first": l0, "torch_loss_last": l1,
                         "mt_ms": r["ms_median"] if r else None,
                         "mt_loss_first": r["loss_first"] if r else None,
                         "mt_loss_last": r["loss_last"] if r else None})
-        torch.cuda.empty_cache()
+        if dev != "cpu":
+            torch.cuda.empty_cache()
 
     print()
-    print(f"MLP training step on {torch.cuda.get_device_name()}: torch {torch.__version__} eager"
-          f" (TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}),"
-          f" minitensor: {(mt or {}).get('where', 'did not run')}")
+    if dev == "cpu":
+        print(f"MLP training step on the CPU ({len(os.sched_getaffinity(0))} usable CPUs):"
+              f" torch {torch.__version__} eager with {torch.get_num_threads()} threads,"
+              f" minitensor: {(mt or {}).get('where', 'did not run')}")
+    else:
+        print(f"MLP training step on {torch.cuda.get_device_name()}: torch {torch.__version__} eager"
+              f" (TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}),"
+              f" minitensor: {(mt or {}).get('where', 'did not run')}")
     print("| batch/in/hidden | out | minitensor ms/step | torch ms/step | torch/mt |"
           " loss mt (first -> last) | loss torch (first -> last) |")
     print("|---|---|---|---|---|---|---|")
@@ -314,6 +347,60 @@ def main_mlp(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mlp": results, "minitensor": mt}, f, indent=1)
+    return 0 if mt else 1
+
+
+def busy_loop(until):
+    while time.time() < until:
+        pass
+
+
+def torch_silu_contended(seconds=3.0):
+    """Median ms of torch's F.silu on 2^20 floats with 1 and with all usable CPUs' threads,
+    beside a busy-loop process on every usable CPU."""
+    import multiprocessing
+    cpus = len(os.sched_getaffinity(0))
+    x = torch.randn(1 << 20)
+    until = time.time() + seconds + 30
+    loops = [multiprocessing.Process(target=busy_loop, args=(until,)) for _ in range(cpus)]
+    for p in loops:
+        p.start()
+    try:
+        times = {1: [], cpus: []}
+        t_end = time.perf_counter() + seconds
+        while time.perf_counter() < t_end or len(times[1]) < 20:
+            for t in (1, cpus):
+                torch.set_num_threads(t)
+                torch.nn.functional.silu(x, inplace=False)  # after the switch, untimed
+                for _ in range(10):
+                    t0 = time.perf_counter()
+                    torch.nn.functional.silu(x)
+                    times[t].append((time.perf_counter() - t0) * 1e3)
+    finally:
+        for p in loops:
+            p.terminate()
+            p.join()
+    return cpus, statistics.median(times[1]), statistics.median(times[cpus])
+
+
+def main_cpu_contended(args):
+    cpus, t1, tn = torch_silu_contended()
+    cmd = [args.minitensor, "bench", "cpu", "--contended", "--op", "silu", "--json"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    mt = json.loads(p.stdout) if p.returncode == 0 else None
+    print(f"SiLU on 2^20 float32 on the CPU beside a busy loop on each of {cpus} CPUs; median ms")
+    print("| library | 1 thread | {} threads | ratio |".format(cpus))
+    print("|---|---|---|---|")
+    print(f"| torch {torch.__version__} | {t1:.4f} | {tn:.4f} | {tn / t1:.2f} |")
+    if mt:
+        r = mt["rows"][0]
+        print(f"| minitensor | {r['single_ms']:.4f} | {r['multi_ms']:.4f} | {r['ratio']:.2f} |")
+    else:
+        print(f"| minitensor | failed (exit {p.returncode}) | | |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": {"threads": cpus, "single_ms": t1, "multi_ms": tn},
+                       "minitensor": mt}, f, indent=1)
     return 0 if mt else 1
 
 
@@ -539,6 +626,10 @@ def main():
     ap.add_argument("--mt-json", default="", help="reuse an existing bench_silu JSON")
     ap.add_argument("--max-log2", type=int, default=28)
     ap.add_argument("--mlp", action="store_true", help="the MLP training step instead of SiLU")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="--mlp: where both run (cpu: torch with minitensor's thread count)")
+    ap.add_argument("--cpu-contended", action="store_true",
+                    help="CPU SiLU at 1 and all threads beside busy loops: torch and minitensor")
     ap.add_argument("--minitensor", default="build/tools/minitensor")
     ap.add_argument("--steps", type=int, default=0, help="--mlp: timed steps (default 50)")
     ap.add_argument("--warmup", type=int, default=None, help="--mlp: warm-up steps (default 5)")
@@ -571,6 +662,8 @@ def main():
         return main_dispatch(args)
     if args.mlp:
         return main_mlp(args)
+    if args.cpu_contended:
+        return main_cpu_contended(args)
 
     mt_json = args.mt_json or os.path.join(os.environ.get("OUT", "/tmp"), "bench_silu.json")
     if not args.mt_json:

@@ -26,6 +26,7 @@
 #include "minitensor.h"
 #include "runtime/cuda/graph.h"
 #include "runtime/cuda/memory.h"
+#include "tools/bench/cpu_threads.h"
 #include "tools/bench/dispatch.h"
 #include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
@@ -768,6 +769,44 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   return 0;
 }
 
+// ---- bench cpu ---------------------------------------------------------------------------
+
+// Each CPU op on one thread and on several, alternating, optionally beside a busy loop on
+// every core (docs/cpu.md, "Threads").
+int bench_cpu_cmd(const bench::CpuThreadsOptions& c, const BenchOutput& o) {
+  std::vector<bench::CpuThreadsRow> rows;
+  int busy = 0;
+  {
+    bench::Progress progress("bench cpu", c.ops.empty() ? int(bench::cpu_threads_ops().size()) : int(c.ops.size()));
+    rows = bench::cpu_threads_bench(c, progress, &busy);
+  }
+  const std::string where = fmt::format("{}, {} usable CPUs", cpu_model(), bench::usable_cpus());
+  double worst = 0;
+  for (const auto& r : rows) worst = std::max(worst, r.multi_ms / r.single_ms);
+  if (o.json) {
+    Json json_rows = Json::array();
+    for (const auto& r : rows)
+      json_rows.push_back({{"op", r.op}, {"shape", r.shape}, {"threads", r.threads}, {"samples", r.samples},
+                           {"single_ms", r.single_ms}, {"multi_ms", r.multi_ms}, {"ratio", r.multi_ms / r.single_ms}});
+    print_json({{"bench", "cpu"}, {"where", where}, {"contended", c.contended}, {"busy_loops", busy},
+                {"worst_ratio", worst}, {"rows", json_rows}});
+    return 0;
+  }
+  std::printf("CPU ops on 1 thread and on %d, single calls alternating, median ms, on %s%s\n",
+              rows.empty() ? cpu::num_threads() : rows[0].threads, where.c_str(),
+              c.contended ? fmt::format("; a busy loop on each of the {} CPUs beside it", busy).c_str() : "");
+  std::vector<std::vector<std::string>> table;
+  for (const auto& r : rows)
+    table.push_back({r.op, r.shape, fmt::format("{}", r.samples), fmt::format("{:.4f}", r.single_ms),
+                     fmt::format("{:.4f}", r.multi_ms), fmt::format("{:.2f}", r.multi_ms / r.single_ms)});
+  bench::print_table({"op", "shape", "calls", "1 thread ms", fmt::format("{} threads ms", rows.empty() ? 0 : rows[0].threads),
+                      "ratio"},
+                     table);
+  std::printf("ratio = multi-thread time / single-thread time (< 1: the threads help)%s\n",
+              c.contended ? fmt::format("; worst {:.2f} (goal: at most 1.5)", worst).c_str() : "");
+  return 0;
+}
+
 // ---- bench graph -------------------------------------------------------------------------
 
 struct GraphCliOptions {
@@ -1248,6 +1287,18 @@ int main(int argc, char** argv) {
   b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  bench::CpuThreadsOptions cpu_o;
+  auto* b_cpu = ben->add_subcommand(
+      "cpu", "each CPU op on 1 thread and on several, side by side (--contended: beside a busy loop on every core)");
+  b_cpu->add_flag("--contended", cpu_o.contended,
+                  "run a busy loop on every usable core while timing (stopped at the end, bounded in time)");
+  b_cpu->add_option("--threads", cpu_o.threads, "the multi-thread count (default: the kernels' count)")
+      ->check(CLI::Range(1, 1024));
+  b_cpu->add_option("--min-time", cpu_o.min_time, "seconds of alternating calls per op, at least")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 3600.0));
+  b_cpu->add_option("--op", cpu_o.ops, "time only this op (repeatable)")->check(CLI::IsMember(bench::cpu_threads_ops()));
+  b_cpu->fallthrough();
   b_mlp->add_flag("--compile", mlp_o.compile,
                   "the step eager and through mt::compile side by side (speedup, first-call time, same parameters)");
   for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
@@ -1311,6 +1362,7 @@ int main(int argc, char** argv) {
     if (*b_matmul) return bench_matmul(matmul_o, bench_out);
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
     if (*b_graph) return bench_graph_cmd(graph_o, bench_out);
+    if (*b_cpu) return bench_cpu_cmd(cpu_o, bench_out);
     if (*mem) return memory_cmd(mem_o, json);
     if (*cac && !cache_plot_path.empty()) return cache_plot(cache_plot_path, cache_demo);
     if (*cac) return cache_cmd(cache_what, json);

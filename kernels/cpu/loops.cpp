@@ -1,83 +1,14 @@
 // SPDX-License-Identifier: MIT
-// Threads, broadcasting and dim merging for the CPU kernels (Note [Elementwise loops]).
+// Broadcasting and dim merging for the CPU kernels (Note [Elementwise loops]).
 #include "kernels/cpu/loops.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
 
 #include "kernels/cpu/cpu_kernels.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#ifdef MT_HAVE_CBLAS
-#include <cblas.h>  // OpenBLAS's defines OPENBLAS_VERSION and openblas_set_num_threads
-#endif
 
 namespace mt::cpu {
 namespace {
 
-std::atomic<int> g_threads{0};  // 0: not yet read from the environment
-
-}  // namespace
-
-int num_threads() {
-  int n = g_threads.load(std::memory_order_relaxed);
-  if (n > 0) return n;
-#ifdef _OPENMP
-  n = std::max(1, omp_get_max_threads());  // OMP_NUM_THREADS, else the cores
-#else
-  n = 1;
-#endif
-  g_threads.store(n, std::memory_order_relaxed);
-  return n;
-}
-
-void set_num_threads(int n) {
-  MT_CHECK(n >= 1, "[set_num_threads] the number of threads must be at least 1, got {}", n);
-  g_threads.store(n, std::memory_order_relaxed);
-#ifdef OPENBLAS_VERSION
-  openblas_set_num_threads(n);
-#endif
-}
-
-namespace detail {
-
-// OpenMP because it is the standard tool for this: GCC and Clang ship it, its runtime
-// keeps a pool of warm threads (a parallel region costs a few microseconds), and
-// `num_threads(k)` bounds each region without touching global state. The range is cut
-// into one contiguous piece per thread, which suits memory-bound loops best.
-void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
-#ifdef _OPENMP
-  int64_t max_parts = std::max<int64_t>(1, (n + grain - 1) / std::max<int64_t>(grain, 1));
-  int nt = int(std::min<int64_t>(num_threads(), max_parts));
-  if (nt <= 1 || omp_in_parallel()) return fn(ctx, 0, n);
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(nt)
-  {
-    int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
-    int64_t chunk = (n + parts - 1) / parts;
-    int64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
-    try {
-      if (b < e) fn(ctx, b, e);
-    } catch (...) {  // an exception must not leave an OpenMP region
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-#else
-  (void)grain;
-  fn(ctx, 0, n);
-#endif
-}
-
-}  // namespace detail
-
-namespace {
 // S -> C; a float into int64 saturates (Note [Float to integer conversion]).
 template <typename C, typename S>
 inline C convert_to(S v) {

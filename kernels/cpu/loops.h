@@ -64,16 +64,35 @@ inline constexpr int64_t kGrainSize = 32768;
 namespace detail {
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn, void* ctx);
+// The default thread count: MT_NUM_THREADS, else OMP_NUM_THREADS (its first number), at
+// most the CPUs this process may run on; else those CPUs. Values that are not positive
+// integers are ignored.
+int threads_from_environment();
+// The pool's pause after a job, in parallel loops to run on the caller alone (Note [The
+// CPU thread pool]): given the current one, the job's time, the caller's time in its own
+// chunks and their count, and all the chunks. Times in nanoseconds.
+int64_t next_backoff(int64_t backoff, int64_t job, int64_t callers, int64_t callers_chunks,
+                     int64_t chunks);
+// Rethrows e as an mt::Error (an mt::Error as it is; std::bad_alloc as "out of memory").
+[[noreturn, gnu::cold]] void rethrow_as_error(std::exception_ptr e);
 }  // namespace detail
 
-// Calls f(begin, end) over [0, n): once on this thread when n <= grain, else on up to
-// num_threads() threads, each with one contiguous range. f must not throw (checks go
-// before the loop); an exception is still carried out of the threads and rethrown.
+// Calls f(begin, end) on pieces that cover [0, n) once: on this thread when n <= grain,
+// else in chunks of at least `grain` items on up to num_threads() threads of the library's
+// pool (Note [The CPU thread pool] in thread_pool.cpp), this one included. f must not
+// depend on how [0, n) is cut. An exception f throws, on any thread, stops the loop and
+// comes out of parallel_for as an mt::Error (std::bad_alloc as "[cpu] out of memory ...").
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
-  if (n <= grain || num_threads() == 1) return f(int64_t(0), n);
   using Fn = std::remove_reference_t<F>;
+  if (n <= grain || num_threads() == 1) {
+    try {
+      return f(int64_t(0), n);
+    } catch (...) {
+      detail::rethrow_as_error(std::current_exception());
+    }
+  }
   detail::parallel_for_impl(
       n, grain, [](void* c, int64_t b, int64_t e) { (*static_cast<Fn*>(c))(b, e); }, &f);
 }

@@ -165,10 +165,33 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* 
               int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
 }
 
+// Note [Matmul on the pool]
+// OpenBLAS runs on one thread (Note [The CPU thread pool]); a product worth threads is cut
+// here into blocks of C's rows (or columns, when C is wider than tall), one cblas call
+// each, on the library's pool. A block has at least 32 rows and about 2^20 multiply-adds,
+// so that each call still packs a large enough panel.
+template <typename T>
+void blas_gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                     const T* b, int64_t ldb, T* c, int64_t ldc, bool threads) {
+  const int64_t per_row = std::max<int64_t>(1, (m >= n ? n : m) * k);
+  const int64_t grain = std::max<int64_t>(32, (int64_t(1) << 20) / per_row);
+  if (!threads || std::max(m, n) <= grain) return blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  if (m >= n) {  // rows [r0, r1) of C: rows of A
+    parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
+      blas_gemm(ta, tb, r1 - r0, n, k, a + r0 * (ta ? 1 : lda), lda, b, ldb, c + r0 * ldc, ldc);
+    });
+  } else {  // columns [c0, c1) of C: columns of B
+    parallel_for(n, grain, [&](int64_t c0, int64_t c1) {
+      blas_gemm(ta, tb, m, c1 - c0, k, a, lda, b + c0 * (tb ? ldb : 1), ldb, c + c0, ldc);
+    });
+  }
+}
+
 // One product through cblas; false if C's layout does not suit it (the caller uses a
 // contiguous temporary). A or B in a layout cblas cannot take is packed here.
 template <typename T>
-bool gemm_blas(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, Mat<T> C) {
+bool gemm_blas(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, Mat<T> C,
+               bool threads) {
   bool c_trans;
   int64_t ldc;
   if (!blas_layout(m, n, C.rs, C.cs, &c_trans, &ldc)) return false;
@@ -189,10 +212,10 @@ bool gemm_blas(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, 
     B = {pb.data(), n, 1};
     tb = false, ldb = std::max<int64_t>(1, n);
   }
-  if (c_trans)
-    blas_gemm(!tb, !ta, n, m, k, B.data, ldb, A.data, lda, C.data, ldc);  // C^T = B^T A^T
+  if (c_trans)  // C^T = B^T A^T
+    blas_gemm_split(!tb, !ta, n, m, k, B.data, ldb, A.data, lda, C.data, ldc, threads);
   else
-    blas_gemm(ta, tb, m, n, k, A.data, lda, B.data, ldb, C.data, ldc);
+    blas_gemm_split(ta, tb, m, n, k, A.data, lda, B.data, ldb, C.data, ldc, threads);
   return true;
 }
 #endif
@@ -233,7 +256,7 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out, bool use_
 #ifdef MT_HAVE_CBLAS
     if constexpr (!std::is_same_v<T, int64_t>) {
       if (use_blas && mm <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
-          gemm_blas<T>(mm, n, k, x, y, z))
+          gemm_blas<T>(mm, n, k, x, y, z, threads))
         return;
     }
 #endif
@@ -274,7 +297,7 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out, bool use_
           !per_batch);
     }
   };
-  if (per_batch && !use_blas)
+  if (per_batch)
     parallel_for(batches, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, m * n * k)), run);
   else
     run(0, batches);

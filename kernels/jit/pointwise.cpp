@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "autograd/grad_mode.h"
+#include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
 #include "runtime/error.h"
@@ -240,19 +241,18 @@ void run_cpu(const expr::Program& p, std::span<const Tensor> inputs, std::span<c
       std::array<C, kMaxScalars> s{};
       for (size_t k = 0; k < scalars.size(); ++k) s[k] = C(scalars[k]);
       const int64_t chunks = (n + expr::kChunk - 1) / expr::kChunk;
-#pragma omp parallel if (chunks > 16)
-      {
+      // a range of tiles a thread, one evaluator (its buffers, the constants) a range
+      cpu::parallel_for(chunks, 16, [&](int64_t first, int64_t last) {
         expr::TileEvaluator<C> ev(p, s.data());
         std::vector<const C*> ic(ip.size());
         std::vector<C*> oc(op.size());
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < chunks; ++c) {
+        for (int64_t c = first; c < last; ++c) {
           const int64_t begin = c * expr::kChunk, len = std::min(expr::kChunk, n - begin);
           for (size_t k = 0; k < ip.size(); ++k) ic[k] = ip[k] + begin;
           for (size_t k = 0; k < op.size(); ++k) oc[k] = op[k] + begin;
           ev.run(ic.data(), oc.data(), len);
         }
-      }
+      });
     }
   });
   for (size_t k = 0; k < outs.size(); ++k)
