@@ -152,8 +152,8 @@ class Tensor {
   // A new handle to the same data that does not require grad and has no history.
   Tensor detach() const;
 
-  // Views share storage; each is an op dispatched like any other (kernels/ops/views.cpp;
-  // the methods: autograd/tensor_methods.cpp), so autograd sees them. Dims may be negative (counted from the end).
+  // Views share storage; each is an op (kernels/ops/views.cpp; the methods are defined in
+  // autograd/tensor_methods.cpp), so autograd sees them. Dims may be negative (from the end).
   Tensor view(const Shape& shape) const;     // one size may be -1
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor transpose(int64_t dim0, int64_t dim1) const;

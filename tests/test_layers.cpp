@@ -16,7 +16,8 @@ TEST_CASE("layers: to_vector, item, printing and from_vector dispatch no op") {
     TraceCallsGuard guard(&trace);
     CHECK(x.to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
     CHECK(one.item<int64_t>() == 4);
-    CHECK(x.str() == "tensor([[0., 3.],\n        [1., 4.],\n        [2., 5.]], shape=[3, 2], dtype=float32)");
+    CHECK(x.str() ==
+          "tensor([[0., 3.],\n        [1., 4.],\n        [2., 5.]], shape=[3, 2], dtype=float32)");
     Tensor d = from_vector(std::vector<float>{1, 2}, Shape{2}, {.dtype = DType::Float64});
     CHECK(d.dtype() == DType::Float64);
     CHECK(d.to_vector<double>() == std::vector<double>{1, 2});

@@ -163,10 +163,12 @@ def demangle(symbols):
 
 def link_check(build):
     """(violations, objects, undefined references) of the library objects under build."""
-    dirs = sorted(d for d in glob.glob(os.path.join(build, "libminitensor*.p")) if os.path.isdir(d))
+    dirs = sorted(d for d in glob.glob(os.path.join(build, "libminitensor*.p"))
+                  if os.path.isdir(d))
     objects = sorted(o for d in dirs for o in glob.glob(os.path.join(d, "*.o")))
     if not objects:
-        return [f"{build}: no library objects (libminitensor*.p/*.o); build the library first"], 0, 0
+        return [f"{build}: no library objects (libminitensor*.p/*.o); build the library "
+                "first"], 0, 0
     bad = []
     layer_of_object = {}
     for o in objects:
@@ -244,6 +246,8 @@ def link_main(build):
     bad, objects, references = link_check(build)
     for b in bad:
         print(b)
+    if objects == 0:
+        return 1
     if bad:
         print(f"check_layers --link: {len(bad)} undefined symbol(s) of an object that only a "
               "layer above it defines (the layers, lowest first: runtime < dispatcher < "
