@@ -97,6 +97,19 @@ void fill_impl(const Tensor& t, double value) {
   });
 }
 
+Tensor copy_as(const Tensor& t, DType dtype, Device device) {
+  Tensor out = empty(t.sizes(), {.dtype = dtype, .device = device});  // fake under FakeMode
+  if (!out.is_fake()) copy_impl(out, t);
+  return out;
+}
+
+Tensor host_contiguous(const Tensor& t, DType dtype) {
+  if (t.is_fake()) (void)t.data_ptr();  // throws: a fake tensor has no values to read
+  Tensor c = t.is_cpu() ? t : copy_as(t, t.dtype(), kCPU);  // the device's own dtype first
+  if (c.dtype() != dtype || !c.is_contiguous()) c = copy_as(c, dtype, kCPU);
+  return c;
+}
+
 double read_as_double(const Tensor& t, int64_t i) {
   int64_t off = 0, rem = i;
   for (size_t d = t.sizes().size(); d-- > 0;) {

@@ -96,7 +96,7 @@ std::string Tensor::str() const {
   if (requires_grad()) suffix += ", requires_grad=True";
   if (is_fake()) return fmt::format("tensor(<fake>, {})", suffix);
 
-  Tensor host = to(kCPU);
+  Tensor host = is_cpu() ? *this : detail::copy_as(*this, dtype(), kCPU);
   bool summarize = host.numel() > kSummarizeAbove;
   std::vector<double> vals;  // the shown values decide the format
   std::vector<int64_t> idx(size_t(host.dim()), 0);

@@ -372,7 +372,7 @@ Tensor generate(const Shape& shape, const TensorOptions& opts, const char* op, F
     T* p = n ? host.data_ptr<T>() : nullptr;
     for (int64_t i = 0; i < n; ++i) p[i] = T(f(i));
   });
-  Tensor out = opts.device.is_cpu() ? host : host.to(opts.device);
+  Tensor out = opts.device.is_cpu() ? host : detail::copy_as(host, opts.dtype, opts.device);
   return finish(out, opts);
 }
 }  // namespace
@@ -483,8 +483,8 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, const Tenso
   Tensor host = empty(shape, {.dtype = dtype_v<T>});
   if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
   Tensor out = host;
-  if (opts.dtype != dtype_v<T>) out = out.to(opts.dtype);
-  if (!opts.device.is_cpu()) out = out.to(opts.device);
+  if (opts.dtype != dtype_v<T>) out = detail::copy_as(out, opts.dtype, kCPU);
+  if (!opts.device.is_cpu()) out = detail::copy_as(out, opts.dtype, opts.device);
   return finish(out, opts);
 }
 

@@ -152,8 +152,8 @@ class Tensor {
   // A new handle to the same data that does not require grad and has no history.
   Tensor detach() const;
 
-  // Views share storage; each is an op dispatched like any other (kernels/ops/views.cpp),
-  // so autograd sees them. Dims may be negative (counted from the end).
+  // Views share storage; each is an op (kernels/ops/views.cpp; the methods are defined in
+  // autograd/tensor_methods.cpp), so autograd sees them. Dims may be negative (from the end).
   Tensor view(const Shape& shape) const;     // one size may be -1
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor transpose(int64_t dim0, int64_t dim1) const;
@@ -280,6 +280,14 @@ int64_t checked_nbytes(const Shape& s, int64_t elements, DType t, const char* op
 // The copy behind Tensor::copy_ (no autograd, no version bump).
 void copy_impl(const Tensor& dst, const Tensor& src);
 void fill_impl(const Tensor& t, double value);
+// The runtime's own conversions, which are not ops (no autograd, no trace): the layers
+// below the ops use them instead of Tensor::to and contiguous (Note [Where the op-backed
+// Tensor methods live], autograd/tensor_methods.cpp). copy_as: a new contiguous tensor of
+// t's values as dtype on device (fake under FakeMode, like empty). host_contiguous: t's
+// values as a contiguous CPU tensor of dtype, t itself when it is one; a fake t is refused
+// as data_ptr() refuses it.
+Tensor copy_as(const Tensor& t, DType dtype, Device device);
+Tensor host_contiguous(const Tensor& t, DType dtype);
 // Reads element i (in logical row-major order) of a CPU tensor as double.
 double read_as_double(const Tensor& t, int64_t i);
 std::vector<double> to_double_vector(const Tensor& t);
@@ -287,7 +295,7 @@ std::vector<double> to_double_vector(const Tensor& t);
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = to(kCPU).to(dtype_v<T>).contiguous();
+  Tensor c = detail::host_contiguous(*this, dtype_v<T>);
   const T* p = c.numel() ? c.template data_ptr<T>() : nullptr;
   return std::vector<T>(p, p + c.numel());
 }

@@ -269,8 +269,8 @@ TEST_SUITE("tile evaluator") {
       ex::TileEvaluator<double> ed(p, sd);
       ex::TileEvaluator<float> ef(p, sf);
       for (int64_t len : {int64_t(1), int64_t(7), int64_t(16), int64_t(255), ex::kChunk - 1, ex::kChunk}) {
-        std::vector<double> od(size_t(len));
-        std::vector<float> of(size_t(len));
+        std::vector<double> od(static_cast<size_t>(len));
+        std::vector<float> of(static_cast<size_t>(len));
         const double* ind[] = {x.data(), y.data()};
         const float* inf[] = {xf.data(), yf.data()};
         double* outd[] = {od.data()};

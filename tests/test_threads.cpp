@@ -29,14 +29,14 @@
 #include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"
 #include "runtime/tensor.h"
-#include "runtime/view.h"
 
 using namespace mt;
 
 #ifdef MT_TESTS_CORE_ONLY
-// The ThreadSanitizer build of this file links the runtime, dispatcher and autograd only:
-// the library's initialization there installs the Autograd and Trace fallbacks and no
-// built-in op (Note [Library initialization]).
+// The ThreadSanitizer build of this file links the runtime, dispatcher and autograd only
+// (with the kernel cache's sources), which need nothing of the kernels layer but the one
+// hook (tools/check_layers.py --link): its stand-in here installs the Autograd and Trace
+// fallbacks and no built-in op (Note [Library initialization]).
 namespace mt::detail {
 void install_autograd_fallback();
 void install_trace_fallback();
@@ -45,33 +45,6 @@ void initialize_library() {
   install_trace_fallback();
 }
 }  // namespace mt::detail
-
-// The Tensor methods the three layers call that the kernels layer defines (as ops there),
-// as plain runtime code: enough for this file, which uses CPU tensors only.
-namespace mt {
-namespace {
-Tensor converted(const Tensor& t, DType dtype) {
-  Tensor out = empty(t.sizes(), {.dtype = dtype, .device = t.device()});
-  detail::copy_impl(out, t);
-  return out;
-}
-}  // namespace
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : converted(*this, dtype()); }
-Tensor Tensor::clone() const { return converted(*this, dtype()); }
-Tensor Tensor::to(DType t) const { return t == dtype() ? *this : converted(*this, t); }
-Tensor Tensor::to(Device d) const {
-  MT_CHECK(d == device(), "[to] the core-only test build copies no tensor between devices");
-  return *this;
-}
-Tensor Tensor::view(const Shape& shape) const { return detail::view_of(*this, shape); }
-Tensor Tensor::select(int64_t dim, int64_t index) const {
-  return detail::select_of(*this, dim, index);
-}
-const Tensor& Tensor::fill_(double value) const {
-  detail::fill_impl(*this, value);
-  return *this;
-}
-}  // namespace mt
 #endif
 
 namespace {

@@ -1,21 +1,35 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks every #include "..." line against DESIGN's "may include" table.
+"""Checks the layers of the library, lowest first: runtime < dispatcher < autograd < kernels.
 
-The library's layers, lowest first: runtime < dispatcher < autograd < kernels. A file may
+Includes: every #include "..." line against DESIGN's "may include" table. A file may
 include headers of its own layer and of the layers below it, never of one above (the one
 hook that runs the top of the library from below is a declaration, Note [Library
 initialization] in runtime/init.h). tools/ and tests/ may include everything; examples/
 only the public API (minitensor.h) and their own headers.
 
-Usage: tools/check_layers.py [source root], or --self-test (this check on a made-up tree
-with upward, sideways and downward includes). Prints each offending line as
-file:line: text (the rule it breaks) and exits 1 if there is one, else prints a count and
+Links (--link): the same order over the built objects. For each object file of the library
+(BUILDDIR/libminitensor*.p/*.o, named by meson after its source path: runtime_tensor.cpp.o
+is runtime/tensor.cpp), each undefined symbol (nm --undefined-only) is looked up among the
+symbols the objects define (nm --defined-only); one that only objects of layers above the
+object's own define is a violation, except the one hook of HOOKS. Symbols no object
+defines (the C++ library, fmt, the CUDA headers' inline code) are not the check's concern.
+
+Usage: tools/check_layers.py [source root]; --link BUILDDIR; --self-test (the include check
+on a made-up tree with upward, sideways and downward includes); --link-self-test (the link
+check on objects it compiles with $CXX, default c++: an upward call, the hook from its own
+object and from another, a sideways and a downward call, a generated source). Prints each
+offending include as file:line: text (the rule it breaks), each offending symbol as
+object: symbol (defined in LAYER), and exits 1 if there is one, else prints a count and
 exits 0.
 """
+import glob
 import os
 import re
+import shlex
+import subprocess
 import sys
+import tempfile
 
 LIBRARY = ["runtime", "dispatcher", "autograd", "kernels"]
 # folder -> the folders its files may include from (None: everything).
@@ -81,7 +95,6 @@ def check(root):
 
 
 def self_test():
-    import tempfile
     files = {
         "runtime/a.h": '#include "kernels/b.h"\n#include "runtime/c.h"\n',
         "runtime/c.h": "",
@@ -105,9 +118,154 @@ def self_test():
     return 0
 
 
+# ---- the link check --------------------------------------------------------------------
+
+# The one call from a layer into one above it (Note [Library initialization] in
+# runtime/init.h): the runtime's ensure_initialized() runs the built-in registration, which
+# kernels/register_builtins.cpp defines. Object -> the symbol (as nm -C prints it) it may
+# call upward; nothing else is allowed.
+HOOKS = {"runtime_init.cpp.o": "mt::detail::initialize_library()"}
+# Symbols an object can satisfy another's reference with: global (uppercase, but not U),
+# unique global (u), weak (v, w: inline functions, template instances, vtables), indirect (i).
+DEFINED_TYPES = set("ABCDGIRSTVW") | set("uvwi")
+
+
+def object_layer(name):
+    """The layer of a library object, from its name: meson writes the source path with '/'
+    as '_' (runtime_cuda_copy.cpp.o), a generated source as meson-generated_.._PATH."""
+    if name.startswith("meson-generated_"):
+        name = name[len("meson-generated_"):]
+    while name.startswith(".._"):
+        name = name[len(".._"):]
+    layer = name.split("_")[0]
+    return layer if layer in LIBRARY else None
+
+
+def nm(args, objects):
+    """(object name, type, symbol) for each line of nm -A ARGS OBJECTS."""
+    out = subprocess.run(["nm", "-A", *args, *objects], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"nm {' '.join(args)} failed: {out.stderr.strip()}")
+    rows = []
+    for line in out.stdout.splitlines():
+        path, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) >= 2:
+            rows.append((os.path.basename(path), parts[-2], parts[-1]))
+    return rows
+
+
+def demangle(symbols):
+    out = subprocess.run(["c++filt"], input="\n".join(symbols), capture_output=True, text=True,
+                         check=True)
+    return dict(zip(symbols, out.stdout.splitlines()))
+
+
+def link_check(build):
+    """(violations, objects, undefined references) of the library objects under build."""
+    dirs = sorted(d for d in glob.glob(os.path.join(build, "libminitensor*.p"))
+                  if os.path.isdir(d))
+    objects = sorted(o for d in dirs for o in glob.glob(os.path.join(d, "*.o")))
+    if not objects:
+        return [f"{build}: no library objects (libminitensor*.p/*.o); build the library "
+                "first"], 0, 0
+    bad = []
+    layer_of_object = {}
+    for o in objects:
+        name = os.path.basename(o)
+        layer_of_object[name] = object_layer(name)
+        if layer_of_object[name] is None:
+            bad.append(f"{name}: its source is not under {', '.join(f'{x}/' for x in LIBRARY)}; "
+                       "cannot tell its layer")
+    rank = {layer: i for i, layer in enumerate(LIBRARY)}
+    defined_in = {}  # symbol -> the lowest layer whose objects define it
+    for name, kind, sym in nm(["--defined-only"], objects):
+        layer = layer_of_object.get(name)
+        if kind in DEFINED_TYPES and layer is not None:
+            have = defined_in.get(sym)
+            if have is None or rank[layer] < rank[have]:
+                defined_in[sym] = layer
+    upward = []  # (object, symbol, defining layer)
+    references = 0
+    for name, kind, sym in nm(["--undefined-only"], objects):
+        layer = layer_of_object.get(name)
+        if kind not in "Uw" or layer is None:
+            continue
+        references += 1
+        owner = defined_in.get(sym)
+        if owner is not None and rank[owner] > rank[layer]:
+            upward.append((name, sym, owner))
+    names = demangle(sorted({sym for _, sym, _ in upward})) if upward else {}
+    for name, sym, owner in upward:
+        if HOOKS.get(name) != names[sym]:
+            bad.append(f"{name}: {names[sym]} (defined in {owner})")
+    return sorted(bad), len(objects), references
+
+
+def link_self_test():
+    sources = {
+        # upward: the runtime calls a kernels function
+        "runtime_a.cpp": "int up();\nint same();\nint runtime_a() { return up() + same(); }\n",
+        "runtime_c.cpp": "int same() { return 1; }\n",
+        # the hook, from its own object (allowed) and from another (refused)
+        "runtime_init.cpp": "namespace mt::detail { void initialize_library(); "
+                            "void ensure() { initialize_library(); } }\n",
+        "autograd_d.cpp": "namespace mt::detail { void initialize_library(); }\nint same();\n"
+                          "int autograd_d() { mt::detail::initialize_library(); return same(); }\n",
+        # a generated source of the kernels layer, called from the dispatcher
+        "meson-generated_.._kernels_gen.cpp": "int gen(int x) { return x; }\n",
+        "dispatcher_e.cpp": "int gen(int);\nint dispatcher_e() { return gen(2); }\n",
+        # the top layer calls down and defines the upward targets
+        "kernels_b.cpp": "namespace mt::detail { void initialize_library() {} }\nint same();\n"
+                         "int autograd_d();\nint up() { return same() + autograd_d(); }\n",
+    }
+    cxx = shlex.split(os.environ.get("CXX", "c++"))
+    with tempfile.TemporaryDirectory() as build:
+        objdir = os.path.join(build, "libminitensor.so.0.1.0.p")
+        os.makedirs(objdir)
+        for name, text in sources.items():
+            src = os.path.join(build, name)
+            with open(src, "w") as f:
+                f.write(text)
+            subprocess.run([*cxx, "-std=c++17", "-c", src, "-o", os.path.join(objdir, name + ".o")],
+                           check=True)
+        bad, objects, references = link_check(build)
+    want = ["autograd_d.cpp.o: mt::detail::initialize_library() (defined in kernels)",
+            "dispatcher_e.cpp.o: gen(int) (defined in kernels)",
+            "runtime_a.cpp.o: up() (defined in kernels)"]
+    if bad != want or objects != len(sources):
+        print(f"check_layers --link-self-test: flagged {bad} over {objects} objects, expected "
+              f"{want} over {len(sources)}")
+        return 1
+    print(f"check_layers --link-self-test: the upward calls are flagged ({len(want)} of "
+          f"{references} references), the hook from runtime/init.cpp and the others pass")
+    return 0
+
+
+def link_main(build):
+    bad, objects, references = link_check(build)
+    for b in bad:
+        print(b)
+    if objects == 0:
+        return 1
+    if bad:
+        print(f"check_layers --link: {len(bad)} undefined symbol(s) of an object that only a "
+              "layer above it defines (the layers, lowest first: runtime < dispatcher < "
+              "autograd < kernels); move the definition down, or reach the op through the "
+              "dispatcher (mt::call, a typed handle)")
+        return 1
+    print(f"check_layers --link: {objects} objects, {references} undefined symbols, none "
+          f"defined only in a layer above its object but the hook ({', '.join(HOOKS.values())})")
+    return 0
+
+
 def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
+    if sys.argv[1:] == ["--link-self-test"]:
+        return link_self_test()
+    if len(sys.argv) == 3 and sys.argv[1] == "--link":
+        return link_main(os.path.abspath(sys.argv[2]))
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
     root = os.path.abspath(root)
     bad, checked = check(root)

@@ -192,6 +192,21 @@ if want compile && [ -x build-gpu/tests/mt_tests ]; then
       --minitensor build-gpu/tools/minitensor --json "$OUT/compare_compile.json"
 fi
 
+# cpu (not in the default list): the CPU path on two of the host's cores, where torch is
+# installed: the ops on 1 and 2 threads idle and beside busy loops, the 512/256/512 MLP step
+# against torch's, torch's SiLU under the same contention, and CPU fusion (chains eager,
+# compiled, fused; jit::pointwise's SiLU against mt::silu) on 1 and 2 threads.
+if want cpu && [ -x build-gpu/tools/minitensor ]; then
+  step cpu-bench 100 "$OUT/cpu.log" taskset -c 0,1 build-gpu/tools/minitensor bench cpu
+  step cpu-contended 100 "$OUT/cpu.log" taskset -c 0,1 build-gpu/tools/minitensor bench cpu --contended
+  step cpu-mlp+torch 120 "$OUT/cpu.log" taskset -c 0,1 python3 tools/compare_torch.py --mlp --device cpu \
+      --minitensor build-gpu/tools/minitensor
+  step cpu-torch-contended 100 "$OUT/cpu.log" taskset -c 0,1 python3 tools/compare_torch.py --cpu-contended \
+      --minitensor build-gpu/tools/minitensor
+  step cpu-fusion 150 "$OUT/cpu.log" bash -c 'for t in 1 2; do echo "== MT_NUM_THREADS=$t"; \
+      MT_NUM_THREADS=$t taskset -c 0,1 build-gpu/tools/bench_compile_cpu 9; done'
+fi
+
 # The cases that make a driver call fail on purpose (a bad device ordinal, an allocation
 # past the GPU's memory) are left out of the sanitizer runs: compute-sanitizer counts the
 # failed API call as an error.
@@ -217,7 +232,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch silu-ncu mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch silu-ncu mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch cpu-bench cpu-contended cpu-mlp+torch cpu-torch-contended cpu-fusion memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -232,6 +247,7 @@ fi
   echo "mlp sgd foreach/loop:"; grep -E "^round|^64/32|^4096/1024" "$OUT/mlp_sgd.log" 2>/dev/null
   echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
+  echo "cpu:"; grep -E "^\| |^== MT_NUM|ratio|ms" "$OUT/cpu.log" 2>/dev/null | head -n 80
   echo "compile:"; grep -E "doctest\] (test cases|Status)|ERROR SUMMARY|CUDA graph" "$OUT/compile.log" 2>/dev/null
   tail -n 16 "$OUT/compile_torch.log" 2>/dev/null
   echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null

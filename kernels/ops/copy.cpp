@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// mt::clone, contiguous, to (dtype and device), copy_, fill_ and the Tensor methods
-// that call them. The data movement is runtime/copy.cpp (host) or runtime/cuda.
+// mt::clone, contiguous, to (dtype and device), copy_ and fill_. The data movement is
+// runtime/copy.cpp (host) or runtime/cuda; the Tensor methods that call these ops are in
+// autograd/tensor_methods.cpp (Note [Where the op-backed Tensor methods live]).
 #include "kernels/ops/registry.h"
 #include "runtime/fake.h"
 
@@ -65,36 +66,4 @@ void register_copy() {
 }
 
 }  // namespace ops
-
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  MT_BUILTIN_OP("mt::contiguous", Tensor(const Tensor&));
-  return op(*this);
-}
-Tensor Tensor::clone() const {
-  MT_BUILTIN_OP("mt::clone", Tensor(const Tensor&));
-  return op(*this);
-}
-const Tensor& Tensor::copy_(const Tensor& src) const {
-  MT_BUILTIN_OP("mt::copy_", Tensor(const Tensor&, const Tensor&));
-  op(*this, src);
-  return *this;
-}
-Tensor Tensor::to(DType t) const {
-  if (t == dtype()) return *this;
-  MT_BUILTIN_OP("mt::to.dtype", Tensor(const Tensor&, DType));
-  return op(*this, t);
-}
-Tensor Tensor::to(Device d) const {
-  if (d == device()) return *this;
-  MT_BUILTIN_OP("mt::to.device", Tensor(const Tensor&, Device));
-  return op(*this, d);
-}
-const Tensor& Tensor::fill_(double v) const {
-  MT_BUILTIN_OP("mt::fill_", Tensor(const Tensor&, double));
-  op(*this, v);
-  return *this;
-}
-const Tensor& Tensor::zero_() const { return fill_(0); }
-
 }  // namespace mt

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The view ops (view, reshape, transpose, permute, slice, select, expand, squeeze,
-// unsqueeze) and the Tensor methods that call them. A view is metadata only, so one
-// function serves CPU, CUDA and Fake; autograd maps the gradient back through it.
+// unsqueeze). A view is metadata only, so one function serves CPU, CUDA and Fake; autograd
+// maps the gradient back through it. The Tensor methods that call these ops are in
+// autograd/tensor_methods.cpp (Note [Where the op-backed Tensor methods live]).
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"
 
@@ -173,42 +174,5 @@ Tensor select_backward(const Tensor& grad, const std::vector<int64_t>& input_siz
   MT_BUILTIN_OP("mt::select_backward", Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t));
   return op(grad, input_sizes, dim, index);
 }
-
-// ---- Tensor's view methods -----------------------------------------------------------
-
-using ShapeOp = Tensor(const Tensor&, const std::vector<int64_t>&);
-
-Tensor Tensor::view(const Shape& shape) const { MT_BUILTIN_OP("mt::view", ShapeOp); return op(*this, shape.vec()); }
-Tensor Tensor::reshape(const Shape& shape) const { MT_BUILTIN_OP("mt::reshape", ShapeOp); return op(*this, shape.vec()); }
-Tensor Tensor::permute(const Shape& dims) const { MT_BUILTIN_OP("mt::permute", ShapeOp); return op(*this, dims.vec()); }
-Tensor Tensor::expand(const Shape& shape) const { MT_BUILTIN_OP("mt::expand", ShapeOp); return op(*this, shape.vec()); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const {
-  MT_BUILTIN_OP("mt::transpose", Tensor(const Tensor&, int64_t, int64_t));
-  return op(*this, a, b);
-}
-Tensor Tensor::t() const {
-  MT_CHECK(dim() <= 2, "[t] expects a tensor with at most 2 dimensions, got {}-d; use transpose",
-           dim());
-  return dim() < 2 ? *this : transpose(0, 1);
-}
-Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st) const {
-  MT_BUILTIN_OP("mt::slice", Tensor(const Tensor&, int64_t, int64_t, int64_t, int64_t));
-  return op(*this, d, s, e, st);
-}
-Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const {
-  Tensor checked = detail::narrow_of(*this, d, s, l);  // validates start and length
-  (void)checked;
-  int64_t dim = wrap_dim(d, this->dim(), "narrow");
-  if (s < 0) s += sizes()[size_t(dim)];
-  return slice(dim, s, s + l, 1);
-}
-Tensor Tensor::select(int64_t d, int64_t i) const {
-  MT_BUILTIN_OP("mt::select", Tensor(const Tensor&, int64_t, int64_t));
-  return op(*this, d, i);
-}
-Tensor Tensor::squeeze() const { MT_BUILTIN_OP("mt::squeeze", Tensor(const Tensor&)); return op(*this); }
-Tensor Tensor::squeeze(int64_t d) const { MT_BUILTIN_OP("mt::squeeze.dim", Tensor(const Tensor&, int64_t)); return op(*this, d); }
-Tensor Tensor::unsqueeze(int64_t d) const { MT_BUILTIN_OP("mt::unsqueeze", Tensor(const Tensor&, int64_t)); return op(*this, d); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return reshape(detail::flatten_shape(sizes(), s, e)); }
 
 }  // namespace mt
