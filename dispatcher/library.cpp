@@ -111,6 +111,12 @@ struct FailureScope {
   FailureScope& operator=(const FailureScope&) = delete;
 };
 
+// Set in the trial child only: there a library block's own load_library (a plugin loading
+// its dependency) just opens the file. The registry's recursive mutex came through fork
+// locked by the parent's thread, and the child's thread is another one to it, so taking it
+// would block until the trial's time limit.
+bool g_in_trial_child = false;
+
 // Loads `where` in a child process; returns why the child died, or "" when it loaded the
 // file, could not load it (the real dlopen then says why) or did not finish in time.
 std::string trial_load(const std::string& where) {
@@ -124,6 +130,7 @@ std::string trial_load(const std::string& where) {
     return "";
   }
   if (pid == 0) {
+    g_in_trial_child = true;
     ::close(fds[0]);
     ::dup2(fds[1], 2);  // the child's stderr (a terminate message) goes to the parent
     const int devnull = ::open("/dev/null", O_WRONLY);
@@ -191,6 +198,12 @@ void load_library(const std::string& path) {
   if (ec) key = std::filesystem::absolute(path, ec).string();
   // A path without a slash would make dlopen search the library path instead.
   const std::string where = path.find('/') == std::string::npos ? "./" + path : path;
+  if (g_in_trial_child) {  // a dependency of the library on trial: open it, nothing more
+    MT_CHECK(::dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr,
+             "[load_library] could not open {} (a dependency of the library being tried)",
+             mt::quoted(path));
+    return;
+  }
   LoadRegistry& reg = load_registry();
   std::lock_guard<std::recursive_mutex> lock(reg.mutex);
   if (auto it = reg.done.find(key); it != reg.done.end()) {

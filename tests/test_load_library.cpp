@@ -130,7 +130,7 @@ TEST_SUITE("load_library") {
       if (!mt::allclose(mt::call<mt::Tensor>("probe_dep::dep", x), x))
         return std::string("probe_dep::dep computed something else");
       return load_error(probe("dep"));  // loaded already, by the plugin: nothing to do
-    }) == 0);
+    }, 15) == 0);  // 15 s: under the trial load's 30, which a nested load once waited out
     const std::string c = probe("cycle");
     CHECK(in_child([&] {
       return expect_parts(
@@ -140,7 +140,7 @@ TEST_SUITE("load_library") {
           ": [load_library] " + mt::quoted(c) + " is being loaded already: a library block asked "
           "for it again while it loads (the loads in progress: ",
           "); break the cycle, so that each library loads only the libraries it depends on");
-    }) == 0);
+    }, 15) == 0);
   }
 
   TEST_CASE("load_library: a user library cannot define a built-in op's name or MT_LIBRARY(mt)") {

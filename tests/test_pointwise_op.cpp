@@ -242,8 +242,32 @@ TEST_SUITE("pointwise_op") {
     REQUIRE(groups.size() == 1);
     CHECK(groups[0].name == "fused_mul_softplus2_tanh");
     CHECK(groups[0].body == "t0 = i0 * s0;\nt1 = log1p(exp(t0));\nt2 = tanh(t1);\nreturn t2;");
+    // Note [CPU fusion]: by default a CPU group fuses from 4096 elements up
     Compiled c = mt::compile(fn);
     CHECK(max_diff(c({x})[0], fn({x})[0]) < 1e-6);
+    CHECK(c.num_fusion_groups() == 0);
+    Tensor big = randn({8192});
+    CHECK(max_diff(c({big})[0], fn({big})[0]) < 1e-6);
+    CHECK(c.num_fusion_groups() == 1);
+    Compiled forced = mt::compile(fn, {.fuse = true});
+    CHECK(max_diff(forced({x})[0], fn({x})[0]) < 1e-6);
+    CHECK(forced.num_fusion_groups() == 1);
+    Compiled never = mt::compile(fn, {.fuse = false});
+    CHECK(max_diff(never({big})[0], fn({big})[0]) == 0);
+    CHECK(never.num_fusion_groups() == 0);
+  }
+
+  TEST_CASE("pointwise_op: a failed second definition leaves the first one's fusion formula") {
+    auto sq = pointwise_op("pw_test::sq2", "x * x");
+    CHECK_THROWS_AS(pointwise_op("pw_test::sq2", "x * x * x"), mt::Error);
+    CHECK(ops::pointwise_formula("pw_test::sq2") != nullptr);
+    // pow's exponent: zero gradient at base 0 for a non-negative exponent, not 0 * log(0)
+    auto pw = pointwise_op("pw_test::pow2", "pow(x, y)", {.inputs = {"x", "y"}});
+    Tensor b = from_vector(std::vector<double>{0.0, 2.0}).requires_grad_();
+    Tensor e = from_vector(std::vector<double>{2.0, 3.0}).requires_grad_();
+    auto g = mt::grad({sum(pw(b, e))}, {b, e});
+    CHECK(g[1].select(0, 0).item<double>() == 0.0);
+    CHECK(close(g[1].select(0, 1).item<double>(), 8.0 * std::log(2.0)));
   }
 }
 

@@ -122,7 +122,8 @@ class Pool {
     const int workers = start_workers(threads - 1);
     if (workers == 0) return false;
     const int64_t most = int64_t(workers + 1) * kChunksPerThread;
-    const int64_t nchunks = std::min<int64_t>((n + grain - 1) / grain, most);
+    // at most 0xffff: the count travels in the claim word (below)
+    const int64_t nchunks = std::min<int64_t>({(n + grain - 1) / grain, most, int64_t(0xffff)});
     chunk_.store((n + nchunks - 1) / nchunks, std::memory_order_relaxed);
     n_.store(n, std::memory_order_relaxed);
     nchunks_.store(nchunks, std::memory_order_relaxed);
@@ -132,7 +133,10 @@ class Pool {
     error_ = nullptr;
     done_.store(0, std::memory_order_relaxed);
     const uint64_t job = ++job_ & 0xffffffffu;
-    claim_.store(job << 32, std::memory_order_release);
+    // The job's chunk count is in the claim word with it: a worker still holding the
+    // previous job's exhausted word (its next == its count) can then never claim a chunk
+    // of this one while the fields above are being set, whatever nchunks_ says by then.
+    claim_.store(job << 32 | uint64_t(nchunks) << 16, std::memory_order_release);
     // Wake as many workers as the chunks can use, beyond the caller.
     const int wake = int(std::min<int64_t>(workers, nchunks - 1));
     for (int i = 0; i < wake; ++i) {
@@ -160,8 +164,8 @@ class Pool {
     uint64_t word = claim_.load(std::memory_order_acquire);
     for (;;) {
       if ((word >> 32) != job) return ran;
-      const int64_t c = int64_t(word & 0xffffffffu);
-      if (c >= nchunks_.load(std::memory_order_relaxed)) return ran;
+      const int64_t c = int64_t(word & 0xffffu), count = int64_t(word >> 16 & 0xffffu);
+      if (c >= count) return ran;
       if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
                                         std::memory_order_acquire))
         continue;
@@ -248,7 +252,7 @@ class Pool {
   std::vector<Worker*> slots_;
   size_t threads_ = 0;
   uint64_t job_ = 0;
-  alignas(64) std::atomic<uint64_t> claim_{0};  // job id << 32 | next chunk
+  alignas(64) std::atomic<uint64_t> claim_{0};  // job id << 32 | chunks << 16 | next chunk
   alignas(64) std::atomic<uint32_t> done_{0};   // chunks finished
   std::atomic<int64_t> n_{0}, chunk_{0}, nchunks_{0};
   std::atomic<detail::RangeFn> fn_{nullptr};

@@ -296,7 +296,9 @@ Program derivative(std::string_view op, const Program& p) {
             // d/da a^e = e a^(e-1), exactly 0 for e == 0 (not 0 * a^-1, NaN at a = 0)
             acc(a, b.select(b.binary(Op::Eq, c2, zero), zero,
                             b.mul(g, b.mul(c2, b.call(Fn::Pow, a, b.sub(c2, one))))));
-            acc(c2, b.mul(g, b.mul(v, b.call(Fn::Log, a))));
+            // d/de a^e = a^e log(a); exactly 0 at a = 0 for e >= 0 (not 0 * -inf)
+            acc(c2, b.select(b.binary(Op::And, b.binary(Op::Eq, a, zero), b.binary(Op::Ge, c2, zero)),
+                             zero, b.mul(g, b.mul(v, b.call(Fn::Log, a)))));
             break;
           case Fn::Floor: case Fn::Ceil: case Fn::Sign: break;  // no gradient flows (dep)
         }

@@ -656,6 +656,7 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) : p_(&p) {
 
 template <typename C>
 void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
+  MT_ASSERT(n >= 0 && n <= kChunk, "[jit] a tile of {} elements; at most {}", n, kChunk);
   const Program& p = *p_;
   const size_t nodes = p.nodes.size();
   for (size_t i = 0; i < nodes; ++i) {

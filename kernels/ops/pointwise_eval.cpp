@@ -53,6 +53,16 @@ struct Val {
   double d = 0;
   bool tensor() const { return t.defined(); }
 };
+Val num(double d) {
+  Val v;
+  v.d = d;
+  return v;
+}
+Val ten(Tensor t) {
+  Val v;
+  v.t = std::move(t);
+  return v;
+}
 
 double number_call(Fn f, double x, double y) {
   switch (f) {
@@ -104,9 +114,9 @@ class OpsEvaluator {
 
   Val compute(const Node& n) {
     switch (n.op) {
-      case Op::Const: return {.d = n.value};
-      case Op::Scalar: return {.d = scalars_[size_t(n.index)]};
-      case Op::Input: return {.t = in_[size_t(n.index)]};
+      case Op::Const: return num(n.value);
+      case Op::Scalar: return num(scalars_[size_t(n.index)]);
+      case Op::Input: return ten(in_[size_t(n.index)]);
       default: break;
     }
     const Val a = n.a >= 0 ? get(n.a) : Val{};
@@ -117,31 +127,31 @@ class OpsEvaluator {
     const Val b = n.b >= 0 ? get(n.b) : Val{};
     const bool any = a.tensor() || b.tensor();
     switch (n.op) {
-      case Op::Neg: return a.tensor() ? Val{.t = neg(a.t)} : Val{.d = -a.d};
+      case Op::Neg: return a.tensor() ? ten(neg(a.t)) : num(-a.d);
       case Op::Add:
-        if (!any) return {.d = a.d + b.d};
-        if (!a.tensor()) return a.d == 0 ? b : Val{.t = add(b.t, a.d)};
-        if (!b.tensor()) return b.d == 0 ? a : Val{.t = add(a.t, b.d)};
-        return {.t = add(a.t, b.t)};
+        if (!any) return num(a.d + b.d);
+        if (!a.tensor()) return a.d == 0 ? b : ten(add(b.t, a.d));
+        if (!b.tensor()) return b.d == 0 ? a : ten(add(a.t, b.d));
+        return ten(add(a.t, b.t));
       case Op::Sub:
-        if (!any) return {.d = a.d - b.d};
-        if (!a.tensor()) return {.t = a.d == 0 ? neg(b.t) : add(neg(b.t), a.d)};
-        if (!b.tensor()) return b.d == 0 ? a : Val{.t = sub(a.t, b.d)};
-        return {.t = sub(a.t, b.t)};
+        if (!any) return num(a.d - b.d);
+        if (!a.tensor()) return ten(a.d == 0 ? neg(b.t) : add(neg(b.t), a.d));
+        if (!b.tensor()) return b.d == 0 ? a : ten(sub(a.t, b.d));
+        return ten(sub(a.t, b.t));
       case Op::Mul:
-        if (!any) return {.d = a.d * b.d};
-        if (!a.tensor()) return a.d == 1 ? b : Val{.t = mul(b.t, a.d)};
-        if (!b.tensor()) return b.d == 1 ? a : Val{.t = mul(a.t, b.d)};
-        return {.t = mul(a.t, b.t)};
+        if (!any) return num(a.d * b.d);
+        if (!a.tensor()) return a.d == 1 ? b : ten(mul(b.t, a.d));
+        if (!b.tensor()) return b.d == 1 ? a : ten(mul(a.t, b.d));
+        return ten(mul(a.t, b.t));
       case Op::Div:
-        if (!any) return {.d = a.d / b.d};
-        if (!a.tensor()) return {.t = a.d == 1 ? pow(b.t, -1.0) : mul(pow(b.t, -1.0), a.d)};
-        if (!b.tensor()) return b.d == 1 ? a : Val{.t = div(a.t, b.d)};
-        return {.t = div(a.t, b.t)};
+        if (!any) return num(a.d / b.d);
+        if (!a.tensor()) return ten(a.d == 1 ? pow(b.t, -1.0) : mul(pow(b.t, -1.0), a.d));
+        if (!b.tensor()) return b.d == 1 ? a : ten(div(a.t, b.d));
+        return ten(div(a.t, b.t));
       case Op::Not: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq:
       case Op::Ne: case Op::And: case Op::Or:
         if (any) no_op("a comparison or logical operator");
-        return {.d = compare(n.op, a.d, b.d)};
+        return num(compare(n.op, a.d, b.d));
       case Op::Call: return call(n.fn, a, b);
       default: break;
     }
@@ -165,23 +175,23 @@ class OpsEvaluator {
   }
 
   Val call(Fn f, const Val& a, const Val& b) {
-    if (!a.tensor() && !b.tensor()) return {.d = number_call(f, a.d, b.d)};
+    if (!a.tensor() && !b.tensor()) return num(number_call(f, a.d, b.d));
     if (b.tensor() || !a.tensor()) {
       if (f == Fn::Pow) no_op("pow with a tensor exponent");
       no_op(fmt::format("{}() with a tensor second argument", jit::expr::fn_name(f)));
     }
     const Tensor& x = a.t;
     switch (f) {
-      case Fn::Exp: return {.t = exp(x)};
-      case Fn::Log: return {.t = log(x)};
-      case Fn::Sqrt: return {.t = sqrt(x)};
-      case Fn::Rsqrt: return {.t = pow(x, -0.5)};
-      case Fn::Tanh: return {.t = tanh(x)};
-      case Fn::Abs: return {.t = abs(x)};
-      case Fn::Sigmoid: return {.t = sigmoid(x)};
-      case Fn::Sign: return {.t = sign(x)};
-      case Fn::Relu: return {.t = relu(x)};
-      case Fn::Pow: return {.t = pow(x, b.d)};
+      case Fn::Exp: return ten(exp(x));
+      case Fn::Log: return ten(log(x));
+      case Fn::Sqrt: return ten(sqrt(x));
+      case Fn::Rsqrt: return ten(pow(x, -0.5));
+      case Fn::Tanh: return ten(tanh(x));
+      case Fn::Abs: return ten(abs(x));
+      case Fn::Sigmoid: return ten(sigmoid(x));
+      case Fn::Sign: return ten(sign(x));
+      case Fn::Relu: return ten(relu(x));
+      case Fn::Pow: return ten(pow(x, b.d));
       default: no_op(fmt::format("{}()", jit::expr::fn_name(f)));
     }
   }

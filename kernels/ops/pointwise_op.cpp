@@ -23,9 +23,10 @@ namespace mt {
 // backward the user wrote). Being a dispatched op, it records a node of its own when
 // create_graph is on, so the second derivative is the derivative of the backward, and so
 // on. The backward's outputs have the broadcast shape and are summed down to each input's.
-// The kernels hold a plain pointer to their state: the library that owns them is the
-// state's, so they cannot outlive it; nodes hold the state itself, so a backward still
-// runs after the handle is gone.
+// The kernels hold a weak pointer to their state: a call already on its way through the
+// dispatcher when the last handle goes (the dispatcher keeps the old table alive for it)
+// gets an error, not a freed state. Nodes hold the state itself, so a backward still runs
+// after the handle is gone, and the op stays registered while a graph through it lives.
 struct PointwiseOp::State : std::enable_shared_from_this<PointwiseOp::State> {
   std::string name, expression;
   jit::Pointwise kernel;
@@ -38,8 +39,10 @@ struct PointwiseOp::State : std::enable_shared_from_this<PointwiseOp::State> {
   std::mutex backward_mu;
   std::shared_ptr<State> backward;
 
+  bool has_formula = false;  // set once this op's fusion formula is registered
+
   ~State() {
-    if (n_out == 1) ops::set_pointwise_formula(name, nullptr);
+    if (has_formula) ops::set_pointwise_formula(name, nullptr);
     lib.reset();
   }
 
@@ -107,19 +110,30 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
   st->lib = std::make_unique<Library>(Library::Kind::Fragment, ns, std::nullopt, loc);
   st->lib->def(schema_of(*st), loc);
   st->handle = dispatcher().find_or_throw(name);
-  State* raw = st.get();
-  auto run = KernelFunction::boxed([raw](const OperatorHandle&, DispatchKeySet, Stack* s) {
+  std::weak_ptr<State> weak = st;
+  auto lock = [weak, name] {
+    std::shared_ptr<State> live = weak.lock();
+    MT_CHECK(live != nullptr,
+             "[{}] was dropped while this call was on its way (its last PointwiseOp handle was "
+             "destroyed); keep the handle alive while the op is called",
+             name);
+    return live;
+  };
+  auto run = KernelFunction::boxed([lock](const OperatorHandle&, DispatchKeySet, Stack* s) {
+    const std::shared_ptr<State> raw = lock();
     std::vector<Tensor> in;
     std::vector<double> sc;
     pop_args(*raw, s, in, sc);
-    for (Tensor& t : raw->kernel.call(in, sc)) s->push_back(std::move(t));
+    std::vector<Tensor> outs = raw->kernel.call(in, sc);
+    for (const Tensor& t : outs) s->emplace_back(t);
   });
   st->lib->impl(name, DispatchKey::CPU, run, loc);
   st->lib->impl(name, DispatchKey::CUDA, run, loc);
   st->lib->impl(name, DispatchKey::Fake, run, loc);
   st->lib->impl(
       name, DispatchKey::Autograd,
-      KernelFunction::boxed([raw](const OperatorHandle& op, DispatchKeySet ks, Stack* s) {
+      KernelFunction::boxed([lock](const OperatorHandle& op, DispatchKeySet ks, Stack* s) {
+        const std::shared_ptr<State> raw = lock();
         const size_t base = s->size() - raw->n_in - raw->n_sc;
         std::vector<Tensor> in;
         std::vector<double> sc;
@@ -140,7 +154,7 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
         auto node = autograd::make_node(raw->name, in, raw->n_out);
         std::vector<autograd::SavedTensor> saved;
         for (const Tensor& t : in) saved.emplace_back(t, false);
-        node->backward = [st = raw->shared_from_this(), saved = std::move(saved), sc,
+        node->backward = [st = raw, saved = std::move(saved), sc,
                           shapes = in](autograd::Node& n, const std::vector<Tensor>& grads) {
           std::vector<Tensor> args;
           for (const autograd::SavedTensor& t : saved) args.push_back(t.unpack(n.shared_from_this(), st->name));
@@ -159,6 +173,7 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
     f->scalars = int(st->n_sc);
     f->program = p;
     ops::set_pointwise_formula(name, std::move(f));
+    st->has_formula = true;
   }
   return st;
 }
