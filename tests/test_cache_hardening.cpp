@@ -4,6 +4,7 @@
 // store made-up results under made-up keys and need no NVRTC; the ones through get() do.
 #include <doctest/doctest.h>
 
+#include "child.h"
 #include "helpers.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -72,27 +73,6 @@ CompileRequest request(int arch, std::vector<std::string> options) {
   return r;
 }
 
-// Runs `fn` in a child process that is killed after `seconds`: a hang fails the test
-// instead of stopping the suite. Returns the child's exit status (0: fn returned true).
-int in_child(const std::function<bool()>& fn, unsigned seconds = 20) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(seconds);
-    bool ok = false;
-    try {
-      ok = fn();
-    } catch (...) {
-      ok = false;
-    }
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
 
 bool not_root() { return ::geteuid() != 0; }
 bool no_nvrtc() { return !nvrtc_available(); }

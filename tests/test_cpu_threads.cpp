@@ -4,6 +4,8 @@
 // and concurrent callers, a forked child without the pool's threads, the thread count
 // from the environment, and out of memory inside a parallel loop.
 #include <doctest/doctest.h>
+
+#include "tests/child.h"
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,26 +50,6 @@ std::string error_of(const std::function<void()>& fn) {
   return "no exception";
 }
 
-// Runs fn in a forked child; its exit status (0 when fn returned true), or 128 + the signal.
-int in_child(const std::function<bool()>& fn, unsigned seconds = 20) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(seconds);
-    bool ok = false;
-    try {
-      ok = fn();
-    } catch (...) {
-      ok = false;
-    }
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
 
 // Whether parallel_for(n, grain) called f exactly once on every index.
 bool covers_once(int64_t n, int64_t grain) {

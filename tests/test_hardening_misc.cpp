@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "child.h"
 #include "helpers.h"
 #include "kernels/compile/compile.h"
 #include "kernels/jit/autotune.h"
@@ -59,27 +60,6 @@ void write_all(const std::string& path, const std::string& text) {
   f << text;
 }
 
-// Runs `fn` in a child process killed after `seconds`; returns its exit status (0: fn
-// returned true; 128 + N: killed by signal N).
-int in_child(const std::function<bool()>& fn, unsigned seconds = 20) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(seconds);
-    bool ok = false;
-    try {
-      ok = fn();
-    } catch (...) {
-      ok = false;
-    }
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
 
 // What fn printed on stderr.
 std::string stderr_of(const std::function<void()>& fn) {

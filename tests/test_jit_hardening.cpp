@@ -6,6 +6,7 @@
 // that crashed or hung run in a child process, so a regression fails the case, not the run.
 #include <doctest/doctest.h>
 
+#include "child.h"
 #include "helpers.h"
 #include <pthread.h>
 #include <signal.h>
@@ -33,31 +34,10 @@ namespace {
 
 bool no_nvrtc() { return !jit::nvrtc_available(); }
 
-// Runs fn in a child process with `cpu_seconds` of CPU time (and four times that of wall
-// time): a crash or a hang fails the case, not the run. 0: fn returned true; 128 + N:
-// killed by signal N (SIGSEGV, or SIGXCPU / SIGALRM for a hang).
-int in_child(const std::function<bool()>& fn, unsigned cpu_seconds = 20) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
-      ::signal(sig, SIG_DFL);  // not doctest's handlers: the parent counts the signal
-    const rlimit cpu{cpu_seconds, cpu_seconds + 1};
-    ::setrlimit(RLIMIT_CPU, &cpu);
-    ::alarm(4 * cpu_seconds);
-    bool ok = false;
-    try {
-      ok = fn();
-    } catch (...) {
-      ok = false;
-    }
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
+// A crash or a hang fails the case, not the run: `cpu_seconds` of CPU time (SIGXCPU) and
+// four times that of wall time (SIGALRM).
+int in_child_cpu(const std::function<bool()>& fn, unsigned cpu_seconds = 20) {
+  return in_child(fn, 4 * cpu_seconds, cpu_seconds);
 }
 
 std::string repeat(std::string_view s, size_t n) {
@@ -110,7 +90,7 @@ TEST_SUITE("jit") {
     const std::string body = repeat("(", 10000) + "x" + repeat(")", 10000);
     // The 257th level opens at byte 256; the caret line is a window of 100 characters.
     const std::string want = nesting_error(257, "..." + repeat("(", 100) + "...", 63);
-    CHECK(in_child([&] { return error_of([&] { jit::pointwise("deep", body); }) == want; }) == 0);
+    CHECK(in_child_cpu([&] { return error_of([&] { jit::pointwise("deep", body); }) == want; }) == 0);
   }
 
   TEST_CASE("pointwise: long chains of unary operators, casts, calls and ?: are errors, not "
@@ -121,7 +101,7 @@ TEST_SUITE("jit") {
           repeat("(float)", 100000) + "x", repeat("exp(", 10000) + "x" + repeat(")", 10000),
           repeat("x ? 1 : ", 100000) + "x", repeat("max(x, ", 10000) + "x" + repeat(")", 10000)}) {
       CAPTURE(body.substr(0, 16));
-      CHECK(in_child([&] {
+      CHECK(in_child_cpu([&] {
               return error_of([&] { jit::pointwise("deep", body); }).starts_with(prefix);
             }) == 0);
     }
@@ -134,7 +114,7 @@ TEST_SUITE("jit") {
     // Each level here holds a frame for every precedence of binary operator.
     const std::string worst =
         repeat("x || x && x == x < x + x * (", 255) + "x" + repeat(")", 255);
-    CHECK(in_child([&] {
+    CHECK(in_child_cpu([&] {
             Tensor y;
             // Note [Nesting limit]: about 0.9 MiB under ASan, 0.2 MiB at -O2.
             const bool ran = on_small_stack(size_t(2) << 20, [&] {
@@ -295,7 +275,7 @@ TEST_SUITE("jit") {
     const std::string want =
         "[jit] Pointwise: this one is empty (default-constructed); assign it the result of "
         "mt::jit::pointwise(name, expression) before using it";
-    CHECK(in_child([&] {
+    CHECK(in_child_cpu([&] {
             const jit::Pointwise f;
             return error_of([&] { f(ones({2})); }) == want &&
                    error_of([&] { f.call(std::vector<Tensor>{ones({2})}); }) == want &&
@@ -314,7 +294,7 @@ TEST_SUITE("jit") {
     // 1 MiB of "+1" on a 2-core machine, so some 30 s for these 2 MiB. The child has 10 s
     // of CPU time; linear parsing takes a small share of it, even under a sanitizer.
     const std::string body = "x" + repeat("+1", size_t(1) << 20);
-    CHECK(in_child(
+    CHECK(in_child_cpu(
               [&] {
                 const auto p = jit::expr::parse("sum", body, {}, {}, {"out"}, true);
                 return p.nodes.size() == 2 * (size_t(1) << 20) + 1 && p.inputs.size() == 1;
