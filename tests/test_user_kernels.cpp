@@ -425,8 +425,8 @@ TEST_SUITE("user kernels") {
   TEST_CASE("pointwise (gpu): broadcasting, scalars and two outputs on cuda:0" * doctest::skip(no_gpu())) {
     manual_seed(4);
     auto two = jit::pointwise({.name = "two", .inputs = {"x", "y"}, .scalars = {"alpha"},
-                               .outputs = {"sum", "relu"},
-                               .body = "let t = x + alpha * y; sum = t; relu = t > 0 ? t : 0.0;"});
+                               .outputs = {"sum", "pos"},
+                               .body = "let t = x + alpha * y; sum = t; pos = t > 0 ? t : 0.0;"});
     Tensor a = randn({300, 40}), b = randn({40});
     const Device cuda("cuda:0");
     const Tensor in[] = {a.to(cuda), b.to(cuda)};
@@ -488,17 +488,28 @@ TEST_SUITE("user kernels") {
          .body = "float s = sigmoid(x); return g * s * (1.0f + x * (1.0f - s));"});
     static const jit::Pointwise wrong = jit::pointwise({.name = "t_silu_wrong", .inputs = {"g", "x"},
                                                         .body = "g * sigmoid(x)"});
-    auto make = [](const char* name, const jit::Pointwise& grad) {
+    // The backward is an op of its own, so that mt::compile (opcheck's test_compile)
+    // captures it: a kernel called directly inside a backward leaves no node to replay.
+    auto make_backward = [](const char* name, const jit::Pointwise& grad) {
+      auto kernel = [&grad](const Tensor& g, const Tensor& x) { return grad(g, x); };
+      auto op = custom_op(name, kernel);
+      op.register_kernel(DeviceType::CUDA, kernel);
+      op.register_fake(kernel);  // fake in, fake out
+      return op;
+    };
+    auto bwd_op = make_backward("user_kernels_test::silu_bwd", bwd);
+    auto wrong_op = make_backward("user_kernels_test::silu_wrong_bwd", wrong);
+    auto make = [](const char* name, const auto& grad_op) {
       auto op = custom_op(name, [](const Tensor& x) { return fwd(x); });
       op.register_kernel(DeviceType::CUDA, [](const Tensor& x) { return fwd(x); });
       op.register_fake([](const Tensor& x) { return fwd(x); });  // fake in, fake out
       op.register_autograd(
-          [&grad](AutogradContext& ctx, const Tensor& g) { return grad(g, ctx.saved()[0]); },
+          [&grad_op](AutogradContext& ctx, const Tensor& g) { return grad_op(g, ctx.saved()[0]); },
           [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); });
       return op;
     };
-    auto good = make("user_kernels_test::silu", bwd);
-    auto bad = make("user_kernels_test::silu_wrong", wrong);
+    auto good = make("user_kernels_test::silu", bwd_op);
+    auto bad = make("user_kernels_test::silu_wrong", wrong_op);
     const Device gpu("cuda:0");
     manual_seed(6);
     Tensor xd = randn({6}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
