@@ -77,6 +77,8 @@ int doctor(bool json) {
   kv.push_back({"cuda_backend", "cuda backend", "not built (no cuda.h/nvrtc.h at configure time)"});
 #endif
   kv.push_back({"cpu", "cpu", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())});
+  kv.push_back({"blas", "blas", cpu::blas_info()});
+  kv.push_back({"cpu_threads", "cpu threads", std::to_string(cpu::num_threads())});
   bool cuda_ok = cuda::is_available();
   kv.push_back({"cuda_driver", "cuda driver",
                 cuda_ok ? fmt::format("found, {} device(s), driver {}", cuda::device_count(), cuda::driver_version())

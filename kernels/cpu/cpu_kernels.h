@@ -5,6 +5,7 @@
 // any strides (views are read in place, never copied just for their layout).
 #pragma once
 
+#include <string>
 #include <cstdint>
 #include <span>
 
@@ -61,6 +62,9 @@ void log_softmax(const Tensor& x, int64_t dim, const Tensor& out);
 // Whether matmul calls cblas: built with it and not turned off.
 bool have_blas();
 void set_use_blas(bool use);  // no effect in a build without cblas
+// The BLAS matmul calls and the kernels it chose for this CPU ("0.3.21, kernels for Zen"),
+// with a fix when they leave the CPU's AVX2/AVX-512 unused (minitensor doctor prints it).
+std::string blas_info();
 
 // Threads for the CPU kernels, matmul's included (1 to 1024; docs/cpu.md, "Threads"). By
 // default MT_NUM_THREADS, else OMP_NUM_THREADS, at most the CPUs this process may run on;

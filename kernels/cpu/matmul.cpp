@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -315,6 +317,39 @@ bool out_layout_ok(const Tensor& out, bool use_blas) {
 }  // namespace
 
 bool have_blas() { return kBuiltWithBlas && g_use_blas.load(); }
+
+// OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU's model when it loads; a
+// model its table does not know (a newer CPU, or one a hypervisor renames) can get the
+// SSE3 kernels of "Prescott", several times slower than the AVX2 or AVX-512 ones the CPU
+// runs. OPENBLAS_CORETYPE, read when the library loads, overrides the choice.
+std::string blas_info() {
+#ifdef OPENBLAS_VERSION
+  std::string core = openblas_get_corename();
+  std::string version = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
+  version.erase(0, version.find_first_not_of(' '));
+  version.erase(version.find_last_not_of(' ') + 1);
+  std::string text = version + ", kernels for " + core;
+#if defined(__x86_64__) || defined(__i386__)
+  static constexpr std::string_view kOld[] = {"Prescott", "Katmai", "Coppermine", "Northwood",
+                                              "Banias",   "Core2",  "Penryn",     "Dunnington",
+                                              "Nehalem",  "Atom",   "Athlon",     "Opteron",
+                                              "Barcelona", "Bobcat", "Unknown"};
+  const char* better = __builtin_cpu_supports("avx512f")  ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2") ? "Haswell"
+                                                        : nullptr;
+  for (std::string_view old : kOld)
+    if (better != nullptr && core == old)
+      return text + "; the CPU has " + (std::string_view(better) == "SkylakeX" ? "AVX-512" : "AVX2") +
+             ", which these kernels leave unused (matmul runs several times slower): set OPENBLAS_CORETYPE=" +
+             better + " before the program starts";
+#endif
+  return text;
+#elif defined(MT_HAVE_CBLAS)
+  return "cblas (not OpenBLAS: its kernels are not named)";
+#else
+  return "none (matmul uses the library's own blocked kernel)";
+#endif
+}
 void set_use_blas(bool use) { g_use_blas.store(use); }
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -130,6 +130,18 @@ with tempfile.TemporaryDirectory() as scratch:
     check("doctor --json keys are identifiers, not prose labels",
           doc and all(re.fullmatch(r"[a-z][a-z0-9_]*", k) for k in doc)
           and {"version", "cuda_driver", "kernel_cache", "silu_cpu"} <= set(doc), repr(list(doc)))
+    # OpenBLAS's kernels: doctor names them, and says how to get the CPU's own when OpenBLAS
+    # fell back to old ones (forced here with OPENBLAS_CORETYPE, read when the library loads).
+    blas = doc.get("blas", "")
+    if "OpenBLAS" in blas:
+        check("doctor names OpenBLAS's kernels", "kernels for " in blas, blas)
+        cpu_flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+        if re.search(r"\bavx2\b", cpu_flags):
+            old_blas = expect_json("doctor --json with OpenBLAS on old kernels", ["doctor", "--json"],
+                                   env={"OPENBLAS_CORETYPE": "Prescott"}) or {}
+            check("doctor says how to use the CPU's AVX2/AVX-512 in OpenBLAS",
+                  "kernels for Prescott" in old_blas.get("blas", "")
+                  and "set OPENBLAS_CORETYPE=" in old_blas.get("blas", ""), repr(old_blas.get("blas")))
     ops = expect_json("ops --json", ["ops", "--json"])
     check("ops --json lists mt::silu", ops is not None and any(o["name"] == "mt::silu" for o in ops), repr(ops)[:500])
     expect_json("cache ls --json", ["cache", "ls", "--json"])
