@@ -199,8 +199,14 @@ fi
 if want cpu && [ -x build-gpu/tools/minitensor ]; then
   step cpu-bench 100 "$OUT/cpu.log" taskset -c 0,1 build-gpu/tools/minitensor bench cpu
   step cpu-contended 100 "$OUT/cpu.log" taskset -c 0,1 build-gpu/tools/minitensor bench cpu --contended
+  step cpu-blas 30 "$OUT/cpu.log" bash -c 'build-gpu/tools/minitensor doctor | grep -E "^(cpu|blas) "; \
+      for c in "" Haswell SkylakeX; do echo "== OPENBLAS_CORETYPE=$c"; OPENBLAS_CORETYPE=$c taskset -c 0,1 \
+      build-gpu/tools/minitensor doctor | grep "^blas "; done'
   step cpu-mlp+torch 120 "$OUT/cpu.log" taskset -c 0,1 python3 tools/compare_torch.py --mlp --device cpu \
       --minitensor build-gpu/tools/minitensor
+  # the same with OpenBLAS's AVX-512 kernels forced (doctor says when its own choice left them unused)
+  step cpu-mlp+torch-skx 120 "$OUT/cpu.log" env OPENBLAS_CORETYPE=SkylakeX taskset -c 0,1 python3 \
+      tools/compare_torch.py --mlp --device cpu --minitensor build-gpu/tools/minitensor
   step cpu-torch-contended 100 "$OUT/cpu.log" taskset -c 0,1 python3 tools/compare_torch.py --cpu-contended \
       --minitensor build-gpu/tools/minitensor
   step cpu-fusion 150 "$OUT/cpu.log" bash -c 'for t in 1 2; do echo "== MT_NUM_THREADS=$t"; \
