@@ -86,6 +86,8 @@ namespace detail {
 using OpCheckCompileTest = OpCheckReport::Test (*)(const OperatorHandle& op,
                                                    const std::vector<Stack>& samples);
 void set_opcheck_compile_test(OpCheckCompileTest test);
+// The tensors of a stack, list elements in order (opcheck's tests and the op harness).
+std::vector<Tensor> tensors_of(const Stack& s);
 }  // namespace detail
 
 }  // namespace mt

@@ -8,6 +8,17 @@
 #include "runtime/fake.h"
 
 namespace mt {
+
+std::vector<Tensor> detail::tensors_of(const Stack& s) {
+  std::vector<Tensor> out;
+  for (const Value& v : s) {
+    if (v.is_tensor()) out.push_back(v.to_tensor());
+    if (v.is_tensor_list())
+      for (const Tensor& t : v.to_tensor_list()) out.push_back(t);
+  }
+  return out;
+}
+
 namespace {
 
 using Test = OpCheckReport::Test;
@@ -24,14 +35,7 @@ Stack clone_stack(const Stack& s) {
   return out;
 }
 
-std::vector<Tensor> tensors_of(const Stack& s) {
-  std::vector<Tensor> out;
-  for (const Value& v : s) {
-    if (v.is_tensor()) out.push_back(v.to_tensor());
-    if (v.is_tensor_list()) for (const Tensor& t : v.to_tensor_list()) out.push_back(t);
-  }
-  return out;
-}
+using detail::tensors_of;
 
 Stack run(const OperatorHandle& op, Stack args) {
   op.call_boxed(&args);

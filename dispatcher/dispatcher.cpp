@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dispatcher/edit_distance.h"
 #include "runtime/fake.h"
 #include "runtime/init.h"
 
@@ -557,20 +558,6 @@ void Dispatcher::set_kernel_enabled(std::string_view name, DispatchKey key, bool
   rebuild_locked(e);
 }
 
-namespace {
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-}  // namespace
-
 std::optional<OperatorHandle> Dispatcher::find(std::string_view name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(std::string(name));
@@ -595,7 +582,7 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
     }
     for (auto& [n, e] : ops_) {
       if (!e->has_schema()) continue;
-      size_t d = edit_distance(name, n);
+      size_t d = detail::edit_distance(name, n);
       if (d <= std::max<size_t>(2, name.size() / 4)) close.emplace_back(d, n);
     }
   }

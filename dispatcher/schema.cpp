@@ -3,6 +3,8 @@
 // parser over it. Errors show the offending line with a caret under the column.
 #include "dispatcher/schema.h"
 
+#include "dispatcher/edit_distance.h"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -36,25 +38,6 @@ bool is_identifier(std::string_view s) {
   return true;
 }
 
-char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
-
-// Case-insensitive edit distance, for "did you mean" hints.
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      size_t cost = to_lower(a[i - 1]) == to_lower(b[j - 1]) ? 0 : 1;
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::optional<TypeKind> lookup_kind(std::string_view name) {
   for (TypeKind k : kAllKinds)
     if (type_kind_name(k) == name) return k;
@@ -68,11 +51,11 @@ std::string_view closest_type(std::string_view bad) {
       {"integer", "int"},  {"SymInt", "int"},       {"boolean", "bool"},
       {"string", "str"},   {"dtype", "ScalarType"}, {"Number", "Scalar"}};
   for (auto [alias, known] : kAliases)
-    if (edit_distance(alias, bad) == 0) return known;
+    if (detail::edit_distance(alias, bad, true) == 0) return known;
   std::string_view best;
   size_t best_dist = bad.size() <= 4 ? 2 : 3;  // one edit for short names, two for longer
   for (TypeKind k : kAllKinds) {
-    size_t d = edit_distance(type_kind_name(k), bad);
+    size_t d = detail::edit_distance(type_kind_name(k), bad, true);
     if (d < best_dist) best = type_kind_name(k), best_dist = d;
   }
   return best;
@@ -745,3 +728,24 @@ OperatorName parse_operator_name(std::string_view name) {
 }
 
 }  // namespace mt
+
+namespace mt::detail {
+
+size_t edit_distance(std::string_view a, std::string_view b, bool ignore_case) {
+  auto lower = [&](char c) { return ignore_case && c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      const size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace mt::detail

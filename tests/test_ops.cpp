@@ -907,16 +907,7 @@ Tol tol_for(DType t) {
   }
 }
 
-// The tensors of a stack, list elements in order.
-std::vector<Tensor> tensors_of(const Stack& s) {
-  std::vector<Tensor> out;
-  for (const Value& v : s) {
-    if (v.is_tensor()) out.push_back(v.to_tensor());
-    if (v.is_tensor_list())
-      for (const Tensor& t : v.to_tensor_list()) out.push_back(t);
-  }
-  return out;
-}
+using mt::detail::tensors_of;
 
 // The tensors an op writes: its Tensor(a!) arguments, list elements in order.
 std::vector<Tensor> written_tensors(const OperatorHandle& op, const Stack& args) {

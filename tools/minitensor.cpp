@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "dispatcher/edit_distance.h"
 #include "dispatcher/load_library.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/jit/cache.h"
@@ -179,18 +180,6 @@ auto make_demo_op() {
   return op;
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 // The registered op closest to `name` ("silu" and "mt::sillu" give "mt::silu"), or "" when
 // none is close: compared whole, and by the part after "::" alone; a tie goes to mt::.
 std::string closest_op(std::string_view name) {
@@ -204,7 +193,7 @@ std::string closest_op(std::string_view name) {
     const std::string full = n.str();
     std::string short_name = n.name;
     if (!n.overload.empty()) short_name += "." + n.overload;
-    const size_t d = std::min(edit_distance(name, full), edit_distance(bare, short_name));
+    const size_t d = std::min(detail::edit_distance(name, full), detail::edit_distance(bare, short_name));
     const bool is_mt = n.ns == "mt";
     if (d < best_d || (d == best_d && is_mt && !best_mt)) best = full, best_d = d, best_mt = is_mt;
   }

@@ -18,16 +18,6 @@ namespace {
 
 using Test = OpCheckReport::Test;
 
-std::vector<Tensor> stack_tensors(const Stack& s) {
-  std::vector<Tensor> out;
-  for (const Value& v : s) {
-    if (v.is_tensor()) out.push_back(v.to_tensor());
-    if (v.is_tensor_list())
-      for (const Tensor& t : v.to_tensor_list()) out.push_back(t);
-  }
-  return out;
-}
-
 // Fresh copies of the sample's tensor inputs (floating ones require grad when `grads`).
 std::vector<Tensor> fresh_inputs(const Stack& sample, const std::vector<size_t>& slots, bool grads) {
   std::vector<Tensor> xs;
@@ -87,7 +77,7 @@ Test compile_test(const OperatorHandle& op, const std::vector<Stack>& samples) {
       Stack args = sample;
       for (size_t k = 0; k < slots.size(); ++k) args[slots[k]] = xs[k];
       op.call_boxed(&args);
-      std::vector<Tensor> outs = stack_tensors(args);
+      std::vector<Tensor> outs = tensors_of(args);
       if (grads) {
         Tensor loss;
         for (const Tensor& o : outs) {
