@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <ostream>
@@ -118,6 +119,14 @@ int main(int argc, char** argv) {
       } catch (const mt::Error&) {
       }
     }
+  }
+  // The suites never write the user's own kernel cache (~/.cache/minitensor): unless the
+  // caller chose one, kernels and autotune results go to the build directory's.
+  // build/tests/mt_tests -> build/test-kernel-cache (the path meson.build gives meson test).
+  if (std::getenv("MT_KERNEL_CACHE") == nullptr) {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) setenv("MT_KERNEL_CACHE", (exe.parent_path().parent_path() / "test-kernel-cache").c_str(), 0);
   }
   doctest::Context ctx(argc, argv);
   int rc = ctx.run();
