@@ -396,9 +396,19 @@ TEST_SUITE("jit") {
     };
     std::vector<Job> jobs;
     constexpr size_t kChunk = 12;
+    // The sanitizer build checks the host code around NVRTC (sources, options, lowered
+    // names) on each file's first chunk for sm_90; NVRTC itself is not instrumented, and
+    // the plain build (CI runs both) compiles everything.
+#if defined(__SANITIZE_ADDRESS__)
+    constexpr bool kSample = true;
+    MESSAGE("sanitizer build: each file's first " << kChunk << " kernels for sm_90 only");
+#else
+    constexpr bool kSample = false;
+#endif
     for (const auto& f : mt::gpu::all_kernel_files())
       for (int arch : {80, 90})
         for (size_t at = 0; at < f.name_expressions.size(); at += kChunk) {
+          if (kSample && (arch != 90 || at > 0)) continue;
           EmbeddedKernelFile part{f.file, {}};
           for (size_t i = at; i < std::min(at + kChunk, f.name_expressions.size()); ++i)
             part.name_expressions.push_back(f.name_expressions[i]);

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -321,3 +322,43 @@ TEST_SUITE("jit") {
     CHECK(jit::kernel(src, "k").name_expression() == "k");
   }
 }
+
+// ---- an NVRTC that leaves a lowered name null ------------------------------------------
+
+#if defined(MT_HAVE_CUDA)
+// One case, two processes. Run normally, it runs mt_tests again for this case alone with
+// tests/fake_nvrtc (a libnvrtc.so.13 that succeeds at everything and names nothing) first on
+// LD_LIBRARY_PATH, which the loader reads only when a process starts, and checks what that
+// process printed. Run there (MT_TEST_FAKE_NVRTC set), it compiles against the fake: a null
+// lowered name used to become a std::string and throw std::logic_error.
+TEST_CASE("jit hardening: an NVRTC that gives no lowered name is an mt::Error naming the kernel") {
+  if (std::getenv("MT_TEST_FAKE_NVRTC") != nullptr) {
+    REQUIRE(jit::nvrtc_available());
+    CHECK(jit::nvrtc_library_path().find("fake_nvrtc") != std::string::npos);
+    CHECK_THROWS_WITH_AS(
+        jit::compile("extern \"C\" __global__ void probe() {}", "probe.cu", {"probe"},
+                     jit::default_options(), 90),
+        "[jit] NVRTC gave no lowered name for 'probe' in 'probe.cu'; add it to the name "
+        "expressions before compiling (nvrtcAddNameExpression), or check the NVRTC library",
+        mt::Error);
+    return;
+  }
+  char exe[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  REQUIRE(n > 0);
+  const std::string cmd = std::string("LD_LIBRARY_PATH='") + MT_LOAD_PROBE_DIR +
+                          "/fake_nvrtc' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0 '" + exe +
+                          "' --no-intro --no-version '-tc=jit hardening: an NVRTC that gives "
+                          "no lowered name*' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t got; (got = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, got);
+  const int status = ::pclose(p);
+  INFO(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(std::regex_search(out, std::regex(R"(test cases:\s+1 \|\s+1 passed)")));
+}
+#endif

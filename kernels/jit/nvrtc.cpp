@@ -376,6 +376,12 @@ CompileResult compile(std::string_view source, std::string_view name,
   for (const auto& e : name_expressions) {
     const char* lowered = nullptr;
     check(api, api.GetLoweredName(guard.prog, e.c_str(), &lowered), "nvrtcGetLoweredName", name);
+    // NVRTC reports success with no name for an expression it never instantiated (a
+    // library that misbehaves); a std::string made from it would throw std::logic_error.
+    MT_CHECK(lowered != nullptr,
+             "[jit] NVRTC gave no lowered name for '{}' in '{}'; add it to the name expressions "
+             "before compiling (nvrtcAddNameExpression), or check the NVRTC library",
+             e, name);
     res.lowered_names.push_back({e, lowered});
   }
   res.compile_ms =
