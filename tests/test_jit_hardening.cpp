@@ -327,10 +327,10 @@ TEST_SUITE("jit") {
 
 #if defined(MT_HAVE_CUDA)
 // One case, two processes. Run normally, it runs mt_tests again for this case alone with
-// tests/fake_nvrtc (a libnvrtc.so.13 that succeeds at everything and names nothing) first on
-// LD_LIBRARY_PATH, which the loader reads only when a process starts, and checks what that
-// process printed. Run there (MT_TEST_FAKE_NVRTC set), it compiles against the fake: a null
-// lowered name used to become a std::string and throw std::logic_error.
+// MT_NVRTC_LIBRARY naming tests/fake_nvrtc's library (an NVRTC that succeeds at everything
+// and names nothing; a new process, because NVRTC is loaded once per process), and checks
+// what that process printed. Run there (MT_TEST_FAKE_NVRTC set), it compiles against the
+// fake: a null lowered name used to become a std::string and throw std::logic_error.
 TEST_CASE("jit hardening: an NVRTC that gives no lowered name is an mt::Error naming the kernel") {
   if (std::getenv("MT_TEST_FAKE_NVRTC") != nullptr) {
     REQUIRE(jit::nvrtc_available());
@@ -346,8 +346,8 @@ TEST_CASE("jit hardening: an NVRTC that gives no lowered name is an mt::Error na
   char exe[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   REQUIRE(n > 0);
-  const std::string cmd = std::string("LD_LIBRARY_PATH='") + MT_LOAD_PROBE_DIR +
-                          "/fake_nvrtc' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0 '" + exe +
+  const std::string cmd = std::string("MT_NVRTC_LIBRARY='") + MT_LOAD_PROBE_DIR +
+                          "/fake_nvrtc/libfake_nvrtc.so' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0 '" + exe +
                           "' --no-intro --no-version '-tc=jit hardening: an NVRTC that gives "
                           "no lowered name*' 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");

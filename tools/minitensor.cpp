@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The minitensor command: doctor, ops, dump, demo, bench, memory, cache.
+// The minitensor command: doctor, ops, dump, opcheck (tools/cli/opcheck.cpp), demo, bench, memory, cache.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +28,7 @@
 #include "runtime/cuda/graph.h"
 #include "runtime/cuda/memory.h"
 #include "tools/bench/cpu_threads.h"
+#include "tools/cli/opcheck.h"
 #include "tools/bench/dispatch.h"
 #include "tools/bench/graph.h"
 #include "tools/bench/host_loop.h"
@@ -1179,6 +1180,15 @@ int main(int argc, char** argv) {
   auto* dmp = app.add_subcommand("dump", "an op's registrations and computed dispatch table");
   dmp->add_option("name", name, "namespace::op")->required();
   std::string device = "cpu";
+  auto* opc = app.add_subcommand(
+      "opcheck", "opcheck (every test, test_compile included) and gradcheck on an op, e.g. one of --load's");
+  std::string opcheck_op;
+  std::vector<std::string> opcheck_samples;
+  opc->add_option("op", opcheck_op, "the op, e.g. myops::scale")->required();
+  opc->add_option("--sample", opcheck_samples,
+                  "one sample's arguments, e.g. 'randn(3,4), 2.0' (float64 tensors; randn(3):float32, "
+                  "numbers, true/false, none, [1,2]); repeatable; default: each tensor randn [3, 4] "
+                  "then [5], each float 1.5, int 2, bool true");
   auto* dem = app.add_subcommand("demo", "the tutorial's flow, step by step");
   dem->add_option("--device", device, "cpu or cuda")->check(kDeviceName);
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
@@ -1340,6 +1350,7 @@ int main(int argc, char** argv) {
     if (*doc) return doctor(json);
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
+    if (*opc) return cli::opcheck_command(opcheck_op, opcheck_samples);
     if (*dem) return demo(device);
     if (*cdemo) return compile_demo(compile_device);
     if (*b_dispatch && dispatch_self_check > 0 && !bench_out.plot.empty()) {

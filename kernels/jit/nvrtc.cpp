@@ -178,14 +178,19 @@ struct Nvrtc {
 
 Nvrtc load_nvrtc() {
   Nvrtc api;
-  std::vector<std::string> candidates = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  std::vector<std::string> dirs;
-  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
-    dirs.push_back(std::string(home) + "/lib64");
-  dirs.push_back("/usr/local/cuda/lib64");
-  for (const auto& d : dirs)
-    for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
-      candidates.push_back(d + "/" + so);
+  std::vector<std::string> candidates;
+  if (const char* lib = std::getenv("MT_NVRTC_LIBRARY"); lib && *lib) {
+    candidates.push_back(lib);  // this one, or none
+  } else {
+    candidates = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    std::vector<std::string> dirs;
+    if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+      dirs.push_back(std::string(home) + "/lib64");
+    dirs.push_back("/usr/local/cuda/lib64");
+    for (const auto& d : dirs)
+      for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+        candidates.push_back(d + "/" + so);
+  }
 
   void* handle = nullptr;
   std::string tried;
@@ -197,7 +202,7 @@ Nvrtc load_nvrtc() {
   if (!handle) {
     api.error = fmt::format(
         "libnvrtc not found (tried {}); install the CUDA toolkit's NVRTC or "
-        "set CUDA_HOME",
+        "set CUDA_HOME (or MT_NVRTC_LIBRARY to the library's path)",
         tried);
     return api;
   }

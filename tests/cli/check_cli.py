@@ -142,6 +142,23 @@ with tempfile.TemporaryDirectory() as scratch:
             check("doctor says how to use the CPU's AVX2/AVX-512 in OpenBLAS",
                   "kernels for Prescott" in old_blas.get("blas", "")
                   and "set OPENBLAS_CORETYPE=" in old_blas.get("blas", ""), repr(old_blas.get("blas")))
+    # opcheck on a loaded library's op: every test and gradcheck, defaults and given samples.
+    if user_ops:
+        _, out, _ = expect("--load LIB opcheck passes on user_ops::scale", ["--load", user_ops, "opcheck", "user_ops::scale"], 0,
+                           stdout_has="opcheck: all passed")
+        check("opcheck runs test_compile and gradcheck", "test_compile                PASS" in out
+              and "gradcheck sample 1: ok" in out, out)
+        expect("opcheck with samples (a float32 one too), --load after the command",
+               ["opcheck", "user_ops::scale", "--load", user_ops, "--sample", "randn(2,3), -0.5", "--sample", "rand(4):float32, 3"],
+               0, stdout_has="gradcheck sample 1: ok")
+        expect("opcheck fails an op without a fake kernel or autograd", ["--load", user_ops, "opcheck", "user_ops::twice"], 1,
+               stdout_has="opcheck: FAILED")
+        expect("opcheck: a bad sample names the item", ["--load", user_ops, "opcheck", "user_ops::scale", "--sample", "randn(2,x)"], 1,
+               stderr_has="[opcheck] --sample 'randn(2,x)': 'x' in 'randn(2,x)' is not a size")
+        expect("opcheck: an unknown op suggests one", ["--load", user_ops, "opcheck", "user_ops::scal"], 1,
+               stderr_has="did you mean: user_ops::scale?")
+    expect("opcheck: an op with a list argument needs --sample", ["opcheck", "mt::sum_to"], 1,
+           stderr_has="no default sample for argument")
     ops = expect_json("ops --json", ["ops", "--json"])
     check("ops --json lists mt::silu", ops is not None and any(o["name"] == "mt::silu" for o in ops), repr(ops)[:500])
     expect_json("cache ls --json", ["cache", "ls", "--json"])

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// A libnvrtc.so.13 that misbehaves: every call succeeds, compiles nothing, and
-// nvrtcGetLoweredName leaves the name null. test_jit_hardening.cpp runs mt_tests again with
-// this directory first on LD_LIBRARY_PATH, so the library loads it instead of NVRTC.
+// An NVRTC that misbehaves: every call succeeds, compiles nothing, and nvrtcGetLoweredName
+// leaves the name null. test_jit_hardening.cpp runs mt_tests again with MT_NVRTC_LIBRARY
+// naming this library, so minitensor loads it instead of NVRTC.
 #include <nvrtc.h>
 
 #include <cstring>
