@@ -17,7 +17,7 @@ namespace {
 
 using detail::span_of;
 
-jit::KernelTable<ew::kNumFns * kNumDTypes * 2> g_kernels;
+jit::KernelTable<ew::kNumFns * kNumDTypes * 2> g_elementwise_kernels;
 jit::KernelTable<ew::kNumFns * kNumDTypes> g_foreach_kernels;
 static_assert(sizeof(ForeachTable) + sizeof(double) * 2 <= 4096,
               "a foreach launch's parameters must fit CUDA's 4 KiB limit");
@@ -41,7 +41,7 @@ void launch(ew::Fn fn, const Tensor& out, std::initializer_list<Tensor> inputs, 
   const void* p1 = in[0].data_ptr();
   const void* p2 = arity == 2 ? in[1].data_ptr() : nullptr;
   const int slot = (int(fn) * kNumDTypes + int(t)) * 2 + !contiguous;
-  const jit::Kernel& k = g_kernels.get(dev, slot, "elementwise.cu",
+  const jit::Kernel& k = g_elementwise_kernels.get(dev, slot, "elementwise.cu",
                                        [&] { return ew_name_expression(fn, t, !contiguous); });
   jit::LaunchShape shape;
   if (contiguous) {

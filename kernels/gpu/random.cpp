@@ -8,7 +8,7 @@
 
 namespace mt::gpu {
 namespace {
-jit::KernelTable<kNumDTypes * 2> g_kernels;
+jit::KernelTable<kNumDTypes * 2> g_random_kernels;
 }  // namespace
 
 void random(const Tensor& t, uint64_t seed, uint64_t base, bool normal) {
@@ -19,7 +19,7 @@ void random(const Tensor& t, uint64_t seed, uint64_t base, bool normal) {
   long long n = t.numel();
   if (n == 0) return;
   const int dev = t.device().index;
-  const jit::Kernel& k = g_kernels.get(dev, int(t.dtype()) * 2 + normal, "random.cu", [&] {
+  const jit::Kernel& k = g_random_kernels.get(dev, int(t.dtype()) * 2 + normal, "random.cu", [&] {
     return random_name_expression(t.dtype(), normal);
   });
   void* p = t.data_ptr();

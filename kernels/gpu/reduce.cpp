@@ -14,8 +14,8 @@
 namespace mt::gpu {
 namespace {
 
-constexpr int kSlots = 2 * kNumDTypes * 2 * 2;  // kind, input dtype, rows/cols, from_acc
-jit::KernelTable<kSlots> g_kernels;
+constexpr int kReduceSlots = 2 * kNumDTypes * 2 * 2;  // kind, input dtype, rows/cols, from_acc
+jit::KernelTable<kReduceSlots> g_reduce_kernels;
 constexpr int64_t kAccBytes = 16;  // sizeof(mt::Acc<A>) for every A
 
 // Targets of the chunking, independent of the device so results are too: about 8K
@@ -77,7 +77,7 @@ void pass(ReduceKind kind, const Tensor& like, const void* in, DType in_t, bool 
   }
   const DType out_t = reduce_out_dtype(kind, in_t);
   const int slot = ((int(kind) * kNumDTypes + int(in_t)) * 2 + rows) * 2 + from_acc;
-  const jit::Kernel& k = g_kernels.get(dev, slot, "reduce.cu", [&] {
+  const jit::Kernel& k = g_reduce_kernels.get(dev, slot, "reduce.cu", [&] {
     return reduce_name_expression(kind, rows, in_t, out_t, from_acc);
   });
   void* po = pp ? nullptr : out.data_ptr();

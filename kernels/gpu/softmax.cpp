@@ -12,7 +12,7 @@
 namespace mt::gpu {
 namespace {
 
-jit::KernelTable<kNumDTypes * 2> g_kernels;
+jit::KernelTable<kNumDTypes * 2> g_softmax_kernels;
 
 void softmax_impl(const Tensor& x_in, int64_t dim, const Tensor& out, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
@@ -34,7 +34,7 @@ void softmax_impl(const Tensor& x_in, int64_t dim, const Tensor& out, bool log) 
   long long rows = out.numel() / n;
   const int dev = out.device().index;
   const DType t = out.dtype();
-  const jit::Kernel& k = g_kernels.get(dev, int(t) * 2 + log, "softmax.cu",
+  const jit::Kernel& k = g_softmax_kernels.get(dev, int(t) * 2 + log, "softmax.cu",
                                        [&] { return softmax_name_expression(t, log); });
   // A block per row: up to 1024 threads for long rows, a warp's multiple for short ones.
   const unsigned threads = unsigned(std::clamp<int64_t>((n + 31) / 32 * 32, 32, 1024));

@@ -22,7 +22,7 @@ namespace {
 
 constexpr int kMaxOperands = 8;  // kMaxPointwiseOperands in pointwise.cuh
 constexpr int kMaxScalars = 8;   // kMaxPointwiseScalars
-constexpr int kSlots = 16;       // devices with cached kernel pointers
+constexpr int kPointwiseSlots = 16;       // devices with cached kernel pointers
 constexpr DType kFloatTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
 
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
@@ -152,7 +152,7 @@ struct Pointwise::State {
   expr::Program program;
   std::string functor;  // the generated struct's name
   KernelSpec kernel_spec;
-  mutable std::atomic<const Kernel*> slots[kSlots][kNumDTypes][3] = {};
+  mutable std::atomic<const Kernel*> slots[kPointwiseSlots][kNumDTypes][3] = {};
 };
 
 Pointwise pointwise(PointwiseSpec spec) {
@@ -322,7 +322,7 @@ std::vector<Tensor> Pointwise::call(std::span<const Tensor> inputs,
                                          : PointwiseVariant::Flat;
   const Kernel* kernel = nullptr;
   std::atomic<const Kernel*>* slot =
-      d >= 0 && d < kSlots ? &st.slots[d][int(t)][variant_index(v)] : nullptr;
+      d >= 0 && d < kPointwiseSlots ? &st.slots[d][int(t)][variant_index(v)] : nullptr;
   if (slot) kernel = slot->load(std::memory_order_acquire);
   if (!kernel) {
     kernel = &get_kernel(d, st.kernel_spec, name_expression(t, v));

@@ -35,7 +35,7 @@ namespace mt::jit {
 
 namespace {
 
-constexpr int kSlots = 16;  // devices with a cached kernel pointer
+constexpr int kUserKernelSlots = 16;  // devices with a cached kernel pointer
 
 std::string demangle(const std::string& lowered) {
   int status = 0;
@@ -196,7 +196,7 @@ struct UserKernel::State {
     std::atomic<const Kernel*> kernel{nullptr};
     Parameters params;  // written before kernel is published
   };
-  Slot slots[kSlots];
+  Slot slots[kUserKernelSlots];
 };
 
 UserKernel::UserKernel(KernelSpec spec, std::string name_expression)
@@ -358,7 +358,7 @@ void UserKernel::check_packed(const Parameters& params, KernelArg* args, size_t 
 #if defined(MT_HAVE_CUDA)
 
 const Kernel& UserKernel::on(int device) const {
-  const bool cached = device >= 0 && device < kSlots;
+  const bool cached = device >= 0 && device < kUserKernelSlots;
   if (cached)
     if (const Kernel* k = state_->slots[device].kernel.load(std::memory_order_acquire)) return *k;
   const Kernel& k = get_kernel(device, state_->spec, state_->name_expression);
@@ -389,7 +389,7 @@ void UserKernel::launch_packed(const LaunchConfig& config, KernelArg* args, size
   const Kernel& k = on(device);
   Parameters uncached;
   const Parameters* params = &uncached;
-  if (device < kSlots) {
+  if (device < kUserKernelSlots) {
     params = &state_->slots[device].params;
   } else {
     const auto& props = cuda::device_props(device);
