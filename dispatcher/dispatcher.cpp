@@ -332,7 +332,8 @@ namespace {
 // words only: MT_TRACE=nodispatch is not dispatch); warns once about words it does not know.
 // `also_known`: words that other parts of the library read from the same variable.
 bool env_list_has(const char* var, std::string_view word,
-                  std::initializer_list<std::string_view> also_known = {}) {
+                  std::initializer_list<std::string_view> also_known = {},
+                  bool warn = true) {
   const char* v = std::getenv(var);
   if (!v) return false;
   bool found = false;
@@ -350,7 +351,7 @@ bool env_list_has(const char* var, std::string_view word,
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-  if (!unknown.empty()) {
+  if (!unknown.empty() && warn) {
     std::vector<std::string_view> known{word};
     known.insert(known.end(), also_known.begin(), also_known.end());
     std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
@@ -363,8 +364,8 @@ bool env_list_has(const char* var, std::string_view word,
 }  // namespace
 
 Dispatcher::Dispatcher() {
-  const bool why = env_list_has("MT_TRACE", "dispatch:why", {"dispatch"});
-  if (why || env_list_has("MT_TRACE", "dispatch", {"dispatch:why"})) detail::g_trace_dispatch.store(true);
+  const bool why = env_list_has("MT_TRACE", "dispatch:why", {"dispatch"}, /*warn=*/false);
+  if (env_list_has("MT_TRACE", "dispatch", {"dispatch:why"}) || why) detail::g_trace_dispatch.store(true);
   detail::g_trace_why.store(why);
   // The Mode key's fallback (Note [Dispatch modes]): part of every table from the start.
   fallbacks_[size_t(DispatchKey::Mode)].push_front(
