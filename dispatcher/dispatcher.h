@@ -215,16 +215,21 @@ class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {
     if (live.empty()) [[unlikely]] detail::report_missing_kernel(*entry_, DispatchKey::CPU);
     DispatchKey k = live.highest();
     const KernelFunction& kf = t.kernels[size_t(k)];
-    if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) [[unlikely]] {
-      if (detail::g_trace_why.load(std::memory_order_relaxed)) {
-        Stack boxed;
-        (boxed.push_back(detail::box_argument(args)), ...);
-        detail::trace_why(*entry_, ks, re, boxed);
-      }
-      detail::trace_call(*entry_, live, k, re);
-      detail::TraceDepth depth;
-      return invoke(kf, k, live, args...);
+    if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) [[unlikely]]
+      return dispatch_traced(kf, k, ks, live, re, args...);
+    return invoke(kf, k, live, args...);
+  }
+  // MT_TRACE=dispatch[:why]: out of line, so the untraced path's frame stays as small.
+  [[gnu::noinline, gnu::cold]] Ret dispatch_traced(const KernelFunction& kf, DispatchKey k,
+                                                   DispatchKeySet ks, DispatchKeySet live, bool re,
+                                                   detail::canon_t<Args>... args) const {
+    if (detail::g_trace_why.load(std::memory_order_relaxed)) {
+      Stack boxed;
+      (boxed.push_back(detail::box_argument(args)), ...);
+      detail::trace_why(*entry_, ks, re, boxed);
     }
+    detail::trace_call(*entry_, live, k, re);
+    detail::TraceDepth depth;
     return invoke(kf, k, live, args...);
   }
   Ret invoke(const KernelFunction& kf, DispatchKey k, DispatchKeySet live,

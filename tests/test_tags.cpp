@@ -2,6 +2,7 @@
 // Tags on op definitions: shown by dump, refused when unknown, obeyed by mt::compile.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "dispatcher/library.h"
@@ -130,4 +131,32 @@ TEST_CASE("tags: a nondeterministic_seeded op draws on every replay, as in eager
   for (int i = 0; i < 3; ++i) compiled.push_back(c({x})[0].to_vector<float>());
   CHECK(compiled == eager);
   CHECK(compiled[1] != compiled[2]);
+}
+
+TEST_CASE("tags (gpu): a cudagraph_unsafe op splits the CUDA graph in two; results equal eager" *
+          doctest::skip(!cuda::is_available())) {
+  auto unsafe = custom_op("test_tags_gpu::unsafe", count_calls, {.tags = {Tag::cudagraph_unsafe}});
+  unsafe.register_kernel(DeviceType::CUDA, count_calls);
+  unsafe.register_fake([](const Tensor& t) { return empty_like(t); });
+  GraphFn fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{mul(unsafe(exp(in[0])), 3.0)};
+  };
+  auto close = [](const Tensor& a, const Tensor& b) {
+    const std::vector<float> va = a.cpu().to_vector<float>(), vb = b.cpu().to_vector<float>();
+    if (va.size() != vb.size()) return false;
+    for (size_t i = 0; i < va.size(); ++i)
+      if (std::abs(va[i] - vb[i]) > 1e-5f * (1 + std::abs(vb[i]))) return false;
+    return true;
+  };
+  const Device dev("cuda:0");
+  CompileLog log;
+  Compiled c = mt::compile(fn);
+  g_effects = 0;
+  for (int i = 0; i < 4; ++i) {  // warm-up, capture, two replays
+    CAPTURE(i);
+    Tensor x = randn({1 << 12}).to(dev);
+    CHECK(close(c({x})[0], fn({x})[0]));
+  }
+  CHECK(g_effects == 8);  // four compiled calls and four eager ones
+  CHECK(log.has("captured a CUDA graph in 2 parts around 1 eager step(s) (tags)"));
 }
