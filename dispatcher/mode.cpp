@@ -97,7 +97,8 @@ DispatchKeySet keys_of_stack(const Stack& stack) {
   return ks;
 }
 
-// The Mode key's fallback: Note [Dispatch modes].
+// The Mode key's fallback: Note [Dispatch modes]. (Its registration names this line.)
+const std::source_location kModeFallbackAt = std::source_location::current();
 void mode_fallback(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
   settle();
   if (t_modes.entries.empty()) return op.redispatch_boxed(ks.below(DispatchKey::Mode), stack);
@@ -246,9 +247,7 @@ ModeRule register_dispatch_mode_rule(std::string_view op, std::type_index mode_t
 
 namespace detail {
 KernelFunction mode_fallback_kernel() { return KernelFunction::boxed(mode_fallback); }
-std::string mode_fallback_debug() {
-  return debug_location(std::source_location::current());
-}
+std::string mode_fallback_debug() { return debug_location(kModeFallbackAt); }
 }  // namespace detail
 
 }  // namespace mt

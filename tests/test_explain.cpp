@@ -4,6 +4,7 @@
 
 #include "dispatcher/explain.h"
 #include "dispatcher/library.h"
+#include "dispatcher/mode.h"
 #include "tests/helpers.h"
 
 using namespace mt;
@@ -163,4 +164,25 @@ TEST_CASE("MT_TRACE=dispatch:why: each call and redispatch prints its explanatio
   CHECK(whys[1].find("thread-local excluded: {Autograd}  (Autograd from NoGradGuard, or an "
                      "Autograd kernel running the op below itself)") != std::string::npos);
   CHECK(whys[1].find("<- runs") != std::string::npos);
+}
+
+namespace {
+struct PassMode : DispatchMode {
+  void dispatch(const OperatorHandle& op, Stack& stack) override { redispatch(op, stack); }
+  std::string name() const override { return "PassMode"; }
+};
+}  // namespace
+
+TEST_CASE("explain: a key a guard includes: under a ModeGuard the Mode fallback wins") {
+  PassMode mode;
+  ModeGuard guard(mode);
+  DispatchExplanation w = explain_dispatch("mt::exp", Stack{randn({2})});
+  CHECK(w.included == DispatchKeySet(DispatchKey::Mode));
+  CHECK(w.included_by ==
+        std::vector<KeySource>{{DispatchKey::Mode, "ModeGuard (modes, innermost last: 'PassMode')"}});
+  CHECK(w.computed == DispatchKeySet{DispatchKey::Mode, DispatchKey::CPU});
+  REQUIRE(w.winner.has_value());
+  CHECK(*w.winner == DispatchKey::Mode);
+  CHECK(w.entry == "fallback");
+  CHECK(w.registered_at.starts_with("dispatcher/mode.cpp:"));
 }
