@@ -182,7 +182,12 @@ TEST_CASE("modes: guards destroyed out of order or on another thread are clear e
   std::vector<std::string> log;
   CountingMode m1("m1", &log), m2("m2", &log), m3("m3", &log);
   std::vector<std::string> sink;
-  Dispatcher::singleton().set_log_sink([&](std::string_view l) { sink.emplace_back(l); });
+  struct SinkGuard {
+    explicit SinkGuard(std::vector<std::string>* s) {
+      Dispatcher::singleton().set_log_sink([s](std::string_view l) { s->emplace_back(l); });
+    }
+    ~SinkGuard() { Dispatcher::singleton().set_log_sink(nullptr); }
+  } sink_guard(&sink);
   {
     auto a = std::make_unique<ModeGuard>(m1);
     auto b = std::make_unique<ModeGuard>(m2);
@@ -209,7 +214,6 @@ TEST_CASE("modes: guards destroyed out of order or on another thread are clear e
     CHECK(active_modes().empty());
     CHECK_FALSE(local_dispatch_keys().included.has(DispatchKey::Mode));
   }
-  Dispatcher::singleton().set_log_sink(nullptr);
 }
 
 TEST_CASE("modes: are thread-local") {
