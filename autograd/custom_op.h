@@ -21,6 +21,8 @@ struct CustomOpOptions {
   std::vector<std::string> mutates_args = {};
   // An explicit schema "(Tensor x, float alpha) -> Tensor" (names, defaults); else inferred.
   std::string schema = {};
+  // Tags of the definition (dispatcher/tags.h), e.g. {Tag::cudagraph_unsafe}.
+  TagSet tags = {};
 };
 
 namespace detail {
@@ -219,7 +221,7 @@ auto custom_op(std::string_view name, F fn, CustomOpOptions opts = {},
   check_operator_name(name);
   FunctionSchema schema = detail::custom_op_schema(name, infer_schema<F>(name), opts);
   auto lib = std::make_shared<Library>(Library::Kind::Fragment, schema.ns, std::nullopt, loc);
-  lib->def(schema.str(), loc);
+  lib->def(schema.str(), DefOptions{.tags = opts.tags}, loc);
   Op op(lib, dispatcher().find_or_throw(schema.full_name()));
   lib->impl(schema.full_name(), DispatchKey::CPU, op.wrap(std::move(fn)), loc);
   return op;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dispatcher/edit_distance.h"
+#include "dispatcher/mode.h"
 #include "runtime/fake.h"
 #include "runtime/init.h"
 
@@ -34,6 +35,7 @@ namespace mt {
 
 namespace detail {
 std::atomic<bool> g_trace_dispatch{false};
+std::atomic<bool> g_trace_why{false};
 namespace {
 thread_local int t_trace_depth = 0;
 }
@@ -139,6 +141,9 @@ void OperatorEntry::rebuild(const std::array<KernelFunction, kNumDispatchKeys>& 
 }
 
 namespace {
+// Keys 5 and 6 are reserved (runtime/dispatch_key.h): dumps skip keys without a name.
+bool named_key(int k) { return dispatch_key_name(DispatchKey(k)) != "?"; }
+
 std::string_view kind_word(const DispatchTable& t, int k) {
   const KernelFunction& f = t.kernels[size_t(k)];
   if (f.kind() == KernelFunction::Kind::Missing) return "missing";
@@ -150,7 +155,9 @@ std::string_view kind_word(const DispatchTable& t, int k) {
 std::string OperatorEntry::dump_table() const {
   const DispatchTable& t = table();
   std::string out = name_.str() + "\n";
+  if (!tags().empty()) out += fmt::format("  tags: {}\n", tags().str());
   for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
+    if (!named_key(k)) continue;
     std::string_view word = kind_word(t, k);
     if (disabled_ >> k & 1u) {
       out += fmt::format("  {:<9} {:<11} [{}]\n", dispatch_key_name(DispatchKey(k)), word,
@@ -170,6 +177,7 @@ std::string OperatorEntry::dump() const {
   std::string out = fmt::format("name: {}\n", name_.str());
   if (const DefinedSchema* d = defined()) {
     out += fmt::format("schema: {}\n  registered at {}\n", d->schema.str(), d->debug);
+    if (!d->tags.empty()) out += fmt::format("tags: {}\n", d->tags.str());
   } else {
     out += "schema: (none)\n";
   }
@@ -306,6 +314,11 @@ void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {
   const KernelFunction& kf = t.kernels[size_t(k)];
   if (!kf.is_valid()) detail::report_missing_kernel(*entry_, k);
   if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) {
+    if (detail::g_trace_why.load(std::memory_order_relaxed)) {
+      const size_t n = std::min(stack->size(), entry_->schema().arguments.size());
+      detail::trace_why(*entry_, ks, true,
+                        Stack(stack->end() - std::ptrdiff_t(n), stack->end()));
+    }
     detail::trace_call(*entry_, live, k, true);
     detail::TraceDepth depth;
     return kf.call_boxed(*this, live, stack);
@@ -320,7 +333,8 @@ namespace {
 // words only: MT_TRACE=nodispatch is not dispatch); warns once about words it does not know.
 // `also_known`: words that other parts of the library read from the same variable.
 bool env_list_has(const char* var, std::string_view word,
-                  std::initializer_list<std::string_view> also_known = {}) {
+                  std::initializer_list<std::string_view> also_known = {},
+                  bool warn = true) {
   const char* v = std::getenv(var);
   if (!v) return false;
   bool found = false;
@@ -338,7 +352,7 @@ bool env_list_has(const char* var, std::string_view word,
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-  if (!unknown.empty()) {
+  if (!unknown.empty() && warn) {
     std::vector<std::string_view> known{word};
     known.insert(known.end(), also_known.begin(), also_known.end());
     std::fprintf(stderr, "minitensor: %s: ignoring unknown %s %s (known: %s)\n", var,
@@ -351,7 +365,12 @@ bool env_list_has(const char* var, std::string_view word,
 }  // namespace
 
 Dispatcher::Dispatcher() {
-  if (env_list_has("MT_TRACE", "dispatch")) detail::g_trace_dispatch.store(true);
+  const bool why = env_list_has("MT_TRACE", "dispatch:why", {"dispatch"}, /*warn=*/false);
+  if (env_list_has("MT_TRACE", "dispatch", {"dispatch:why"}) || why) detail::g_trace_dispatch.store(true);
+  detail::g_trace_why.store(why);
+  // The Mode key's fallback (Note [Dispatch modes]): part of every table from the start.
+  fallbacks_[size_t(DispatchKey::Mode)].push_front(
+      {next_id_++, detail::mode_fallback_kernel(), detail::mode_fallback_debug()});
   if (env_list_has("MT_LOG", "registration", {"jit", "compile", "autotune"})) log_registrations_.store(true);
 }
 
@@ -361,6 +380,7 @@ Dispatcher& Dispatcher::singleton() {
 }
 
 void Dispatcher::set_trace_dispatch(bool on) { detail::g_trace_dispatch.store(on); }
+void Dispatcher::set_trace_why(bool on) { detail::g_trace_why.store(on); }
 void Dispatcher::set_log_registrations(bool on) { log_registrations_.store(on); }
 
 void Dispatcher::set_log_sink(std::function<void(std::string_view)> sink) {
@@ -398,7 +418,7 @@ OperatorEntry& Dispatcher::entry_locked(const OperatorName& name) {
   return *slot;
 }
 
-uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
+uint64_t Dispatcher::def(FunctionSchema schema, std::string debug, TagSet tags) {
   std::lock_guard<std::mutex> lock(mutex_);
   OperatorName name{schema.ns, schema.name, schema.overload};
   auto it = ops_.find(name.str());
@@ -417,9 +437,11 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug) {
   }
   OperatorEntry& e = entry_locked(name);
   uint64_t id = next_id_++;
-  if (log_registrations_) log(fmt::format("[registration] def {} at {}", schema.str(), debug));
+  if (log_registrations_)
+    log(fmt::format("[registration] def {}{} at {}", schema.str(),
+                    tags.empty() ? "" : " tags: " + tags.str(), debug));
   auto d = std::make_unique<OperatorEntry::DefinedSchema>(
-      OperatorEntry::DefinedSchema{std::move(schema), std::move(debug)});
+      OperatorEntry::DefinedSchema{std::move(schema), std::move(debug), tags});
   e.schema_.store(d.get(), std::memory_order_release);  // Note [Schema publication]
   e.schemas_.push_back(std::move(d));
   e.ever_defined_.store(true, std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 
 #include "dispatcher/kernel_function.h"
 #include "dispatcher/schema.h"
+#include "dispatcher/tags.h"
 #include "runtime/tls.h"
 
 namespace mt {
@@ -28,6 +29,7 @@ struct LocalDispatchKeySet {
 namespace detail {
 inline MT_TLS LocalDispatchKeySet t_local_keys;
 extern std::atomic<bool> g_trace_dispatch;
+extern std::atomic<bool> g_trace_why;  // MT_TRACE=dispatch:why (read only when tracing)
 }  // namespace detail
 inline const LocalDispatchKeySet& local_dispatch_keys() { return detail::t_local_keys; }
 
@@ -96,6 +98,7 @@ class OperatorEntry {
   struct DefinedSchema {
     FunctionSchema schema;
     std::string debug;
+    TagSet tags = {};
   };
 
   const OperatorName& name() const { return name_; }
@@ -104,6 +107,11 @@ class OperatorEntry {
   const DefinedSchema* defined() const { return schema_.load(std::memory_order_acquire); }
   // Throws a clear error when the op has only impls so far, or its def was dropped.
   const FunctionSchema& schema() const;
+  // The definition's tags (none when the op has no definition).
+  TagSet tags() const {
+    const DefinedSchema* d = defined();
+    return d ? d->tags : TagSet();
+  }
 
   // The active table; lock-free to read (see Note [Dispatch table publication]).
   const DispatchTable& table() const { return *table_.load(std::memory_order_acquire); }
@@ -166,6 +174,8 @@ namespace detail {
 [[noreturn]] void report_missing_kernel(const OperatorEntry& e, DispatchKey k);
 void check_signature(const OperatorEntry& e, const InferredSignature& sig, const char* what);
 void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool redispatch);
+// MT_TRACE=dispatch:why: the call's explanation (dispatcher/explain.h), `args` boxed.
+void trace_why(const OperatorEntry& e, DispatchKeySet ks, bool redispatch, const Stack& args);
 // The kernel the table holds for `key` (a clear error when it has none).
 KernelFunction computed_kernel(const OperatorEntry& e, DispatchKey key);
 // mt::call's slow path: the caller's arguments disagree with the schema only in arithmetic
@@ -177,6 +187,11 @@ struct TraceDepth {
   ~TraceDepth();
 };
 }  // namespace detail
+
+namespace detail {
+template <typename T>
+Value box_argument(const T& v);
+}
 
 template <typename Ret, typename... Args>
 class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {
@@ -200,11 +215,21 @@ class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {
     if (live.empty()) [[unlikely]] detail::report_missing_kernel(*entry_, DispatchKey::CPU);
     DispatchKey k = live.highest();
     const KernelFunction& kf = t.kernels[size_t(k)];
-    if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) [[unlikely]] {
-      detail::trace_call(*entry_, live, k, re);
-      detail::TraceDepth depth;
-      return invoke(kf, k, live, args...);
+    if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) [[unlikely]]
+      return dispatch_traced(kf, k, ks, live, re, args...);
+    return invoke(kf, k, live, args...);
+  }
+  // MT_TRACE=dispatch[:why]: out of line, so the untraced path's frame stays as small.
+  [[gnu::noinline, gnu::cold]] Ret dispatch_traced(const KernelFunction& kf, DispatchKey k,
+                                                   DispatchKeySet ks, DispatchKeySet live, bool re,
+                                                   detail::canon_t<Args>... args) const {
+    if (detail::g_trace_why.load(std::memory_order_relaxed)) {
+      Stack boxed;
+      (boxed.push_back(detail::box_argument(args)), ...);
+      detail::trace_why(*entry_, ks, re, boxed);
     }
+    detail::trace_call(*entry_, live, k, re);
+    detail::TraceDepth depth;
     return invoke(kf, k, live, args...);
   }
   Ret invoke(const KernelFunction& kf, DispatchKey k, DispatchKeySet live,
@@ -232,7 +257,7 @@ class Dispatcher {
   std::vector<OperatorName> all_ops();  // sorted by name
 
   // Registrations; each returns an id for deregister(). A failed one changes nothing.
-  uint64_t def(FunctionSchema schema, std::string debug);
+  uint64_t def(FunctionSchema schema, std::string debug, TagSet tags = {});
   uint64_t impl(std::string_view name, DispatchKey key, KernelFunction kernel, std::string debug);
   uint64_t fallback(DispatchKey key, KernelFunction kernel, std::string debug);
   void deregister(uint64_t id);
@@ -248,6 +273,8 @@ class Dispatcher {
   // MT_TRACE=dispatch / MT_LOG=registration, also switchable from code. Messages go to
   // the sink (stderr unless set).
   void set_trace_dispatch(bool on);
+  // MT_TRACE=dispatch:why: each traced call also prints its explanation (explain.h).
+  void set_trace_why(bool on);
   void set_log_registrations(bool on);
   void set_log_sink(std::function<void(std::string_view)> sink);
   void log(std::string_view line);

@@ -318,12 +318,18 @@ std::string Library::qualify(std::string_view name) const {
 }
 
 Library& Library::def(std::string_view schema, std::source_location loc) {
+  return def(schema, DefOptions{}, loc);
+}
+
+Library& Library::def(std::string_view schema, const DefOptions& opts, std::source_location loc) {
   MT_CHECK(kind_ != Kind::Impl,
            "[library] def(\"{}\") in an MT_LIBRARY_IMPL block; define ops in MT_LIBRARY({}, m) "
            "or MT_LIBRARY_FRAGMENT({}, m)",
            schema, ns_, ns_);
   FunctionSchema s = parse_schema(schema, ns_);
-  ids_.push_back(Dispatcher::singleton().def(std::move(s), detail::debug_location(loc)));
+  TagSet tags = opts.tags;
+  for (const std::string& n : opts.tag_names) tags = tags.add(tag_from_name(n));
+  ids_.push_back(Dispatcher::singleton().def(std::move(s), detail::debug_location(loc), tags));
   return *this;
 }
 

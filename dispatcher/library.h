@@ -33,6 +33,9 @@ class Library {
 
   // m.def("silu(Tensor x) -> Tensor"); the namespace is the library's.
   Library& def(std::string_view schema, std::source_location loc = std::source_location::current());
+  // m.def("op(Tensor x) -> Tensor", {.tags = {Tag::cudagraph_unsafe}}).
+  Library& def(std::string_view schema, const DefOptions& opts,
+               std::source_location loc = std::source_location::current());
   // m.impl("silu", fn) in an Impl library registers fn for the library's key.
   template <typename F>
   Library& impl(std::string_view name, F&& fn,

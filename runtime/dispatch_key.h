@@ -14,21 +14,25 @@ namespace mt {
 // Note [Dispatch key priority]
 // The numeric value is the priority: a call goes to the highest key present in
 // (union of the arguments' key sets | thread-local included) & ~thread-local excluded.
-//   Trace    > Autograd > Fake > CUDA > CPU
+//   Trace    > Autograd > Mode > Fake > CUDA > CPU
 // Trace is an optional boxed fallback that logs calls, then redispatches below itself.
 // Autograd records a tape entry, then redispatches below itself to the backend.
+// Mode runs the thread's innermost user dispatch mode (Note [Dispatch modes] in
+// dispatcher/mode.h); below Autograd, so a mode sees the ops a backward runs too.
 // Fake sits above the backends so a fake tensor never reaches a real kernel.
+// Values 5 and 6 are reserved (keys without a name are skipped by dumps and key sets).
 enum class DispatchKey : uint8_t {
   CPU = 0,
   CUDA = 1,
   Fake = 2,
-  Autograd = 3,
-  Trace = 4,
+  Mode = 3,
+  Autograd = 4,
+  Trace = 7,
 };
-inline constexpr int kNumDispatchKeys = 5;
+inline constexpr int kNumDispatchKeys = 8;
 
 std::string_view dispatch_key_name(DispatchKey k);
-// Parses "CPU", "CUDA", "Fake", "Autograd", "Trace"; returns false if unknown.
+// Parses "CPU", "CUDA", "Fake", "Mode", "Autograd", "Trace"; returns false if unknown.
 bool parse_dispatch_key(std::string_view name, DispatchKey* out);
 
 class DispatchKeySet {

@@ -20,6 +20,7 @@ std::string_view dispatch_key_name(DispatchKey k) {
     case DispatchKey::CPU: return "CPU";
     case DispatchKey::CUDA: return "CUDA";
     case DispatchKey::Fake: return "Fake";
+    case DispatchKey::Mode: return "Mode";
     case DispatchKey::Autograd: return "Autograd";
     case DispatchKey::Trace: return "Trace";
   }

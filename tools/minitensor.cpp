@@ -147,10 +147,14 @@ int list_ops(const std::string& ns, bool json) {
     std::vector<std::string> keys;
     for (int k = 0; k < kNumDispatchKeys; ++k)
       if (t.origin[size_t(k)] == 1) keys.emplace_back(dispatch_key_name(DispatchKey(k)));
+    const TagSet tags = h.entry()->tags();
     if (json) {
-      out.push_back({{"name", n.str()}, {"schema", h.schema().str()}, {"kernels", keys}});
+      std::vector<std::string> tag_names;
+      for (std::string_view t : tags.names()) tag_names.emplace_back(t);
+      out.push_back({{"name", n.str()}, {"schema", h.schema().str()}, {"kernels", keys}, {"tags", tag_names}});
     } else {
-      std::printf("%-60s [%s]\n", h.schema().str().c_str(), fmt::format("{}", fmt::join(keys, ", ")).c_str());
+      std::printf("%-60s [%s]%s\n", h.schema().str().c_str(), fmt::format("{}", fmt::join(keys, ", ")).c_str(),
+                  tags.empty() ? "" : (" tags: " + tags.str()).c_str());
     }
   }
   if (json) print_json(out);
@@ -218,7 +222,95 @@ int dump(const std::string& name) {
   return 0;
 }
 
+// ---- explain ---------------------------------------------------------------------------
+
+// `minitensor explain 'ns::op' --args cpu:grad 2.5 ...`: why a call of the op with such
+// arguments runs the kernel it runs (dispatcher/explain.h). An argument is a float32
+// tensor of 2 elements, `cpu`, `cuda` or `fake`, with `:grad` to require grad; or a number.
+// --include / --exclude add thread-local keys as a guard would.
+int explain(const std::string& name, const std::vector<std::string>& args,
+            const std::vector<std::string>& include, const std::vector<std::string>& exclude) {
+  OperatorHandle op = dispatcher().find_or_throw(name);
+  Stack stack;
+  for (const std::string& a : args) {
+    const size_t colon = a.find(':');
+    const std::string base = a.substr(0, colon);
+    const std::string flag = colon == std::string::npos ? "" : a.substr(colon + 1);
+    MT_CHECK(flag.empty() || flag == "grad",
+             "[explain] argument {}: the only suffix is ':grad' (requires grad); e.g. cpu:grad",
+             mt::quoted(a));
+    Tensor t;
+    if (base == "cpu") {
+      t = zeros({2});
+    } else if (base == "fake") {
+      t = fake_empty({2});
+    } else if (base == "cuda") {
+      MT_CHECK(cuda::is_available(), "[explain] argument 'cuda' needs a GPU, but CUDA is unavailable: {}",
+               cuda::unavailable_reason());
+      t = zeros({2}, {.device = Device("cuda:0")});
+    } else {
+      char* end = nullptr;
+      const double d = std::strtod(a.c_str(), &end);
+      MT_CHECK(!a.empty() && end == a.c_str() + a.size(),
+               "[explain] argument {} is not cpu, cuda, fake (each with an optional :grad) or a "
+               "number",
+               mt::quoted(a));
+      if (a.find_first_of(".eE") == std::string::npos) stack.emplace_back(int64_t(d));
+      else stack.emplace_back(d);
+      continue;
+    }
+    if (flag == "grad") t.requires_grad_();
+    stack.emplace_back(t);
+  }
+  auto keys = [](const std::vector<std::string>& names, const char* what) {
+    DispatchKeySet ks;
+    for (const std::string& n : names) {
+      DispatchKey k;
+      MT_CHECK(parse_dispatch_key(n, &k) && dispatch_key_name(k) != "?",
+               "[explain] {} {} is not a dispatch key; the keys are Trace, Autograd, Mode, Fake, "
+               "CUDA, CPU",
+               what, mt::quoted(n));
+      ks = ks.add(k);
+    }
+    return ks;
+  };
+  IncludeDispatchKeyGuard inc(keys(include, "--include"));
+  ExcludeDispatchKeyGuard exc(keys(exclude, "--exclude"));
+  std::printf("%s", explain_dispatch(op, stack).str().c_str());
+  return 0;
+}
+
 // ---- demo ------------------------------------------------------------------------------
+
+// `minitensor demo --debug-mode`: one training step of the 64/32/64 MLP under DebugMode,
+// one line an op (forward and backward), then the same step's FlopCounterMode table.
+int demo_debug_mode() {
+  manual_seed(0);
+  Tensor x = randn({64, 32}), target = randn({64, 4});
+  Tensor w1 = mul(randn({32, 64}), 0.18).requires_grad_(), b1 = zeros({64}).requires_grad_();
+  Tensor w2 = mul(randn({64, 4}), 0.125).requires_grad_(), b2 = zeros({4}).requires_grad_();
+  auto step = [&] {
+    Tensor loss = mse_loss(add(matmul(silu(add(matmul(x, w1), b1)), w2), b2), target);
+    backward(loss);
+    return loss;
+  };
+  std::printf("== DebugMode: one MLP step (64/32/64), one line an op; #hash: FNV-1a of the values\n");
+  DebugMode debug;
+  {
+    ModeGuard guard(debug);
+    step();
+  }
+  std::printf("%s", debug.str().c_str());
+  for (const Tensor& p : {w1, b1, w2, b2}) p.set_grad(Tensor());
+  std::printf("\n== FlopCounterMode: the same step\n");
+  FlopCounterMode flops;
+  {
+    ModeGuard guard(flops);
+    step();
+  }
+  std::printf("%s", flops.table().c_str());
+  return 0;
+}
 
 void step(int n, const char* what) { std::printf("\n== step %d: %s\n", n, what); }
 
@@ -1191,6 +1283,24 @@ int main(int argc, char** argv) {
                   "then [5], each float 1.5, int 2, bool true");
   auto* dem = app.add_subcommand("demo", "the tutorial's flow, step by step");
   dem->add_option("--device", device, "cpu or cuda")->check(kDeviceName);
+  bool debug_mode = false;
+  dem->add_flag("--debug-mode", debug_mode,
+                "instead: one MLP training step under mt::DebugMode (every op, its shapes, dtypes "
+                "and content hashes) and mt::FlopCounterMode");
+  std::string explain_name;
+  std::vector<std::string> explain_args, explain_include, explain_exclude;
+  auto* exp_cmd = app.add_subcommand(
+      "explain", "why a call of an op runs the kernel it runs (each argument's keys, the "
+                 "thread-local sets, the table's entries)");
+  exp_cmd->add_option("name", explain_name, "namespace::op")->required();
+  exp_cmd->add_option("--args", explain_args,
+                      "the call's arguments: cpu, cuda or fake (a float32 tensor of 2 elements; "
+                      "add :grad to require grad) or a number")
+      ->type_name("ARG ...");
+  exp_cmd->add_option("--include", explain_include, "thread-local included keys, as a guard adds")
+      ->type_name("KEY ...");
+  exp_cmd->add_option("--exclude", explain_exclude, "thread-local excluded keys (--exclude Autograd: no_grad)")
+      ->type_name("KEY ...");
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
   BenchOutput bench_out;
   auto* ben = app.add_subcommand(
@@ -1351,7 +1461,8 @@ int main(int argc, char** argv) {
     if (*ops) return list_ops(ns, json);
     if (*dmp) return dump(name);
     if (*opc) return cli::opcheck_command(opcheck_op, opcheck_samples);
-    if (*dem) return demo(device);
+    if (*dem) return debug_mode ? demo_debug_mode() : demo(device);
+    if (*exp_cmd) return explain(explain_name, explain_args, explain_include, explain_exclude);
     if (*cdemo) return compile_demo(compile_device);
     if (*b_dispatch && dispatch_self_check > 0 && !bench_out.plot.empty()) {
       std::fprintf(stderr,

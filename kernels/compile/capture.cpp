@@ -5,6 +5,7 @@
 
 #include "autograd/trace.h"
 #include "kernels/compile/compile.h"
+#include "dispatcher/mode.h"
 #include "runtime/fake.h"
 
 namespace mt {
@@ -245,11 +246,24 @@ std::string GraphNode::op_name() const {
   return fill ? "full" : "empty_strided";
 }
 
+// Note [Compile under a dispatch mode]
+// A mode may change what an op computes, and a replayed graph runs without the dispatcher,
+// so a mode could neither be recorded faithfully nor see the replay. So mt::capture refuses
+// to run under a mode, and a compiled function called under a mode runs its function
+// eagerly: the mode sees every op, and the results are the eager ones.
 Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
               const CaptureOptions& opts) {
   MT_CHECK(bool(fn),
            "[compile] mt::capture got an empty std::function; pass a callable that takes the "
            "inputs and returns the outputs");
+  if (local_dispatch_keys().included.has(DispatchKey::Mode)) {
+    std::vector<std::string> modes;
+    for (const std::string& m : active_modes()) modes.push_back(mt::quoted(m));
+    MT_ERROR("[compile] mt::capture was called under the dispatch mode {}; a mode may change what "
+             "ops compute and a replay does not reach it, so capture outside the ModeGuard (a "
+             "compiled function called under a mode runs eagerly instead)",
+             fmt::join(modes, ", "));
+  }
   Graph g;
   Capturer cap(&g);
   std::vector<Tensor> fakes;

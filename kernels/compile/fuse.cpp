@@ -142,6 +142,14 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       std::vector<int> merged = members[size_t(p)];
       merged.insert(merged.end(), members[i].begin(), members[i].end());
       std::sort(merged.begin(), merged.end());
+      // A group runs at its root: never move a member past an op tagged side_effect
+      // (Note [Tags in compile] in replay.cpp).
+      bool across_effect = false;
+      for (int k = merged.front() + 1; k < int(i) && !across_effect; ++k) {
+        const OperatorEntry* e = g.nodes[size_t(k)].op.entry();
+        across_effect = e != nullptr && e->tags().has(Tag::side_effect);
+      }
+      if (across_effect) continue;
       const std::vector<int> ext = externals(merged);
       if (ext.size() > 7) continue;
       if (!ext.empty()) {

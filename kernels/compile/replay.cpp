@@ -102,6 +102,7 @@ struct Step {
   Shape sizes, strides;
   TensorOptions options;
   std::optional<double> fill;
+  TagSet tags;  // the op's tags (dispatcher/tags.h)
   std::vector<int> release;  // values not needed after this step
   std::string label;
   Stack stack;  // reused from call to call (its capacity stays)
@@ -135,6 +136,12 @@ struct Plan {
   std::vector<std::pair<int, Tensor>> static_grads_out;
   std::vector<bool> input_written;
   std::vector<Tensor> vals;  // one slot a value, reused from call to call
+  std::string tag_note;      // MT_LOG=compile: what the ops' tags changed
+  // Steps of ops tagged cudagraph_unsafe or nondeterministic_seeded: on CUDA the graph is
+  // split around each (Note [Tags in compile]).
+  std::vector<size_t> unsafe_steps;
+  std::vector<std::unique_ptr<cuda::Graph>> part_graphs;  // one a part, null when empty
+  std::vector<Tensor> static_vals;  // split graphs: every value as the capture left it
   std::string str() const;
 };
 
@@ -249,7 +256,10 @@ Step make_step(const Graph& g, const GraphNode& n) {
   s.keys = DispatchKeySet(key);
   const DispatchTable& table = n.op.entry()->table();
   const KernelFunction& kf = table.kernels[size_t(key)];
-  const bool direct = table.origin[size_t(key)] == 1 && kf.kind() == KernelFunction::Kind::Kernel;
+  s.tags = n.op.entry()->tags();
+  // A tagged op is called through the dispatcher, as eager code calls it (Note [Tags in compile]).
+  const bool direct = table.origin[size_t(key)] == 1 &&
+                      kf.kind() == KernelFunction::Kind::Kernel && s.tags.empty();
   s.kind = direct ? Step::Kind::Kernel : Step::Kind::Dispatch;
   s.kernel = direct ? &kf : nullptr;
   for (size_t i = 0; i < n.args.size(); ++i) {
@@ -397,6 +407,26 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].kind == GraphValue::Kind::Constant)
       plan->constants.push_back({int(v), g.values[v].constant});
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    const Step& s = plan->steps[i];
+    if (s.tags.empty()) continue;
+    std::vector<std::string> what;
+    if (s.tags.has(Tag::side_effect)) what.push_back("nothing is fused or reordered across it");
+    if (s.tags.has(Tag::cudagraph_unsafe) || s.tags.has(Tag::nondeterministic_seeded)) {
+      plan->unsafe_steps.push_back(i);
+      what.push_back(plan->cuda ? "the CUDA graph is split around it"
+                                : "on CUDA the graph would be split around it");
+    }
+    if (s.tags.has(Tag::nondeterministic_seeded))
+      what.push_back("it draws from the generator on every call, as eager code does");
+    plan->tag_note += fmt::format("tags: step {} {} [{}]: called through the dispatcher{}{}\n", i,
+                                  s.label, s.tags.str(), what.empty() ? "" : "; ",
+                                  fmt::join(what, "; "));
+  }
+  if (!plan->unsafe_steps.empty())
+    plan->tag_note += fmt::format("tags: {} step(s) run outside CUDA graphs, so a CUDA graph "
+                                  "comes in up to {} parts\n",
+                                  plan->unsafe_steps.size(), plan->unsafe_steps.size() + 1);
 
   // Free each intermediate after its last reader, unless it is returned or left as a .grad.
   std::vector<int> last(g.values.size(), -1);
@@ -442,8 +472,8 @@ std::string Plan::str() const {
   return out;
 }
 
-// Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads).
-std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
+// The value slots at the start of a run: the inputs, their .grads, the constants.
+void begin_plan(Plan& p, const std::vector<Tensor>& inputs) {
   const Graph& g = p.exec;
   std::vector<Tensor>& vals = p.vals;
   vals.assign(g.values.size(), Tensor());
@@ -452,8 +482,14 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
     if (v.kind == GraphValue::Kind::InputGrad)
       vals[size_t(&v - g.values.data())] = inputs[size_t(v.input)].grad();
   for (const auto& [v, t] : p.constants) vals[size_t(v)] = t;
+}
+
+// Runs steps [from, to) of the plan on its value slots.
+void run_steps(Plan& p, size_t from, size_t to) {
+  std::vector<Tensor>& vals = p.vals;
   NoGradGuard no_grad;
-  for (Step& s : p.steps) {
+  for (size_t si = from; si < to; ++si) {
+    Step& s = p.steps[si];
     switch (s.kind) {
       case Step::Kind::Kernel:
       case Step::Kind::Dispatch: {
@@ -504,6 +540,13 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
     }
     for (int v : s.release) vals[size_t(v)] = Tensor();
   }
+}
+
+// The end of a run: sets the .grads, returns the outputs, empties the slots.
+std::vector<Tensor> end_plan(Plan& p, const std::vector<Tensor>& inputs) {
+  const Graph& g = p.exec;
+  std::vector<Tensor>& vals = p.vals;
+  NoGradGuard no_grad;
   for (auto [input, v] : g.grads) {
     const Tensor& t = inputs[size_t(input)];
     if (v >= 0 || t.grad().defined()) t.set_grad(v >= 0 ? vals[size_t(v)] : Tensor());
@@ -516,9 +559,133 @@ std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
   return outs;
 }
 
+// Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads).
+std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
+  begin_plan(p, inputs);
+  run_steps(p, 0, p.steps.size());
+  return end_plan(p, inputs);
+}
+
 bool same_memory(const Tensor& a, const Tensor& b) {
   return a.storage().get() == b.storage().get() && a.storage_offset() == b.storage_offset() &&
          a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+
+// Note [Tags in compile]
+// An op's tags (dispatcher/tags.h) change how a compiled function runs it:
+//  - every tagged op is a step called through the dispatcher, in its place in the order;
+//  - side_effect: fusion never moves a member of a group past it (fuse.cpp), so nothing
+//    is reordered across it, and it is never dropped (the plan drops no calls);
+//  - cudagraph_unsafe: on CUDA the graph is split around it: the steps before it are one
+//    CUDA graph, it runs eagerly, the steps after it are the next graph (run_cuda_split);
+//  - nondeterministic_seeded: recorded as a call, so it draws from the generator on every
+//    call as eager code does; on CUDA it splits the graph too (a graph would replay the
+//    same numbers).
+// MT_LOG=compile says what each tagged step does.
+
+void reset_split(Plan& p) {
+  p.part_graphs.clear();
+  p.static_vals.clear();
+  p.static_inputs.clear();
+}
+
+// The CUDA graph of a plan with cudagraph_unsafe (or seeded) steps, in parts: graph 0, the
+// first unsafe step eagerly, graph 1, ... The capture run replays each part as soon as it
+// is captured (the eager step after it reads its results); later calls replay the parts,
+// and copy each eager step's results into the memory the next parts were captured with.
+std::vector<Tensor> run_cuda_split(Plan& p, const std::vector<Tensor>& inputs,
+                                   const CompileOptions& opts, bool logging) {
+  if (p.graph_state == 1) {
+    try {
+      reset_split(p);
+      p.static_inputs = inputs;
+      p.static_grads_in.clear();
+      for (const Tensor& t : inputs) p.static_grads_in.push_back(t.grad());
+      begin_plan(p, inputs);
+      p.static_vals.assign(p.vals.size(), Tensor());
+      size_t from = 0, nodes = 0;
+      auto capture_part = [&](size_t to) {
+        if (from == to) {
+          p.part_graphs.push_back(nullptr);
+          return;
+        }
+        auto graph = std::make_unique<cuda::Graph>();
+        graph->capture_begin(p.device);
+        try {
+          run_steps(p, from, to);
+        } catch (...) {
+          try {
+            graph->capture_end();
+          } catch (...) {
+          }
+          throw;
+        }
+        graph->capture_end();
+        graph->replay();
+        nodes += graph->num_nodes();
+        p.part_graphs.push_back(std::move(graph));
+      };
+      for (size_t u : p.unsafe_steps) {
+        capture_part(u);
+        const Step& s = p.steps[u];
+        for (auto& [slot, v] : s.tensors) p.static_vals[size_t(v)] = p.vals[size_t(v)];
+        for (auto& [slot, l] : s.lists)
+          for (int v : l) p.static_vals[size_t(v)] = p.vals[size_t(v)];
+        std::vector<int> release = std::move(p.steps[u].release);
+        p.steps[u].release.clear();
+        run_steps(p, u, u + 1);
+        p.steps[u].release = release;
+        for (int v : s.outputs)
+          if (v >= 0) p.static_vals[size_t(v)] = p.vals[size_t(v)];
+        for (int v : release) p.vals[size_t(v)] = Tensor();
+        from = u + 1;
+      }
+      capture_part(p.steps.size());
+      std::vector<Tensor> outs = end_plan(p, inputs);
+      p.static_outputs = outs;
+      p.static_grads_out.clear();
+      for (auto [input, v] : p.exec.grads)
+        p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
+      p.graph_state = 2;
+      if (logging)
+        log(fmt::format("{}: captured a CUDA graph in {} parts around {} eager step(s) (tags), "
+                        "{} nodes in all",
+                        opts.name, p.part_graphs.size(), p.unsafe_steps.size(), nodes));
+      return outs;
+    } catch (const Error& e) {
+      reset_split(p);
+      p.graph_state = -1;
+      if (logging)
+        log(fmt::format("{}: no CUDA graph ({}); running the plan directly on every call",
+                        opts.name, e.what()));
+      return run_plan(p, inputs);
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!same_memory(inputs[i], p.static_inputs[i])) p.static_inputs[i].copy_(inputs[i]);
+    const Tensor grad = inputs[i].grad();
+    if (p.static_grads_in[i].defined() && grad.defined() &&
+        !same_memory(grad, p.static_grads_in[i]))
+      p.static_grads_in[i].copy_(grad);
+  }
+  for (size_t part = 0; part < p.part_graphs.size(); ++part) {
+    if (p.part_graphs[part]) p.part_graphs[part]->replay();
+    if (part == p.unsafe_steps.size()) break;
+    const size_t u = p.unsafe_steps[part];
+    p.vals = p.static_vals;
+    run_steps(p, u, u + 1);
+    for (int v : p.steps[u].outputs)
+      if (v >= 0 && p.vals[size_t(v)].defined() && p.static_vals[size_t(v)].defined() &&
+          !same_memory(p.vals[size_t(v)], p.static_vals[size_t(v)]))
+        p.static_vals[size_t(v)].copy_(p.vals[size_t(v)]);
+    std::fill(p.vals.begin(), p.vals.end(), Tensor());
+    p.steps[u].stack.clear();
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i]))
+      inputs[i].copy_(p.static_inputs[i]);
+  for (const auto& [input, grad] : p.static_grads_out) inputs[size_t(input)].set_grad(grad);
+  return p.static_outputs;
 }
 
 // CUDA: warm up, then capture the plan into a CUDA graph and replay it (Note [Replay
@@ -530,6 +697,7 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
     p.graph_state = 1;
     return run_plan(p, inputs);
   }
+  if (!p.unsafe_steps.empty()) return run_cuda_split(p, inputs, opts, logging);
   if (p.graph_state == 1) {
     try {
       p.cuda_graph = std::make_unique<cuda::Graph>();
@@ -610,6 +778,9 @@ Compiled::Compiled(GraphFn fn, CompileOptions opts) : state_(std::make_shared<St
 std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) const {
   State& st = *state_;
   if (st.eager) return st.fn(inputs);
+  // Under a dispatch mode the function runs eagerly, so the mode sees each of its ops
+  // (Note [Compile under a dispatch mode] in capture.cpp).
+  if (local_dispatch_keys().included.has(DispatchKey::Mode)) return st.fn(inputs);
   // Fake inputs ask for shapes only: the function itself gives them, through the fake kernels.
   for (const Tensor& t : inputs)
     if (t.defined() && t.is_fake()) return st.fn(inputs);
@@ -634,6 +805,7 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
           st.opts.name, guard_str(inputs), ms, st.compiles, plan->graph.nodes.size(),
           plan->steps.size(), plan->groups.size(), plan->graph.str());
       text += plan->fusion_note;
+      text += plan->tag_note;
       for (const FusionGroup& fg : plan->groups) {
         std::vector<std::string> names;
         for (int n : fg.nodes) names.push_back(plan->exec.nodes[size_t(n)].op_name());

@@ -111,11 +111,20 @@ with tempfile.TemporaryDirectory() as scratch:
 
     # MT_TRACE / MT_LOG: comma lists of whole words; unknown words warned about once.
     code, out, err = expect("MT_TRACE=nodispatch does not trace", ["doctor"], 0, env={"MT_TRACE": "nodispatch"},
-                            stderr_has="MT_TRACE: ignoring unknown word 'nodispatch' (known: dispatch)",
+                            stderr_has="MT_TRACE: ignoring unknown word 'nodispatch' (known: dispatch, dispatch:why)",
                             stderr_lacks="keys=")
     check("the warning comes once", err.count("ignoring unknown") == 1, err)
     expect("MT_TRACE=bogus,dispatch traces and warns", ["doctor"], 0, env={"MT_TRACE": "bogus, dispatch"},
            stderr_has="keys=")
+    expect("MT_TRACE=dispatch:why explains each call", ["doctor"], 0, env={"MT_TRACE": "dispatch:why"},
+           stderr_has="why mt::silu (a call)\n  argument self = ", stderr_lacks="ignoring unknown")
+    expect("explain with a bad argument fails naming it", ["explain", "mt::exp", "--args", "gpu"], 1,
+           stderr_has="[explain] argument 'gpu' is not cpu, cuda, fake")
+    expect("explain --exclude with a key that does not exist fails", ["explain", "mt::exp", "--args", "cpu",
+           "--exclude", "Autgrad"], 1, stderr_has="[explain] --exclude 'Autgrad' is not a dispatch key")
+    code, out, _ = expect("demo --debug-mode prints one line an op and the FLOP table", ["demo", "--debug-mode"], 0)
+    check("... the MLP's first matmul, with hashes", "mt::matmul(self=float32[64, 32] cpu #" in out, out[:400])
+    check("... and the FLOP table", "mt::matmul" in out.split("FlopCounterMode")[-1], out[-600:])
     expect("MT_LOG=registrations (a typo) warns", ["ops"], 0, env={"MT_LOG": "registrations"},
            stderr_has="MT_LOG: ignoring unknown word 'registrations' (known: registration, jit, compile, autotune)")
     expect("MT_LOG=jit is a known word (the kernel cache reads it)", ["ops"], 0, env={"MT_LOG": "jit"},
