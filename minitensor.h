@@ -4,6 +4,7 @@
 #pragma once
 
 #include "autograd/autograd.h"
+#include "autograd/vmap.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "kernels/compile/compile.h"

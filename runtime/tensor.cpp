@@ -20,7 +20,10 @@ std::string_view dispatch_key_name(DispatchKey k) {
     case DispatchKey::CPU: return "CPU";
     case DispatchKey::CUDA: return "CUDA";
     case DispatchKey::Fake: return "Fake";
+    case DispatchKey::Mode: return "Mode";
     case DispatchKey::Autograd: return "Autograd";
+    case DispatchKey::Autocast: return "Autocast";
+    case DispatchKey::Batched: return "Batched";
     case DispatchKey::Trace: return "Trace";
   }
   return "?";
@@ -104,6 +107,11 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::throw_fake_data() const {
   const TensorImpl* t = impl_.get();
+  MT_CHECK(!t->keys.has(DispatchKey::Batched),
+           "[data_ptr] cannot read the data of a batched tensor (shape {} per sample): inside "
+           "mt::vmap a tensor stands for every sample of the batch; return it from the vmapped "
+           "function and read the result",
+           t->sizes);
   MT_ERROR("[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
            "carry only metadata; run the op on a real tensor to get values",
            t->sizes, t->dtype, t->device);
