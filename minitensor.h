@@ -3,6 +3,7 @@
 // This umbrella header brings in the whole public API.
 #pragma once
 
+#include "autograd/autocast.h"
 #include "autograd/autograd.h"
 #include "autograd/vmap.h"
 #include "dispatcher/dispatcher.h"
