@@ -13,6 +13,9 @@
 #include "dispatcher/library.h"
 
 namespace mt {
+namespace detail {
+extern Tensor (*g_detach_batched)(const Tensor&);  // runtime/tensor.cpp
+}
 namespace {
 
 // A batched tensor: per-sample sizes outside, the real tensor (value) inside. It has no
@@ -93,6 +96,23 @@ Tensor make_batched(const Tensor& value, int64_t bdim, int64_t level) {
   impl->bdim = bdim;
   impl->level = level;
   impl->serial = t_levels[size_t(level - 1)].serial;
+  return Tensor(std::shared_ptr<TensorImpl>(std::move(impl)));
+}
+
+// The batched tensor b with another value (same batch dim, level and vmap call).
+Tensor rewrap(const BatchedImpl* b, const Tensor& value) {
+  auto impl = std::make_shared<BatchedImpl>();
+  impl->sizes = b->sizes;
+  impl->strides = b->strides;
+  impl->numel = b->numel;
+  impl->dtype = value.dtype();
+  impl->device = value.device();
+  impl->fake = true;
+  impl->keys = value.key_set().add(DispatchKey::Batched);
+  impl->value = value;
+  impl->bdim = b->bdim;
+  impl->level = b->level;
+  impl->serial = b->serial;
   return Tensor(std::shared_ptr<TensorImpl>(std::move(impl)));
 }
 
@@ -328,6 +348,10 @@ KernelFunction batched_kernel(BoxedVmapRule rule) {
 }
 
 void install_batched_fallback() {
+  g_detach_batched = [](const Tensor& t) {
+    const BatchedImpl* b = as_batched(t);
+    return rewrap(b, b->value.detach());
+  };
   static Library lib(Library::Kind::Impl, "_", DispatchKey::Batched);
   lib.fallback([](const OperatorHandle& op, DispatchKeySet, Stack* stack) {
     run_batched(op, stack, nullptr);

@@ -147,6 +147,10 @@ const Tensor& Tensor::requires_grad_(bool requires_grad) const {
   MT_CHECK(requires_grad || !t->autograd || !t->autograd->grad_fn,
            "[requires_grad_] cannot turn off requires_grad on a tensor that an op produced "
            "(it is not a leaf); use .detach() to get a tensor without history");
+  MT_CHECK(!t->keys.has(DispatchKey::Batched),
+           "[requires_grad_] this is a batched tensor inside mt::vmap; call requires_grad_ on "
+           "the tensor before passing it to mt::vmap (mt::grad inside vmap then gives per-sample "
+           "gradients)");
   ensure_autograd_meta().requires_grad = requires_grad;
   t->refresh_keys();
   return *this;
@@ -167,8 +171,15 @@ bool Tensor::is_leaf() const {
   return !t->autograd || !t->autograd->grad_fn;
 }
 
+namespace detail {
+// A batched tensor's detach (autograd/vmap.cpp sets it): the same batch with its value detached.
+Tensor (*g_detach_batched)(const Tensor&) = nullptr;
+}
+
 Tensor Tensor::detach() const {
   const TensorImpl* t = checked();
+  if (t->keys.has(DispatchKey::Batched) && detail::g_detach_batched) [[unlikely]]
+    return detail::g_detach_batched(*this);
   Tensor d = t->fake ? detail::make_fake(t->sizes, t->strides, t->dtype, t->device)
                      : detail::make_tensor(t->storage, t->sizes, t->strides, t->offset, t->dtype,
                                            t->device);

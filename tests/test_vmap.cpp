@@ -395,8 +395,16 @@ TEST_SUITE("vmap") {
             "[data_ptr] cannot read the data of a batched tensor (shape [3] per sample): inside "
             "mt::vmap a tensor stands for every sample of the batch; return it from the vmapped "
             "function and read the result");
-      return std::vector<Tensor>{mt::exp(a[0])};
-    })({zeros({2, 3})});
+      CHECK(error_of([&] { a[0].requires_grad_(); }) ==
+            "[requires_grad_] this is a batched tensor inside mt::vmap; call requires_grad_ on the "
+            "tensor before passing it to mt::vmap (mt::grad inside vmap then gives per-sample "
+            "gradients)");
+      // detach keeps the batch: each sample's own row, without history
+      const Tensor d = a[0].detach();
+      CHECK(is_batched(d));
+      return std::vector<Tensor>{mt::exp(a[0]), mt::mul(d, 2.0)};
+    })({from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3})});
+    check_close(out[1], from_vector<float>({2, 4, 6, 8, 10, 12}, {2, 3}));
     CHECK(!is_batched(kept));
     CHECK(!is_batched(out[0]));
     CHECK(error_of([&] { (void)mt::exp(kept); }) ==
