@@ -250,13 +250,15 @@ void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* ru
   const size_t base = stack->size() - n;
   Stack args(stack->begin() + std::ptrdiff_t(base), stack->end());
   stack->resize(base);
-  const std::string what = fmt::format("'{}'", op.name().str());
+  auto check_live = [&](const Tensor& t) {
+    const BatchedImpl* b = as_batched(t);
+    if (b && !is_batched(t)) live_level(b, fmt::format("'{}'", op.name().str()));
+  };
   for (const Value& v : args) {
     if (v.is_tensor()) {
-      if (const BatchedImpl* b = as_batched(v.to_tensor())) live_level(b, what);
+      check_live(v.to_tensor());
     } else if (v.is_tensor_list()) {
-      for (const Tensor& t : v.to_tensor_list())
-        if (const BatchedImpl* b = as_batched(t)) live_level(b, what);
+      for (const Tensor& t : v.to_tensor_list()) check_live(t);
     }
   }
   const int64_t level = t_cursor;
@@ -273,9 +275,9 @@ void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* ru
     if (v.is_tensor_list()) {
       for (const Tensor& t : v.to_tensor_list())
         MT_CHECK(!batched_at(t, level) && !(grad && requires_grad_deep(t) && !as_batched(t)),
-                 "[vmap] {} takes a list of tensors, and lists of batched tensors are not "
+                 "[vmap] '{}' takes a list of tensors, and lists of batched tensors are not "
                  "supported inside mt::vmap; call it on the stacked tensors outside vmap",
-                 what);
+                 op.name().str());
       continue;
     }
     if (!v.is_tensor() || !v.to_tensor().defined()) continue;
@@ -299,20 +301,20 @@ void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* ru
   }
   BatchDims out = rule ? (*rule)(info, &args) : loop_fallback(op, info, &args);
   MT_CHECK(out.size() == args.size(),
-           "[vmap] the batching rule of {} returned {} batch dims for {} outputs; return one "
+           "[vmap] the batching rule of '{}' returned {} batch dims for {} outputs; return one "
            "per output",
-           what, out.size(), args.size());
+           op.name().str(), out.size(), args.size());
   for (size_t o = 0; o < args.size(); ++o) {
     if (!out[o]) continue;
     MT_CHECK(args[o].is_tensor(),
-             "[vmap] the batching rule of {} gave output {} a batch dim, but it is not a tensor",
-             what, o);
+             "[vmap] the batching rule of '{}' gave output {} a batch dim, but it is not a tensor",
+             op.name().str(), o);
     const Tensor r = args[o].to_tensor();
     const int64_t d = *out[o] < 0 ? *out[o] + r.dim() : *out[o];
     MT_CHECK(d >= 0 && d < r.dim() && r.size(d) == info.batch_size,
-             "[vmap] the batching rule of {} says output {} has its batch dim at {}, but its "
+             "[vmap] the batching rule of '{}' says output {} has its batch dim at {}, but its "
              "shape is {} and the batch size is {}; return the dim that holds the batch",
-             what, o, *out[o], r.sizes(), info.batch_size);
+             op.name().str(), o, *out[o], r.sizes(), info.batch_size);
     args[o] = Value(make_batched(r, d, level));
   }
   stack->insert(stack->end(), args.begin(), args.end());
