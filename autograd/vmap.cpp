@@ -4,6 +4,7 @@
 // sits] in autograd/vmap.h). The built-in rules are in kernels/ops/batching.cpp.
 #include "autograd/vmap.h"
 
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -14,7 +15,7 @@
 
 namespace mt {
 namespace detail {
-extern Tensor (*g_detach_batched)(const Tensor&);  // runtime/tensor.cpp
+extern std::atomic<Tensor (*)(const Tensor&)> g_detach_batched;  // runtime/tensor.cpp
 }
 namespace {
 
@@ -350,10 +351,12 @@ KernelFunction batched_kernel(BoxedVmapRule rule) {
 }
 
 void install_batched_fallback() {
-  g_detach_batched = [](const Tensor& t) {
-    const BatchedImpl* b = as_batched(t);
-    return rewrap(b, b->value.detach());
-  };
+  g_detach_batched.store(
+      [](const Tensor& t) {
+        const BatchedImpl* b = as_batched(t);
+        return rewrap(b, b->value.detach());
+      },
+      std::memory_order_release);
   static Library lib(Library::Kind::Impl, "_", DispatchKey::Batched);
   lib.fallback([](const OperatorHandle& op, DispatchKeySet, Stack* stack) {
     run_batched(op, stack, nullptr);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "runtime/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -173,13 +174,13 @@ bool Tensor::is_leaf() const {
 
 namespace detail {
 // A batched tensor's detach (autograd/vmap.cpp sets it): the same batch with its value detached.
-Tensor (*g_detach_batched)(const Tensor&) = nullptr;
+std::atomic<Tensor (*)(const Tensor&)> g_detach_batched{nullptr};
 }
 
 Tensor Tensor::detach() const {
   const TensorImpl* t = checked();
-  if (t->keys.has(DispatchKey::Batched) && detail::g_detach_batched) [[unlikely]]
-    return detail::g_detach_batched(*this);
+  if (t->keys.has(DispatchKey::Batched)) [[unlikely]]
+    if (auto f = detail::g_detach_batched.load(std::memory_order_acquire)) return f(*this);
   Tensor d = t->fake ? detail::make_fake(t->sizes, t->strides, t->dtype, t->device)
                      : detail::make_tensor(t->storage, t->sizes, t->strides, t->offset, t->dtype,
                                            t->device);
