@@ -3,7 +3,9 @@
 // This umbrella header brings in the whole public API.
 #pragma once
 
+#include "autograd/autocast.h"
 #include "autograd/autograd.h"
+#include "autograd/vmap.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "dispatcher/mode.h"

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "autograd/vmap.h"
 #include "dispatcher/dispatcher.h"
 #include "runtime/fake.h"
 
@@ -230,6 +231,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs, GradOptions opts) {
   MT_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
            "[grad] got {} grad_outputs for {} outputs", grad_outputs.size(), outputs.size());
+  if (detail::needs_batched_grad(outputs, inputs)) [[unlikely]]  // inside mt::vmap
+    return detail::batched_grad(outputs, inputs, grad_outputs, opts.retain_graph,
+                                opts.create_graph, opts.allow_unused);
   std::vector<Root> roots;
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_root(outputs[i], "grad");

@@ -11,9 +11,13 @@ namespace detail {
 void install_autograd_fallback();  // autograd/function.cpp
 void install_trace_fallback();     // autograd/trace.cpp
 void install_opcheck_compile_test();  // kernels/compile/opcheck_compile.cpp
+void install_batched_fallback();      // autograd/vmap.cpp
+void install_autocast_fallback();     // autograd/autocast.cpp
 }
 
 namespace ops {
+void register_batching_rules();     // kernels/ops/batching.cpp
+void register_autocast_policies();  // kernels/ops/autocast_policies.cpp
 namespace {
 std::mutex g_keep_mutex;
 std::vector<std::shared_ptr<void>>& kept() {
@@ -40,6 +44,8 @@ void initialize_library() {
   install_autograd_fallback();
   install_trace_fallback();
   install_opcheck_compile_test();
+  install_batched_fallback();
+  install_autocast_fallback();
   ops::register_binary();
   ops::register_unary();
   ops::register_silu();
@@ -50,6 +56,8 @@ void initialize_library() {
   ops::register_loss();
   ops::register_softmax();
   ops::register_foreach();
+  ops::register_batching_rules();
+  ops::register_autocast_policies();
   gpu::install_device_hooks();
 }
 }  // namespace detail

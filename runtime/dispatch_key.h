@@ -14,25 +14,29 @@ namespace mt {
 // Note [Dispatch key priority]
 // The numeric value is the priority: a call goes to the highest key present in
 // (union of the arguments' key sets | thread-local included) & ~thread-local excluded.
-//   Trace    > Autograd > Mode > Fake > CUDA > CPU
+//   Trace > Batched > Autocast > Autograd > Mode > Fake > CUDA > CPU
 // Trace is an optional boxed fallback that logs calls, then redispatches below itself.
+// Batched (mt::vmap) unwraps batched tensors, applies the op's batching rule and wraps
+// the results; Autocast casts the inputs by the op's policy; both then call below
+// themselves (Note [Where Batched sits] in autograd/vmap.h).
 // Autograd records a tape entry, then redispatches below itself to the backend.
 // Mode runs the thread's innermost user dispatch mode (Note [Dispatch modes] in
 // dispatcher/mode.h); below Autograd, so a mode sees the ops a backward runs too.
 // Fake sits above the backends so a fake tensor never reaches a real kernel.
-// Values 5 and 6 are reserved (keys without a name are skipped by dumps and key sets).
 enum class DispatchKey : uint8_t {
   CPU = 0,
   CUDA = 1,
   Fake = 2,
   Mode = 3,
   Autograd = 4,
+  Autocast = 5,
+  Batched = 6,
   Trace = 7,
 };
 inline constexpr int kNumDispatchKeys = 8;
 
 std::string_view dispatch_key_name(DispatchKey k);
-// Parses "CPU", "CUDA", "Fake", "Mode", "Autograd", "Trace"; returns false if unknown.
+// Parses a key's name ("CPU", ..., "Trace"); returns false if unknown.
 bool parse_dispatch_key(std::string_view name, DispatchKey* out);
 
 class DispatchKeySet {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "runtime/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -22,6 +23,8 @@ std::string_view dispatch_key_name(DispatchKey k) {
     case DispatchKey::Fake: return "Fake";
     case DispatchKey::Mode: return "Mode";
     case DispatchKey::Autograd: return "Autograd";
+    case DispatchKey::Autocast: return "Autocast";
+    case DispatchKey::Batched: return "Batched";
     case DispatchKey::Trace: return "Trace";
   }
   return "?";
@@ -105,6 +108,11 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::throw_fake_data() const {
   const TensorImpl* t = impl_.get();
+  MT_CHECK(!t->keys.has(DispatchKey::Batched),
+           "[data_ptr] cannot read the data of a batched tensor (shape {} per sample): inside "
+           "mt::vmap a tensor stands for every sample of the batch; return it from the vmapped "
+           "function and read the result",
+           t->sizes);
   MT_ERROR("[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
            "carry only metadata; run the op on a real tensor to get values",
            t->sizes, t->dtype, t->device);
@@ -140,6 +148,10 @@ const Tensor& Tensor::requires_grad_(bool requires_grad) const {
   MT_CHECK(requires_grad || !t->autograd || !t->autograd->grad_fn,
            "[requires_grad_] cannot turn off requires_grad on a tensor that an op produced "
            "(it is not a leaf); use .detach() to get a tensor without history");
+  MT_CHECK(!t->keys.has(DispatchKey::Batched),
+           "[requires_grad_] this is a batched tensor inside mt::vmap; call requires_grad_ on "
+           "the tensor before passing it to mt::vmap (mt::grad inside vmap then gives per-sample "
+           "gradients)");
   ensure_autograd_meta().requires_grad = requires_grad;
   t->refresh_keys();
   return *this;
@@ -160,8 +172,15 @@ bool Tensor::is_leaf() const {
   return !t->autograd || !t->autograd->grad_fn;
 }
 
+namespace detail {
+// A batched tensor's detach (autograd/vmap.cpp sets it): the same batch with its value detached.
+std::atomic<Tensor (*)(const Tensor&)> g_detach_batched{nullptr};
+}
+
 Tensor Tensor::detach() const {
   const TensorImpl* t = checked();
+  if (t->keys.has(DispatchKey::Batched)) [[unlikely]]
+    if (auto f = detail::g_detach_batched.load(std::memory_order_acquire)) return f(*this);
   Tensor d = t->fake ? detail::make_fake(t->sizes, t->strides, t->dtype, t->device)
                      : detail::make_tensor(t->storage, t->sizes, t->strides, t->offset, t->dtype,
                                            t->device);

@@ -21,6 +21,7 @@
 
 #include "dispatcher/edit_distance.h"
 #include "dispatcher/load_library.h"
+#include "examples/per_sample.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
@@ -891,6 +892,86 @@ int bench_cpu_cmd(const bench::CpuThreadsOptions& c, const BenchOutput& o) {
   return 0;
 }
 
+// ---- bench vmap --------------------------------------------------------------------------
+
+struct VmapCliOptions {
+  std::string device = "cpu";
+  int repeats = 11;
+};
+
+// Per-sample gradients of the 64/32/64 MLP at batch 64: vmap(grad) against a loop of 64
+// grad calls, alternating, medians side by side.
+int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
+  Device dev = bench_device(v.device, "bench vmap");
+  const mlp::Shape shape{.batch = 64, .in = 32, .hidden = 64, .out = 1};
+  manual_seed(0);
+  const mlp::Task task = mlp::teacher_task(shape, dev);
+  const mlp::Model m = mlp::init(shape, dev);
+  auto once = [&](auto&& fn) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    if (dev.is_cuda()) cuda::synchronize(dev.index);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto run_vmap = [&] { (void)mlp::per_sample_grads_vmap(m, task.x, task.target); };
+  auto run_loop = [&] { (void)mlp::per_sample_grads_loop(m, task.x, task.target); };
+  once(run_vmap);  // warm-up (and the CUDA kernels' first compile)
+  once(run_loop);
+  std::vector<double> tv, tl;
+  for (int r = 0; r < v.repeats; ++r) {
+    tv.push_back(once(run_vmap));
+    tl.push_back(once(run_loop));
+  }
+  // The slow fallback: an op without a rule under vmap, against the loop it replaces
+  // (one call per row, the results copied into one tensor).
+  static const auto rowsum = mt::custom_op("bench_vmap::rowsum", [](const Tensor& x) { return mt::sum(x, {-1}); });
+  const Tensor rows = mt::randn({shape.batch, 256, 64}).to(dev);
+  auto run_fallback = [&] {
+    (void)mt::vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{rowsum(a[0])}; })({rows});
+  };
+  auto run_rows = [&] {
+    Tensor out = mt::empty({shape.batch, 256}, {.device = dev});
+    for (int64_t i = 0; i < shape.batch; ++i) out.select(0, i).copy_(rowsum(rows.select(0, i)));
+  };
+  dispatcher().set_log_sink([](std::string_view) {});  // the fallback's one-time warning
+  once(run_fallback);
+  dispatcher().set_log_sink(nullptr);
+  once(run_rows);
+  std::vector<double> tf, tr;
+  for (int r = 0; r < v.repeats; ++r) {
+    tf.push_back(once(run_fallback));
+    tr.push_back(once(run_rows));
+  }
+  const double mv = bench::median(tv), ml = bench::median(tl), mf = bench::median(tf), mr = bench::median(tr);
+  const std::string where =
+      dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name) : cpu_model();
+  if (!o.plot.empty()) {
+    bench::BarPlot plot{.title = fmt::format("per-sample gradients, 64/32/64 MLP, batch 64, on {}", where),
+                        .value_label = "ms (median)"};
+    plot.bars.push_back({"vmap(grad)", mv});
+    plot.bars.push_back({"loop of 64 grad calls", ml});
+    plot.bars.push_back({"an op without a rule under vmap (the fallback)", mf});
+    plot.bars.push_back({"the loop it replaces", mr});
+    write_plot(o.plot, bench::svg(plot));
+  }
+  if (o.json) {
+    print_json({{"bench", "vmap"}, {"device", dev.str()}, {"where", where}, {"repeats", v.repeats},
+                {"vmap_ms", mv}, {"loop_ms", ml}, {"loop_over_vmap", ml / mv},
+                {"fallback_ms", mf}, {"rows_loop_ms", mr}, {"fallback_over_loop", mf / mr}});
+    return 0;
+  }
+  std::printf("per-sample gradients of the 64/32/64 MLP at batch 64 on %s, median of %d (alternating)\n",
+              where.c_str(), v.repeats);
+  std::printf("  vmap(grad)              %9.3f ms\n", mv);
+  std::printf("  loop of 64 grad calls   %9.3f ms\n", ml);
+  std::printf("  loop / vmap             %9.2fx\n", ml / mv);
+  std::printf("an op without a batching rule (a row sum of [64, 256, 64]) under vmap, against the loop it replaces\n");
+  std::printf("  the fallback            %9.3f ms\n", mf);
+  std::printf("  64 calls, copied        %9.3f ms\n", mr);
+  std::printf("  fallback / loop         %9.2fx   (goal: at most 1.05)\n", mf / mr);
+  return 0;
+}
+
 // ---- bench graph -------------------------------------------------------------------------
 
 struct GraphCliOptions {
@@ -1304,7 +1385,7 @@ int main(int argc, char** argv) {
   // bench: each benchmark is a subcommand; --json and --plot may come before or after it.
   BenchOutput bench_out;
   auto* ben = app.add_subcommand(
-      "bench", "benchmarks: dispatch, silu, matmul, mlp, graph (a table; --json, --plot)");
+      "bench", "benchmarks: dispatch, silu, matmul, mlp, graph, cpu, vmap (a table; --json, --plot)");
   ben->require_subcommand(1);
   ben->add_flag("--json", bench_out.json, "print JSON on stdout instead of the table");
   ben->add_option("--plot", bench_out.plot, "also draw the results into this SVG file");
@@ -1412,7 +1493,15 @@ int main(int argc, char** argv) {
   b_cpu->fallthrough();
   b_mlp->add_flag("--compile", mlp_o.compile,
                   "the step eager and through mt::compile side by side (speedup, first-call time, same parameters)");
-  for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph}) sub->fallthrough();
+  VmapCliOptions vmap_o;
+  auto* b_vmap = ben->add_subcommand(
+      "vmap", "per-sample gradients of the 64/32/64 MLP at batch 64: vmap(grad) against a loop of 64 grad calls");
+  b_vmap->add_option("--device", vmap_o.device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
+  b_vmap->add_option("--repeats", vmap_o.repeats, "timed runs of each (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  for (auto* sub : {b_dispatch, b_silu, b_matmul, b_mlp, b_graph, b_vmap}) sub->fallthrough();
+  auto* aut = app.add_subcommand("autocast", "the autocast policy of each op (lower_precision, float32, promote)");
   std::string compile_device = "cpu";
   auto* cdemo = app.add_subcommand("compile-demo", "mt::compile on the MLP training step: the graph, Graphviz, fusion, replay");
   cdemo->add_option("--device", compile_device, "cpu or cuda")->capture_default_str()->check(kDeviceName);
@@ -1476,6 +1565,11 @@ int main(int argc, char** argv) {
     if (*b_mlp) return bench_mlp_cmd(mlp_o, bench_out);
     if (*b_graph) return bench_graph_cmd(graph_o, bench_out);
     if (*b_cpu) return bench_cpu_cmd(cpu_o, bench_out);
+    if (*b_vmap) return bench_vmap_cmd(vmap_o, bench_out);
+    if (*aut) {
+      std::printf("%s", autocast_table().c_str());
+      return 0;
+    }
     if (*mem) return memory_cmd(mem_o, json);
     if (*cac && !cache_plot_path.empty()) return cache_plot(cache_plot_path, cache_demo);
     if (*cac) return cache_cmd(cache_what, json);
