@@ -133,8 +133,6 @@ void check_candidates(std::string_view key, const std::vector<TuneCandidate>& c)
   }
 }
 
-std::string errno_text(int e) { return std::strerror(e); }
-
 // "" when the file's directory is missing or only this user can write it; else the problem.
 std::string untrusted_dir(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -456,14 +454,14 @@ std::optional<TuneChoice> Autotuner::load(const std::string& tag, std::string_vi
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
-    if (errno != ENOENT) warn(fmt::format("cannot read '{}': {}", path, errno_text(errno)));
+    if (errno != ENOENT) warn(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
     return std::nullopt;
   }
   std::string text;
   struct stat st;
   std::string problem;
   if (::fstat(fd, &st) != 0)
-    problem = fmt::format("cannot stat '{}': {}", path, errno_text(errno));
+    problem = fmt::format("cannot stat '{}': {}", path, std::strerror(errno));
   else if (!S_ISREG(st.st_mode))
     problem = fmt::format("'{}' is not a regular file", path);
   else if (st.st_uid != ::geteuid())
@@ -525,7 +523,7 @@ void Autotuner::store(const std::string& tag, std::string_view key, const TuneCh
     for (const auto& part : dir) {
       sofar /= part;
       if (::mkdir(sofar.c_str(), 0700) != 0 && errno != EEXIST) {
-        problem = fmt::format("cannot create '{}': {}", sofar.string(), errno_text(errno));
+        problem = fmt::format("cannot create '{}': {}", sofar.string(), std::strerror(errno));
         break;
       }
     }
@@ -536,7 +534,7 @@ void Autotuner::store(const std::string& tag, std::string_view key, const TuneCh
                           O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     struct stat st;
     if (fd < 0) {
-      problem = fmt::format("cannot write '{}': {}", path, errno_text(errno));
+      problem = fmt::format("cannot write '{}': {}", path, std::strerror(errno));
     } else {
       if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())
         problem = fmt::format("'{}' is not a regular file of this user", path);
@@ -548,7 +546,7 @@ void Autotuner::store(const std::string& tag, std::string_view key, const TuneCh
           last != '\n')
         line.insert(0, 1, '\n');
       if (problem.empty() && ::write(fd, line.data(), line.size()) != ssize_t(line.size()))
-        problem = fmt::format("cannot write '{}': {}", path, errno_text(errno));
+        problem = fmt::format("cannot write '{}': {}", path, std::strerror(errno));
       ::close(fd);
     }
   }
