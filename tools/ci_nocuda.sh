@@ -34,6 +34,8 @@ done
 # speed; it costs about 40% less CPU than -O2 (-O2-only warnings show in the plain build).
 opts=(--force-fallback-for=minitensor -Dminitensor:cuda=disabled -Doptimization=0 -Ddebug=false)
 [ "${CI:-}" = "true" ] && opts+=(-Dwerror=true)
+# a unity build, as tools/dev.sh makes CI's (MT_UNITY): at -O0 most of a compile is parsing
+case "${MT_UNITY:-${CI:-}}" in 1 | true) opts+=(--unity on) ;; esac
 setup() {  # setup DIR [OPTION...]: configure DIR once (one setup at a time: tools/dev.sh)
   local dir=$1
   shift
