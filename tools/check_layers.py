@@ -243,6 +243,13 @@ def link_self_test():
 
 
 def link_main(build):
+    # A unity build compiles files of several layers into one object, whose undefined symbols
+    # then say nothing about layers: meson's exit code 77 marks the test skipped, saying why.
+    lib = os.path.join(build, "libminitensor.so.0.1.0.p")
+    if os.path.isdir(lib) and any("-unity" in f for f in os.listdir(lib)):
+        print("check_layers --link: skipped: a unity build (MT_UNITY, CI's sanitizer build) "
+              "puts files of several layers in one object; the per-file build checks the links")
+        return 77
     bad, objects, references = link_check(build)
     for b in bad:
         print(b)
