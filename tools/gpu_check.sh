@@ -192,6 +192,15 @@ if want compile && [ -x build-gpu/tests/mt_tests ]; then
       --minitensor build-gpu/tools/minitensor --json "$OUT/compare_compile.json"
 fi
 
+# keys (not in the default list): the Batched and Autocast keys on the GPU: the per-sample
+# gradients example (vmap(grad) against a loop, the MLP under autocast bfloat16) and
+# bench vmap on cuda and on two CPU cores.
+if want keys && [ -x build-gpu/tools/minitensor ]; then
+  step keys-example 120 "$OUT/keys.log" build-gpu/examples/per_sample_grads --device cuda
+  step keys-bench-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench vmap --device cuda
+  step keys-bench-cpu 120 "$OUT/keys.log" taskset -c 0,1 build-gpu/tools/minitensor bench vmap --device cpu
+fi
+
 # cpu (not in the default list): the CPU path on two of the host's cores, where torch is
 # installed: the ops on 1 and 2 threads idle and beside busy loops, the 512/256/512 MLP step
 # against torch's, torch's SiLU under the same contention, and CPU fusion (chains eager,
@@ -238,7 +247,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch silu-ncu mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch cpu-bench cpu-contended cpu-mlp+torch cpu-torch-contended cpu-fusion memcheck racecheck racecheck-ops synccheck; do
+  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch silu-ncu mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch keys-example keys-bench-cuda keys-bench-cpu cpu-bench cpu-blas cpu-contended cpu-mlp+torch cpu-mlp+torch-skx cpu-torch-contended cpu-fusion memcheck racecheck racecheck-ops synccheck; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo
@@ -253,7 +262,8 @@ fi
   echo "mlp sgd foreach/loop:"; grep -E "^round|^64/32|^4096/1024" "$OUT/mlp_sgd.log" 2>/dev/null
   echo "dispatch:"; tail -n 16 "$OUT/dispatch.log" 2>/dev/null
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
-  echo "cpu:"; grep -E "^\| |^== MT_NUM|ratio|ms" "$OUT/cpu.log" 2>/dev/null | head -n 80
+  echo "keys:"; grep -E "^\| |ratio|loss|largest|max|vmap|loop|ms" "$OUT/keys.log" 2>/dev/null | head -n 40
+  echo "cpu:"; grep -E "^\| |^== |^(cpu|blas) |ratio|ms" "$OUT/cpu.log" 2>/dev/null | head -n 100
   echo "compile:"; grep -E "doctest\] (test cases|Status)|ERROR SUMMARY|CUDA graph" "$OUT/compile.log" 2>/dev/null
   tail -n 16 "$OUT/compile_torch.log" 2>/dev/null
   echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null
