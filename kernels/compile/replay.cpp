@@ -589,6 +589,27 @@ void reset_split(Plan& p) {
   p.static_inputs.clear();
 }
 
+// A graph replay's ends: the user's inputs (and their grads) into the captured ones, skipped
+// where they are the same memory; then the inputs the plan writes, and the grads it set,
+// back to the user's tensors, and the captured outputs.
+void replay_inputs(Plan& p, const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!same_memory(inputs[i], p.static_inputs[i])) p.static_inputs[i].copy_(inputs[i]);
+    const Tensor grad = inputs[i].grad();
+    if (p.static_grads_in[i].defined() && grad.defined() &&
+        !same_memory(grad, p.static_grads_in[i]))
+      p.static_grads_in[i].copy_(grad);
+  }
+}
+
+std::vector<Tensor> replay_outputs(Plan& p, const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i]))
+      inputs[i].copy_(p.static_inputs[i]);
+  for (const auto& [input, grad] : p.static_grads_out) inputs[size_t(input)].set_grad(grad);
+  return p.static_outputs;
+}
+
 // The CUDA graph of a plan with cudagraph_unsafe (or seeded) steps, in parts: graph 0, the
 // first unsafe step eagerly, graph 1, ... The capture run replays each part as soon as it
 // is captured (the eager step after it reads its results); later calls replay the parts,
@@ -661,13 +682,7 @@ std::vector<Tensor> run_cuda_split(Plan& p, const std::vector<Tensor>& inputs,
       return run_plan(p, inputs);
     }
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!same_memory(inputs[i], p.static_inputs[i])) p.static_inputs[i].copy_(inputs[i]);
-    const Tensor grad = inputs[i].grad();
-    if (p.static_grads_in[i].defined() && grad.defined() &&
-        !same_memory(grad, p.static_grads_in[i]))
-      p.static_grads_in[i].copy_(grad);
-  }
+  replay_inputs(p, inputs);
   for (size_t part = 0; part < p.part_graphs.size(); ++part) {
     if (p.part_graphs[part]) p.part_graphs[part]->replay();
     if (part == p.unsafe_steps.size()) break;
@@ -681,11 +696,7 @@ std::vector<Tensor> run_cuda_split(Plan& p, const std::vector<Tensor>& inputs,
     std::fill(p.vals.begin(), p.vals.end(), Tensor());
     p.steps[u].stack.clear();
   }
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i]))
-      inputs[i].copy_(p.static_inputs[i]);
-  for (const auto& [input, grad] : p.static_grads_out) inputs[size_t(input)].set_grad(grad);
-  return p.static_outputs;
+  return replay_outputs(p, inputs);
 }
 
 // CUDA: warm up, then capture the plan into a CUDA graph and replay it (Note [Replay
@@ -736,20 +747,9 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
       return run_plan(p, inputs);
     }
   }
-  // Replay: the user's inputs into the captured ones (skipped when they are the same memory).
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!same_memory(inputs[i], p.static_inputs[i])) p.static_inputs[i].copy_(inputs[i]);
-    const Tensor grad = inputs[i].grad();
-    if (p.static_grads_in[i].defined() && grad.defined() &&
-        !same_memory(grad, p.static_grads_in[i]))
-      p.static_grads_in[i].copy_(grad);
-  }
+  replay_inputs(p, inputs);
   p.cuda_graph->replay();
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (p.input_written[i] && !same_memory(inputs[i], p.static_inputs[i]))
-      inputs[i].copy_(p.static_inputs[i]);
-  for (const auto& [input, grad] : p.static_grads_out) inputs[size_t(input)].set_grad(grad);
-  return p.static_outputs;
+  return replay_outputs(p, inputs);
 }
 
 }  // namespace

@@ -223,15 +223,18 @@ with tempfile.TemporaryDirectory() as scratch:
               and "compiled 16/8/16" in text, text[:500])
     else:
         check("bench mlp --compile --plot: the file exists", False)
-    # --self-check runs and prints one line of two ratio ranges per row, each around 1 (a row
-    # timed against itself; 0.5 to 2 leaves room for a loaded CI machine). The pairs' ratio
+    # --self-check runs and prints one line of two ratio ranges per row (a row timed against
+    # itself; 0.5 to 2 around 1 leaves the paired one room on a loaded CI machine). The pairs' ratio
     # direction is checked in tests/test_bench_loops.cpp, the comparison's table in
     # check_dispatch_compare.py.
     rc, out, err = run(["bench", "dispatch", "--self-check", "1", "--iters", "20000"])
     ranges = [tuple(map(float, m)) for m in
               re.findall(r"([\d.]+) to ([\d.]+)\s+([\d.]+) to ([\d.]+)\s*$", out, re.M)]
-    check("bench dispatch --self-check: a row each, ratios around 1",
-          rc == 0 and len(ranges) == 6 and all(0.5 < v < 2 for r in ranges for v in r),
+    # Only the paired column must stay near 1 on a loaded machine: the loops-a-side column is
+    # the method the self-check shows to be noisy (a CI run under load printed 2.72 there).
+    check("bench dispatch --self-check: a row each, paired ratios around 1",
+          rc == 0 and len(ranges) == 6 and all(0.5 < r[2] < 2 and 0.5 < r[3] < 2 and r[0] > 0 and r[1] > 0
+                                               for r in ranges),
           f"rc {rc}, {len(ranges)} rows: {out}{err}")
 
     # The cache subcommands on broken directories.
