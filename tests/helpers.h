@@ -32,3 +32,25 @@ inline std::string error_of(auto&& fn) {
   }
   return "(no error)";
 }
+
+// Collects what the dispatcher logs (MT_TRACE=dispatch lines, a fallback's warning) while it
+// lives; count(s) is the number of lines that contain s. Its end also turns the dispatch
+// trace and the registration log off, which a case may have turned on.
+struct LogCapture {
+  std::vector<std::string> lines;
+  LogCapture() {
+    mt::dispatcher().set_log_sink([this](std::string_view l) { lines.emplace_back(l); });
+  }
+  ~LogCapture() {
+    mt::dispatcher().set_trace_dispatch(false);
+    mt::dispatcher().set_log_registrations(false);
+    mt::dispatcher().set_log_sink(nullptr);
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  int count(std::string_view what) const {
+    int n = 0;
+    for (const std::string& l : lines) n += l.find(what) != std::string::npos;
+    return n;
+  }
+};

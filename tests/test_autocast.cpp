@@ -10,23 +10,6 @@
 
 using namespace mt;
 
-namespace {
-
-struct LogCapture {
-  std::vector<std::string> lines;
-  LogCapture() {
-    dispatcher().set_log_sink([this](std::string_view l) { lines.emplace_back(l); });
-  }
-  ~LogCapture() { dispatcher().set_log_sink(nullptr); }
-  int count(std::string_view what) const {
-    int n = 0;
-    for (const std::string& l : lines) n += l.find(what) != std::string::npos;
-    return n;
-  }
-};
-
-}  // namespace
-
 TEST_SUITE("autocast") {
   TEST_CASE("AutocastGuard on CPU: matmul in bfloat16, reductions and softmax in float32, binary ops promote") {
     const Tensor a = randn({4, 3}), b = randn({3, 2});

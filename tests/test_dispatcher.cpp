@@ -17,19 +17,6 @@ using namespace mt;
 
 namespace {
 
-// Collects what the dispatcher logs while alive.
-struct LogCapture {
-  std::vector<std::string> lines;
-  LogCapture() {
-    Dispatcher::singleton().set_log_sink([this](std::string_view l) { lines.emplace_back(l); });
-  }
-  ~LogCapture() {
-    Dispatcher::singleton().set_trace_dispatch(false);
-    Dispatcher::singleton().set_log_registrations(false);
-    Dispatcher::singleton().set_log_sink(nullptr);
-  }
-};
-
 Tensor plus_one(const Tensor& x) {
   Tensor out = empty_like(x);
   auto in = x.contiguous();

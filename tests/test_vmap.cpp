@@ -16,20 +16,6 @@ using namespace mt;
 
 namespace {
 
-// Collects what the dispatcher logs (the fallback's warning, MT_TRACE=dispatch lines).
-struct LogCapture {
-  std::vector<std::string> lines;
-  LogCapture() {
-    dispatcher().set_log_sink([this](std::string_view l) { lines.emplace_back(l); });
-  }
-  ~LogCapture() { dispatcher().set_log_sink(nullptr); }
-  int count(std::string_view what) const {
-    int n = 0;
-    for (const std::string& l : lines) n += l.find(what) != std::string::npos;
-    return n;
-  }
-};
-
 void check_close(const Tensor& got, const Tensor& want, double tol = 1e-5) {
   REQUIRE(got.sizes() == want.sizes());
   const auto g = got.contiguous().to(DType::Float64).to_vector<double>();
