@@ -924,7 +924,12 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
   }
   // The slow fallback: an op without a rule under vmap, against the loop it replaces
   // (one call per row, the results copied into one tensor).
-  static const auto rowsum = mt::custom_op("bench_vmap::rowsum", [](const Tensor& x) { return mt::sum(x, {-1}); });
+  // (mt::sum runs on either device: the same function is its CPU and its CUDA kernel)
+  static const auto rowsum = [] {
+    auto op = mt::custom_op("bench_vmap::rowsum", [](const Tensor& x) { return mt::sum(x, {-1}); });
+    op.register_kernel(DeviceType::CUDA, [](const Tensor& x) { return mt::sum(x, {-1}); });
+    return op;
+  }();
   const Tensor rows = mt::randn({shape.batch, 256, 64}).to(dev);
   auto run_fallback = [&] {
     (void)mt::vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{rowsum(a[0])}; })({rows});
