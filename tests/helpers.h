@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "minitensor.h"
 
 namespace doctest {
@@ -54,3 +56,28 @@ struct LogCapture {
     return n;
   }
 };
+
+// True where no CUDA device can be used: the GPU cases skip (doctest's skip decorator).
+inline bool no_gpu() { return !mt::cuda::is_available(); }
+// The first CUDA device, for the GPU cases.
+inline const mt::Device kGpu{mt::DeviceType::CUDA, 0};
+// True where NVRTC cannot be loaded: the cases that compile kernels skip.
+inline bool no_nvrtc() { return !mt::jit::nvrtc_available(); }
+
+// The largest |a - b| over the elements, in float64 on the CPU (0 for empty tensors).
+inline double max_diff(const mt::Tensor& a, const mt::Tensor& b) {
+  mt::Tensor d = mt::abs(a.cpu().to(mt::DType::Float64) - b.cpu().to(mt::DType::Float64));
+  return d.numel() ? mt::max(d).item<double>() : 0.0;
+}
+
+// The archs the "compiles to CUBIN" cases build every kernel for: sm_80 and sm_90; in the
+// sanitizer build sm_90 alone. NVRTC is not instrumented there: what that build adds is the
+// host code around it (sources, options, lowered names), and the plain build, which CI
+// runs too, compiles for both.
+inline std::vector<int> cubin_test_archs() {
+#if defined(__SANITIZE_ADDRESS__)
+  return {90};
+#else
+  return {80, 90};
+#endif
+}

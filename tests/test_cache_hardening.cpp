@@ -75,7 +75,6 @@ CompileRequest request(int arch, std::vector<std::string> options) {
 
 
 bool not_root() { return ::geteuid() != 0; }
-bool no_nvrtc() { return !nvrtc_available(); }
 
 constexpr uid_t kNobody = 65534;
 

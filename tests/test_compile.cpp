@@ -15,8 +15,6 @@ using namespace mt;
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
-bool no_gpu() { return !cuda::is_available(); }
 
 using Tensors = std::vector<Tensor>;
 
@@ -27,11 +25,6 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
   Tensor x = a.cpu().contiguous(), y = b.cpu().contiguous();
   return x.numel() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  Tensor d = mt::abs(a.cpu().to(DType::Float64) - b.cpu().to(DType::Float64));
-  return d.numel() ? mt::max(d).item<double>() : 0.0;
 }
 
 Tensors clones(const Tensors& ts) {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "tests/child.h"
+#include "tests/scoped_env.h"
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,7 +40,7 @@ struct Threads {
   ~Threads() { cpu::set_num_threads(saved); }
 };
 
-std::string error_of(const std::function<void()>& fn) {
+std::string pool_error_of(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
@@ -62,24 +63,6 @@ bool covers_once(int64_t n, int64_t grain) {
   return true;
 }
 
-class EnvVar {
- public:
-  explicit EnvVar(const char* name) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-  }
-  ~EnvVar() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  void set(const char* v) {
-    if (v) ::setenv(name_, v, 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 
@@ -99,29 +82,29 @@ TEST_SUITE("cpu threads") {
     Threads th(2);
     const int64_t n = 1 << 20;
     // Every piece of the second half throws: on a pool thread, whenever one joins.
-    CHECK(error_of([&] {
+    CHECK(pool_error_of([&] {
             cpu::parallel_for(n, 1024, [&](int64_t, int64_t e) {
               if (e > n / 2) throw std::bad_alloc();
             });
           }) == "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
                 "use smaller tensors");
-    CHECK(error_of([&] {
+    CHECK(pool_error_of([&] {
             cpu::parallel_for(n, 1024, [&](int64_t, int64_t e) {
               if (e > n / 2) throw std::runtime_error("boom");
             });
           }) == "[cpu] a CPU kernel's loop threw boom");
-    CHECK(error_of([&] {
+    CHECK(pool_error_of([&] {
             cpu::parallel_for(n, 1024, [&](int64_t, int64_t e) {
               if (e > n / 2) throw 42;
             });
           }) == "[cpu] a CPU kernel's loop threw an exception that is not a std::exception");
     // An mt::Error comes out as it is; on one thread (below the grain) too.
-    CHECK(error_of([&] {
+    CHECK(pool_error_of([&] {
             cpu::parallel_for(n, 1024, [&](int64_t, int64_t e) {
               MT_CHECK(e <= n / 2, "[test_op] piece at {} failed", e > n / 2 ? 1 : 0);
             });
           }) == "[test_op] piece at 1 failed");
-    CHECK(error_of([&] {
+    CHECK(pool_error_of([&] {
             cpu::parallel_for(10, 1024, [](int64_t, int64_t) { throw std::bad_alloc(); });
           }) == "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
                 "use smaller tensors");
@@ -176,7 +159,7 @@ TEST_SUITE("cpu threads") {
   }
 
   TEST_CASE("cpu threads: the count comes from MT_NUM_THREADS, then OMP_NUM_THREADS, at most the CPUs") {
-    EnvVar mt_env("MT_NUM_THREADS"), omp_env("OMP_NUM_THREADS");
+    ScopedEnv mt_env("MT_NUM_THREADS"), omp_env("OMP_NUM_THREADS");
     mt_env.set(nullptr);
     omp_env.set(nullptr);
     const int cpus = cpu::detail::threads_from_environment();
@@ -200,7 +183,7 @@ TEST_SUITE("cpu threads") {
 
   TEST_CASE("cpu threads: set_num_threads refuses more threads than the library runs") {
     const int saved = cpu::num_threads();
-    CHECK(error_of([] { cpu::set_num_threads(1025); }) ==
+    CHECK(pool_error_of([] { cpu::set_num_threads(1025); }) ==
           "[set_num_threads] 1025 threads is more than the 1024 this library runs");
     CHECK(cpu::num_threads() == saved);
     cpu::set_num_threads(1024);  // allowed; the pool starts threads only when a loop asks
@@ -251,7 +234,7 @@ TEST_SUITE("cpu threads") {
           std::fclose(f);
           lim.rlim_cur = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(16) << 20);
           REQUIRE(::setrlimit(RLIMIT_AS, &lim) == 0);
-          const std::string e = error_of([&] { big(x); });
+          const std::string e = pool_error_of([&] { big(x); });
           return e ==
                  "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
                  "use smaller tensors";

@@ -25,7 +25,6 @@ namespace cuda = mt::cuda;
 
 namespace {
 
-bool no_gpu() { return !cuda::is_available(); }
 
 
 constexpr size_t kMiB = size_t(1) << 20;

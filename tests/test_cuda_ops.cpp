@@ -16,13 +16,11 @@ namespace {
 
 using namespace mt;
 
-bool no_gpu() { return !cuda::is_available(); }
-const Device kGpu{DeviceType::CUDA, 0};
 
-struct Tol {
+struct CudaTol {
   double rtol, atol;
 };
-Tol tol_of(DType t) {
+CudaTol tol_of(DType t) {
   switch (t) {
     case DType::Float64: return {1e-12, 1e-12};
     case DType::Float32: return {1e-5, 1e-6};
@@ -43,7 +41,7 @@ void check_close(const Tensor& got_gpu, const Tensor& ref64, DType t, const char
   REQUIRE(got_gpu.is_cuda());
   REQUIRE(got_gpu.dtype() == t);
   Tensor got = got_gpu.cpu().to(DType::Float64);
-  Tol tol = tol_of(t);
+  CudaTol tol = tol_of(t);
   INFO(fmt::format("{} dtype {} n {} max diff {}", what, t, got.numel(), max_abs_diff(got, ref64)));
   CHECK(allclose(got, ref64, tol.rtol, tol.atol));
 }

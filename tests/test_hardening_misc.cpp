@@ -23,6 +23,7 @@
 
 #include "child.h"
 #include "helpers.h"
+#include "scoped_env.h"
 #include "kernels/compile/compile.h"
 #include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"
@@ -108,21 +109,6 @@ std::string tune_line(const std::string& body) {
   return body + "\t" + jit::to_hex(jit::sha256(body)).substr(0, 16) + "\n";
 }
 
-// Sets an environment variable for a scope, then restores it.
-struct EnvVar {
-  std::string name;
-  std::optional<std::string> old;
-  EnvVar(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) old = v;
-    ::setenv(n, value, 1);
-  }
-  ~EnvVar() {
-    if (old)
-      ::setenv(name.c_str(), old->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
 
 }  // namespace
 
@@ -298,21 +284,21 @@ TEST_CASE("compile: MT_COMPILE takes 0, 1, off, on, false, true and refuses the 
   const Tensor x = ones({3});
   for (const char* on : {"1", "on", "true", ""}) {
     CAPTURE(on);
-    EnvVar env("MT_COMPILE", on);
+    ScopedEnv env("MT_COMPILE", on);
     Compiled c = mt::compile(fn);
     CHECK(c(x)[0].to_vector<float>() == std::vector<float>{2, 2, 2});
     CHECK(c.compile_count() == 1);
   }
   for (const char* off : {"0", "off", "false"}) {
     CAPTURE(off);
-    EnvVar env("MT_COMPILE", off);
+    ScopedEnv env("MT_COMPILE", off);
     Compiled c = mt::compile(fn);
     CHECK(c(x)[0].to_vector<float>() == std::vector<float>{2, 2, 2});
     CHECK(c.compile_count() == 0);  // eager
   }
   for (const char* bad : {"yes", "no", "2", "OFF", " 0"}) {
     CAPTURE(bad);
-    EnvVar env("MT_COMPILE", bad);
+    ScopedEnv env("MT_COMPILE", bad);
     CHECK(error_of([&] { mt::compile(fn); }) ==
           fmt::format("[compile] MT_COMPILE={} is not one of 0, 1, off, on, false, true; set it "
                       "to 0 to run compiled functions eagerly, or to 1 (or unset it) to compile "

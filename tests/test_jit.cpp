@@ -112,8 +112,6 @@ using mt::StridedLayout;
 
 namespace {
 
-bool no_nvrtc() { return !nvrtc_available(); }
-[[maybe_unused]] bool no_gpu() { return !mt::cuda::is_available(); }
 
 
 // A fresh directory under /tmp, removed with everything in it.

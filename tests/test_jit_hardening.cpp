@@ -33,7 +33,6 @@ using namespace mt;
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
 
 // A crash or a hang fails the case, not the run: `cpu_seconds` of CPU time (SIGXCPU) and
 // four times that of wall time (SIGALRM).

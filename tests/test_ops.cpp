@@ -889,10 +889,10 @@ const std::map<std::string, OpEntry>& op_table() {
 
 // ---- the checks ---------------------------------------------------------------------------
 
-struct Tol {
+struct OpsTol {
   double rtol, atol;
 };
-Tol tol_for(DType t) {
+OpsTol ops_tol_for(DType t) {
   switch (t) {
     case DType::Float32:
       return {2e-5, 2e-5};
@@ -929,7 +929,7 @@ bool is_small(const Sample& s) {
 std::string compare(const Tensor& got, const Dense& want) {
   if (got.sizes() != want.shape)
     return fmt::format("shape {} but the reference has {}", got.sizes(), want.shape);
-  Tol tol = tol_for(got.dtype());
+  OpsTol tol = ops_tol_for(got.dtype());
   std::vector<double> g = got.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
     double a = g[i], b = want.v[i];
@@ -1045,8 +1045,6 @@ void check_ops(const std::vector<std::string>& names) {
 
 // ---- the same table on CUDA ----------------------------------------------------------------
 
-const Device kGpu{DeviceType::CUDA, 0};
-bool no_gpu() { return !cuda::is_available(); }
 
 // t on the GPU with t's own sizes and strides (a transposed view stays transposed, an
 // expanded one keeps its zero strides), `shift` elements into its storage: shift 1 puts

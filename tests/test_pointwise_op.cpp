@@ -34,11 +34,6 @@ ex::Program parse1(const char* body, std::vector<std::string> in, std::vector<st
   return ex::parse("t", body, std::move(in), std::move(sc), {"out"}, false);
 }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  Tensor d = mt::abs(a.to(DType::Float64) - b.to(DType::Float64));
-  return d.numel() ? mt::max(d).item<double>() : 0.0;
-}
-
 bool close(double a, double b, double tol = 1e-9) {
   return std::abs(a - b) <= tol * (1 + std::abs(b)) || (std::isnan(a) && std::isnan(b));
 }

@@ -329,7 +329,6 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
 
 // A one-line kernel; each tag gives another source (another key) and another constant in
 // the binary, so a result loaded under the wrong key would differ from the others' one.
@@ -359,7 +358,7 @@ struct ScratchDir {
 }  // namespace
 
 TEST_CASE("jit cache: threads asking for one key at once compile it once" *
-          doctest::skip(no_nvrtc())) {
+          doctest::skip(!jit::nvrtc_available())) {
   ScratchDir dir;
   jit::KernelCache cache({.dir = dir.path, .warn = false});
   const jit::CompileRequest req = threads_kernel(20, 90);
@@ -382,7 +381,7 @@ TEST_CASE("jit cache: threads asking for one key at once compile it once" *
 // the arch asked with the one binary of its key; the counters, the event record, the
 // MT_LOG=jit lines and the shared events.log must add up to the calls made.
 TEST_CASE("jit cache: threads compiling, loading, storing, listing and evicting at once" *
-          doctest::skip(no_nvrtc())) {
+          doctest::skip(!jit::nvrtc_available())) {
   ScratchDir dir;
   jit::KernelCache cache({.dir = dir.path, .warn = false, .log = true, .event_log = true});
   cache.record_history(true, 1 << 20);

@@ -62,8 +62,6 @@ using mt::jit::PointwiseSpec;
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
-bool no_gpu() { return !cuda::is_available(); }
 
 
 // A float64 reference of x / (1 + exp(-x)).

@@ -30,8 +30,6 @@ using namespace mt;
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
-bool no_gpu() { return !cuda::is_available(); }
 
 
 // Random bags: sizes 0 to max_bag (about a quarter of them empty), rows drawn from a few
@@ -329,7 +327,7 @@ TEST_SUITE("deeprec::emb_agg") {
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
     Bags bags = random_bags(5, 7, 3, 1);
     Tensor idx = i64(bags.indices), off = i64(bags.offsets);
-    for (int arch : {80, 90})
+    for (int arch : cubin_test_archs())
       for (DType t : {DType::Float32, DType::Float64, DType::BFloat16}) {
         CAPTURE(arch);
         CAPTURE(t);

@@ -35,8 +35,6 @@ using namespace mt;
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
-bool no_gpu() { return !cuda::is_available(); }
 
 double max_diff64(const Tensor& a, const Tensor& b) {
   return max_abs_diff(a.cpu().to(DType::Float64), b.cpu().to(DType::Float64));
@@ -297,7 +295,7 @@ TEST_SUITE("mha::flash_attn") {
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
     const std::vector<jit::UserKernel> all = mha::flash_attn_kernels();
     CHECK(all.size() == 32);
-    for (int arch : {80, 90}) {
+    for (int arch : cubin_test_archs()) {
       CAPTURE(arch);
       for (const jit::UserKernel& k : all) {
         CAPTURE(k.name_expression());

@@ -30,8 +30,6 @@ using namespace mt;
 
 namespace {
 
-bool no_nvrtc() { return !jit::nvrtc_available(); }
-bool no_gpu() { return !cuda::is_available(); }
 
 
 // The float64 reference: every point's six neighbours by index arithmetic.
@@ -295,7 +293,7 @@ TEST_SUITE("pde::laplacian3d") {
   TEST_CASE("laplacian3d: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
             "arguments match their signatures" * doctest::skip(no_nvrtc())) {
     using K = pde::Laplacian3dKernel;
-    for (int arch : {80, 90})
+    for (int arch : cubin_test_archs())
       for (auto [which, vector] : {std::pair{K::Stream, true}, std::pair{K::Stream, false},
                                    std::pair{K::Tiled, true}, std::pair{K::Naive, true}})
         for (DType t : {DType::Float32, DType::Float64})
