@@ -8,12 +8,14 @@ hook that runs the top of the library from below is a declaration, Note [Library
 initialization] in runtime/init.h). tools/ and tests/ may include everything; examples/
 only the public API (minitensor.h) and their own headers.
 
-Links (--link): the same order over the built objects. For each object file of the library
-(BUILDDIR/libminitensor*.p/*.o, named by meson after its source path: runtime_tensor.cpp.o
-is runtime/tensor.cpp), each undefined symbol (nm --undefined-only) is looked up among the
-symbols the objects define (nm --defined-only); one that only objects of layers above the
-object's own define is a violation, except the one hook of HOOKS. Symbols no object
-defines (the C++ library, fmt, the CUDA headers' inline code) are not the check's concern.
+Links (--link): the same order over the built objects. The library is one static library a
+layer, linked whole (Note [One static library a layer] in meson.build): the objects of
+BUILDDIR/libmt_LAYER.a.p/*.o are that layer's, whether each holds one source or, in a unity
+build, several; runtime/init.cpp has libmt_runtime_init.a.p to itself. Each undefined
+symbol of an object (nm --undefined-only) is looked up among the symbols the objects define
+(nm --defined-only); one that only objects of layers above the object's own define is a
+violation, except the one hook (HOOK). Symbols no object defines (the C++ library, fmt,
+the CUDA headers' inline code) are not the check's concern.
 
 Usage: tools/check_layers.py [source root]; --link BUILDDIR; --self-test (the include check
 on a made-up tree with upward, sideways and downward includes); --link-self-test (the link
@@ -122,27 +124,26 @@ def self_test():
 
 # The one call from a layer into one above it (Note [Library initialization] in
 # runtime/init.h): the runtime's ensure_initialized() runs the built-in registration, which
-# kernels/register_builtins.cpp defines. Object -> the symbol (as nm -C prints it) it may
-# call upward; nothing else is allowed.
-HOOKS = {"runtime_init.cpp.o": "mt::detail::initialize_library()"}
+# kernels/register_builtins.cpp defines. The objects of this directory, runtime/init.cpp's
+# alone, may call it; nothing else may call upward.
+HOOK_DIR = "libmt_runtime_init.a.p"
+HOOK = "mt::detail::initialize_library()"
 # Symbols an object can satisfy another's reference with: global (uppercase, but not U),
 # unique global (u), weak (v, w: inline functions, template instances, vtables), indirect (i).
 DEFINED_TYPES = set("ABCDGIRSTVW") | set("uvwi")
 
 
-def object_layer(name):
-    """The layer of a library object, from its name: meson writes the source path with '/'
-    as '_' (runtime_cuda_copy.cpp.o), a generated source as meson-generated_.._PATH."""
-    if name.startswith("meson-generated_"):
-        name = name[len("meson-generated_"):]
-    while name.startswith(".._"):
-        name = name[len(".._"):]
-    layer = name.split("_")[0]
-    return layer if layer in LIBRARY else None
+def dir_layer(d):
+    """The layer of a library's object directory: libmt_LAYER.a.p (the hook's is runtime)."""
+    name = os.path.basename(d)
+    if name == HOOK_DIR:
+        return "runtime"
+    m = re.fullmatch(r"libmt_(\w+)\.a\.p", name)
+    return m.group(1) if m and m.group(1) in LIBRARY else None
 
 
 def nm(args, objects):
-    """(object name, type, symbol) for each line of nm -A ARGS OBJECTS."""
+    """(object path, type, symbol) for each line of nm -A ARGS OBJECTS."""
     out = subprocess.run(["nm", "-A", *args, *objects], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"nm {' '.join(args)} failed: {out.stderr.strip()}")
@@ -151,8 +152,13 @@ def nm(args, objects):
         path, _, rest = line.partition(":")
         parts = rest.split()
         if len(parts) >= 2:
-            rows.append((os.path.basename(path), parts[-2], parts[-1]))
+            rows.append((path, parts[-2], parts[-1]))
     return rows
+
+
+def short(o):
+    """An object as the report names it: DIR/OBJECT."""
+    return os.path.join(os.path.basename(os.path.dirname(o)), os.path.basename(o))
 
 
 def demangle(symbols):
@@ -163,93 +169,95 @@ def demangle(symbols):
 
 def link_check(build):
     """(violations, objects, undefined references) of the library objects under build."""
-    dirs = sorted(d for d in glob.glob(os.path.join(build, "libminitensor*.p"))
-                  if os.path.isdir(d))
+    dirs = sorted(d for d in glob.glob(os.path.join(build, "libmt_*.a.p")) if os.path.isdir(d))
     objects = sorted(o for d in dirs for o in glob.glob(os.path.join(d, "*.o")))
     if not objects:
-        return [f"{build}: no library objects (libminitensor*.p/*.o); build the library "
+        return [f"{build}: no library objects (libmt_LAYER.a.p/*.o); build the library "
                 "first"], 0, 0
     bad = []
     layer_of_object = {}
     for o in objects:
-        name = os.path.basename(o)
-        layer_of_object[name] = object_layer(name)
-        if layer_of_object[name] is None:
-            bad.append(f"{name}: its source is not under {', '.join(f'{x}/' for x in LIBRARY)}; "
+        layer_of_object[o] = dir_layer(os.path.dirname(o))
+        if layer_of_object[o] is None:
+            bad.append(f"{short(o)}: not in a layer's library ({', '.join(LIBRARY)}); "
                        "cannot tell its layer")
     rank = {layer: i for i, layer in enumerate(LIBRARY)}
     defined_in = {}  # symbol -> the lowest layer whose objects define it
-    for name, kind, sym in nm(["--defined-only"], objects):
-        layer = layer_of_object.get(name)
+    for o, kind, sym in nm(["--defined-only"], objects):
+        layer = layer_of_object.get(o)
         if kind in DEFINED_TYPES and layer is not None:
             have = defined_in.get(sym)
             if have is None or rank[layer] < rank[have]:
                 defined_in[sym] = layer
     upward = []  # (object, symbol, defining layer)
     references = 0
-    for name, kind, sym in nm(["--undefined-only"], objects):
-        layer = layer_of_object.get(name)
+    for o, kind, sym in nm(["--undefined-only"], objects):
+        layer = layer_of_object.get(o)
         if kind not in "Uw" or layer is None:
             continue
         references += 1
         owner = defined_in.get(sym)
         if owner is not None and rank[owner] > rank[layer]:
-            upward.append((name, sym, owner))
+            upward.append((o, sym, owner))
     names = demangle(sorted({sym for _, sym, _ in upward})) if upward else {}
-    for name, sym, owner in upward:
-        if HOOKS.get(name) != names[sym]:
-            bad.append(f"{name}: {names[sym]} (defined in {owner})")
+    for o, sym, owner in upward:
+        if not (os.path.basename(os.path.dirname(o)) == HOOK_DIR and names[sym] == HOOK):
+            bad.append(f"{short(o)}: {names[sym]} (defined in {owner})")
     return sorted(bad), len(objects), references
 
 
 def link_self_test():
-    sources = {
+    # (library directory, source): each compiled to its own object there; the unity file
+    # stands for a unity build's object of several sources of one layer.
+    sources = [
         # upward: the runtime calls a kernels function
-        "runtime_a.cpp": "int up();\nint same();\nint runtime_a() { return up() + same(); }\n",
-        "runtime_c.cpp": "int same() { return 1; }\n",
-        # the hook, from its own object (allowed) and from another (refused)
-        "runtime_init.cpp": "namespace mt::detail { void initialize_library(); "
-                            "void ensure() { initialize_library(); } }\n",
-        "autograd_d.cpp": "namespace mt::detail { void initialize_library(); }\nint same();\n"
-                          "int autograd_d() { mt::detail::initialize_library(); return same(); }\n",
-        # a generated source of the kernels layer, called from the dispatcher
-        "meson-generated_.._kernels_gen.cpp": "int gen(int x) { return x; }\n",
-        "dispatcher_e.cpp": "int gen(int);\nint dispatcher_e() { return gen(2); }\n",
+        ("libmt_runtime.a.p", "a.cpp",
+         "int up();\nint same();\nint runtime_a() { return up() + same(); }\n"),
+        ("libmt_runtime.a.p", "c.cpp", "int same() { return 1; }\n"),
+        # the hook, from its own library (allowed) and from another (refused)
+        ("libmt_runtime_init.a.p", "init.cpp",
+         "namespace mt::detail { void initialize_library(); "
+         "void ensure() { initialize_library(); } }\n"),
+        ("libmt_autograd.a.p", "d.cpp",
+         "namespace mt::detail { void initialize_library(); }\nint same();\n"
+         "int autograd_d() { mt::detail::initialize_library(); return same(); }\n"),
+        # a unity object of the dispatcher with one upward call and one downward
+        ("libmt_dispatcher.a.p", "meson-generated_mt_dispatcher-unity0.cpp",
+         "int gen(int);\nint same();\nint dispatcher_e() { return gen(2) + same(); }\n"),
         # the top layer calls down and defines the upward targets
-        "kernels_b.cpp": "namespace mt::detail { void initialize_library() {} }\nint same();\n"
-                         "int autograd_d();\nint up() { return same() + autograd_d(); }\n",
-    }
+        ("libmt_kernels.a.p", "b.cpp",
+         "namespace mt::detail { void initialize_library() {} }\nint same();\n"
+         "int autograd_d();\nint up() { return same() + autograd_d(); }\n"
+         "int gen(int x) { return x; }\n"),
+        # an object outside the layers' libraries is not read
+        ("libminitensor.so.0.1.0.p", "stale.cpp", "int up();\nint stale() { return up(); }\n"),
+    ]
     cxx = shlex.split(os.environ.get("CXX", "c++"))
     with tempfile.TemporaryDirectory() as build:
-        objdir = os.path.join(build, "libminitensor.so.0.1.0.p")
-        os.makedirs(objdir)
-        for name, text in sources.items():
+        for d, name, text in sources:
+            objdir = os.path.join(build, d)
+            os.makedirs(objdir, exist_ok=True)
             src = os.path.join(build, name)
             with open(src, "w") as f:
                 f.write(text)
             subprocess.run([*cxx, "-std=c++17", "-c", src, "-o", os.path.join(objdir, name + ".o")],
                            check=True)
         bad, objects, references = link_check(build)
-    want = ["autograd_d.cpp.o: mt::detail::initialize_library() (defined in kernels)",
-            "dispatcher_e.cpp.o: gen(int) (defined in kernels)",
-            "runtime_a.cpp.o: up() (defined in kernels)"]
-    if bad != want or objects != len(sources):
+    want = ["libmt_autograd.a.p/d.cpp.o: mt::detail::initialize_library() (defined in kernels)",
+            "libmt_dispatcher.a.p/meson-generated_mt_dispatcher-unity0.cpp.o: gen(int) "
+            "(defined in kernels)",
+            "libmt_runtime.a.p/a.cpp.o: up() (defined in kernels)"]
+    if bad != want or objects != len(sources) - 1:
         print(f"check_layers --link-self-test: flagged {bad} over {objects} objects, expected "
-              f"{want} over {len(sources)}")
+              f"{want} over {len(sources) - 1}")
         return 1
     print(f"check_layers --link-self-test: the upward calls are flagged ({len(want)} of "
-          f"{references} references), the hook from runtime/init.cpp and the others pass")
+          f"{references} references), the hook from runtime/init.cpp's library and the others "
+          "pass")
     return 0
 
 
 def link_main(build):
-    # A unity build compiles files of several layers into one object, whose undefined symbols
-    # then say nothing about layers: meson's exit code 77 marks the test skipped, saying why.
-    lib = os.path.join(build, "libminitensor.so.0.1.0.p")
-    if os.path.isdir(lib) and any("-unity" in f for f in os.listdir(lib)):
-        print("check_layers --link: skipped: a unity build (MT_UNITY, CI's sanitizer build) "
-              "puts files of several layers in one object; the per-file build checks the links")
-        return 77
     bad, objects, references = link_check(build)
     for b in bad:
         print(b)
@@ -262,7 +270,7 @@ def link_main(build):
               "dispatcher (mt::call, a typed handle)")
         return 1
     print(f"check_layers --link: {objects} objects, {references} undefined symbols, none "
-          f"defined only in a layer above its object but the hook ({', '.join(HOOKS.values())})")
+          f"defined only in a layer above its object but the hook ({HOOK})")
     return 0
 
 

@@ -28,8 +28,7 @@ options:
 
 environment:
   MT_JOBS        parallel jobs for ninja and meson test (default: the number of CPUs)
-  MT_UNITY       1: a unity build, four .cpp files a compile (CI's default for --sanitize; set
-                 at configure)
+  MT_UNITY       1: a unity build, four .cpp files a compile (CI's default; set at configure)
   MT_TSAN_TESTS  the doctest cases `test --tsan` runs
   MT_ASAN_DIR    the --sanitize build's directory (default build-asan; CI puts it outside
                  the source tree)
@@ -134,15 +133,13 @@ configure() {
   local opts=("$@")
   [ "${CI:-}" = "true" ] && opts+=(-Dwerror=true)
   [ "${CI:-}" = "true" ] && [ "$dir" = build ] && opts+=(-Dfuzz=true -Dtsan_tests=true)
-  # MT_UNITY=1 (CI's default for the sanitizer build): a unity build, four .cpp files a
-  # compile. CI builds the library three times from nothing (plain, sanitizers, no CUDA);
-  # four files share one parse of the headers and one copy of their inline functions, which
-  # cuts the CPU time of a compile by about a third (four kernels/ops files with the
-  # sanitizer flags: 35 s against 52 s). The plain build stays per file: check_layers --link
-  # reads its objects one layer each. So do incremental builds, for everyone.
-  if [ "$dir" != build ] || [ "${MT_UNITY:-}" = 1 ]; then
-    case "${MT_UNITY:-${CI:-}}" in 1 | true) opts+=(--unity on) ;; esac
-  fi
+  # MT_UNITY=1 (CI's default): a unity build, four .cpp files of one layer a compile (Note
+  # [One static library a layer] in meson.build). CI builds the library three times from
+  # nothing (plain, sanitizers, no CUDA); four files share one parse of the headers and one
+  # copy of their inline functions, which cuts the CPU time of a compile by about a third
+  # (four kernels/ops files with the sanitizer flags: 35 s against 52 s). Elsewhere the
+  # default is a file a compile, which incremental builds want.
+  case "${MT_UNITY:-${CI:-}}" in 1 | true) opts+=(--unity on) ;; esac
   if [ ! -f "$dir/build.ninja" ]; then
     say "configuring $dir: meson setup ${opts[*]}"
     # One setup at a time (flock): Meson's cmake module runs `cmake --system-information` in
