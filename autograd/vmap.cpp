@@ -125,16 +125,7 @@ bool requires_grad_deep(const Tensor& t) {
 // Calls op on `args` as a fresh call (the keys from the arguments and this thread), below
 // Trace, which saw the outer call already.
 void call_below(const OperatorHandle& op, Stack* args) {
-  DispatchKeySet ks;
-  for (const Value& v : *args) {
-    if (v.is_tensor() && v.to_tensor().defined()) ks = ks | v.to_tensor().key_set();
-    if (v.is_tensor_list())
-      for (const Tensor& t : v.to_tensor_list()) ks = ks | t.key_set();
-  }
-  const LocalDispatchKeySet& local = local_dispatch_keys();
-  ks = ((ks | local.included) - local.excluded).remove(DispatchKey::Trace);
-  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
-  op.redispatch_boxed(ks, args);
+  op.redispatch_boxed(detail::boxed_call_keys(*args).remove(DispatchKey::Trace), args);
 }
 
 // A tensor that requires grad, not batched at `level`, as [B, ...] (Note [Where Batched

@@ -294,8 +294,12 @@ void OperatorHandle::call_boxed(Stack* stack) const {
              name().str(), a.name, a.type.str(), s.str());
     stack->push_back(default_to_value(*a.default_value));
   }
+  redispatch_boxed(detail::boxed_call_keys(*stack), stack);
+}
+
+DispatchKeySet detail::boxed_call_keys(const Stack& stack) {
   DispatchKeySet ks;
-  for (const Value& v : *stack) {
+  for (const Value& v : stack) {
     if (v.is_tensor() && v.to_tensor().defined()) ks = ks | v.to_tensor().key_set();
     if (v.is_tensor_list())
       for (const Tensor& t : v.to_tensor_list()) ks = ks | t.key_set();
@@ -303,7 +307,7 @@ void OperatorHandle::call_boxed(Stack* stack) const {
   const LocalDispatchKeySet& local = local_dispatch_keys();
   ks = (ks | local.included) - local.excluded;
   if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
-  redispatch_boxed(ks, stack);
+  return ks;
 }
 
 void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {

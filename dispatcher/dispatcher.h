@@ -191,7 +191,12 @@ struct TraceDepth {
 namespace detail {
 template <typename T>
 Value box_argument(const T& v);
-}
+// The key set of a boxed call: the keys of every tensor argument (a tensor list's too), with
+// this thread's included keys added and its excluded keys taken out; CPU when that leaves
+// no backend key and no Fake (a call with no tensor). OperatorHandle::call_boxed, the Mode
+// key's fallback and vmap's calls below Batched compute theirs with it.
+DispatchKeySet boxed_call_keys(const Stack& stack);
+}  // namespace detail
 
 template <typename Ret, typename... Args>
 class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {

@@ -84,19 +84,6 @@ std::shared_ptr<ModeRuleFn> find_rule(const OperatorHandle& op, const DispatchMo
   return it->second.front().second;
 }
 
-DispatchKeySet keys_of_stack(const Stack& stack) {
-  DispatchKeySet ks;
-  for (const Value& v : stack) {
-    if (v.is_tensor() && v.to_tensor().defined()) ks = ks | v.to_tensor().key_set();
-    if (v.is_tensor_list())
-      for (const Tensor& t : v.to_tensor_list()) ks = ks | t.key_set();
-  }
-  const LocalDispatchKeySet& local = local_dispatch_keys();
-  ks = (ks | local.included) - local.excluded;
-  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
-  return ks;
-}
-
 // The Mode key's fallback: Note [Dispatch modes]. (Its registration names this line.)
 const std::source_location kModeFallbackAt = std::source_location::current();
 void mode_fallback(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
@@ -161,7 +148,7 @@ std::string DispatchMode::name() const {
 }
 
 void DispatchMode::redispatch(const OperatorHandle& op, Stack& stack) {
-  DispatchKeySet ks = keys_of_stack(stack);
+  DispatchKeySet ks = detail::boxed_call_keys(stack);
   ks = ks.below(DispatchKey::Mode) | (ks & DispatchKeySet(DispatchKey::Mode));
   try {
     op.redispatch_boxed(ks, &stack);
