@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/vmap.h"
 #include "dispatcher/dispatcher.h"
+#include "dispatcher/library.h"
 #include "runtime/fake.h"
 
 namespace mt {
@@ -202,15 +203,25 @@ void check_root(const Tensor& out, const char* op) {
   if (out.requires_grad()) return;
   // Inputs that require grad lose their history through an Autograd fallthrough: name it
   // rather than tell the user to call .requires_grad_(), which they may have done.
-  const std::vector<std::string> dropping = autograd_fallthroughs();
+  // So do they through an Autograd kernel that ran the op below Autograd without recording
+  // a node (Note [Autograd kernels that drop history] in dispatcher/library.h).
+  std::vector<std::string> dropping = autograd_fallthroughs();
+  const bool fallthroughs = !dropping.empty();
+  const std::vector<std::string> kernels = detail::dropped_history_kernels();
+  dropping.insert(dropping.end(), kernels.begin(), kernels.end());
   if (!dropping.empty())
     MT_ERROR(
         "[{}] the tensor does not require grad and has no grad_fn. If it was computed through "
-        "{}, its history was dropped there: a fallthrough at Autograd records no tape node "
-        "(register an autograd formula with register_autograd instead). Otherwise nothing it "
-        "was computed from requires grad: call .requires_grad_() on the leaves before the "
-        "forward pass, and do not run it under NoGradGuard",
-        op, fmt::join(dropping, ", or "));
+        "{}, its history was dropped there: {}{}{} (register an autograd formula with "
+        "register_autograd instead). Otherwise nothing it was computed from requires grad: "
+        "call .requires_grad_() on the leaves before the forward pass, and do not run it under "
+        "NoGradGuard",
+        op, fmt::join(dropping, ", or "),
+        fallthroughs ? "a fallthrough at Autograd records no tape node" : "",
+        fallthroughs && !kernels.empty() ? ", and " : "",
+        kernels.empty() ? ""
+                        : "an Autograd kernel that runs the op below Autograd records no tape "
+                          "node by itself");
   MT_ERROR(
       "[{}] the tensor does not require grad and has no grad_fn: nothing it was computed "
       "from requires grad. Call .requires_grad_() on the leaves before the forward pass, "

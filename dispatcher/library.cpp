@@ -31,6 +31,44 @@ std::string debug_location(const std::source_location& loc) {
 }
 
 namespace {
+std::mutex g_dropped_mutex;
+std::vector<std::shared_ptr<DroppedHistoryNote>>& dropped_notes() {
+  static auto* v = new std::vector<std::shared_ptr<DroppedHistoryNote>>();
+  return *v;
+}
+}  // namespace
+
+// Note [Autograd kernels that drop history] in library.h.
+void note_dropped_history(const std::shared_ptr<DroppedHistoryNote>& note) {
+  if (note->seen.exchange(true)) return;
+  std::lock_guard<std::mutex> lock(g_dropped_mutex);
+  dropped_notes().push_back(note);
+}
+
+std::vector<std::string> dropped_history_kernels() {
+  std::vector<std::shared_ptr<DroppedHistoryNote>> notes;
+  {
+    std::lock_guard<std::mutex> lock(g_dropped_mutex);
+    notes = dropped_notes();
+  }
+  std::vector<std::string> out;
+  const size_t k = size_t(DispatchKey::Autograd);
+  for (const auto& n : notes) {
+    // Only a kernel that is still the op's Autograd kernel (its library may be gone).
+    const std::optional<OperatorHandle> h = Dispatcher::singleton().find(n->op);
+    if (!h) continue;
+    const DispatchTable& t = h->entry()->table();
+    if (t.origin[k] != 1 || t.debug[k] != n->where) continue;
+    const std::string line =
+        fmt::format("{} (an Autograd kernel registered at {} that returned outputs without "
+                    "history from an input that requires grad)",
+                    n->op, n->where);
+    if (std::find(out.begin(), out.end(), line) == out.end()) out.push_back(line);
+  }
+  return out;
+}
+
+namespace {
 std::mutex g_ns_mutex;
 
 // While load_library runs the library's static initializers (on its own thread), the

@@ -3,6 +3,8 @@
 // destroyed, and the MT_LIBRARY macros that make one at static-initialization time.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -15,7 +17,72 @@ namespace mt {
 namespace detail {
 std::string debug_location(const std::source_location& loc);  // "tests/test_x.cpp:12"
 struct LibraryInit;
+
+// Note [Autograd kernels that drop history]
+// A user's Autograd kernel (a C++ callable given to impl at the Autograd key) that runs the
+// op below Autograd without recording a tape node leaves its outputs without history,
+// though an input requires grad. Such a kernel is wrapped at registration: the first call
+// that returns floating-point outputs none of which requires grad, from an input that
+// does, notes the op and where its kernel was registered, and backward on a tensor that
+// does not require grad names it (autograd/engine.cpp, check_root). After that first note
+// the wrapper costs one relaxed load a call. Kernels given as a KernelFunction
+// (register_autograd's, boxed ones) and the library's own (namespace mt) are not wrapped.
+struct DroppedHistoryNote {
+  std::string op, where;
+  std::atomic<bool> seen{false};
+};
+void note_dropped_history(const std::shared_ptr<DroppedHistoryNote>& note);
+// "ns::op (an Autograd kernel registered at file:line ...)" for each noted kernel that is
+// still the op's Autograd kernel.
+std::vector<std::string> dropped_history_kernels();
+
+inline int history_of(const Tensor& t) {  // 1: requires grad, 2: floating without history
+  if (!t.defined()) return 0;
+  if (t.requires_grad()) return 1;
+  return is_floating(t.dtype()) ? 2 : 0;
 }
+inline int history_of(const std::vector<Tensor>& ts) {
+  int h = 0;
+  for (const Tensor& t : ts) h |= history_of(t);
+  return h;
+}
+template <typename... Ts>
+int history_of(const std::tuple<Ts...>& ts) {
+  return std::apply([](const Ts&... t) { return (0 | ... | history_of(t)); }, ts);
+}
+inline bool input_requires_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
+inline bool input_requires_grad(const std::optional<Tensor>& t) {
+  return t && input_requires_grad(*t);
+}
+inline bool input_requires_grad(const std::vector<Tensor>& ts) {
+  for (const Tensor& t : ts)
+    if (input_requires_grad(t)) return true;
+  return false;
+}
+template <typename T>
+bool input_requires_grad(const T&) {
+  return false;
+}
+
+template <typename F, typename Ret, typename Args>
+struct HistoryChecked;
+template <typename F, typename Ret, typename... A>
+struct HistoryChecked<F, Ret, std::tuple<A...>> {
+  mutable F f;
+  std::shared_ptr<DroppedHistoryNote> note;
+  Ret operator()(A... a) const {
+    if constexpr (std::is_void_v<Ret>) {
+      f(a...);
+    } else {
+      Ret r = f(a...);
+      if (!note->seen.load(std::memory_order_relaxed)) [[unlikely]]
+        if (history_of(r) == 2 && (false || ... || input_requires_grad(a)))
+          note_dropped_history(note);
+      return r;
+    }
+  }
+};
+}  // namespace detail
 
 class Library {
  public:
@@ -51,6 +118,20 @@ class Library {
                 std::source_location loc = std::source_location::current()) {
     if constexpr (std::is_same_v<std::remove_cvref_t<F>, KernelFunction>) {
       return impl_kernel(name, key, std::forward<F>(fn), loc);
+    } else if constexpr (!std::is_void_v<typename detail::FnTraits<std::remove_cvref_t<F>>::ret>) {
+      if (key == DispatchKey::Autograd && ns_ != "mt") {  // Note [Autograd kernels that drop history]
+        using Traits = detail::FnTraits<std::remove_cvref_t<F>>;
+        auto note = std::make_shared<detail::DroppedHistoryNote>();
+        note->op = qualify(name);
+        note->where = detail::debug_location(loc);
+        return impl_kernel(name, key,
+                           KernelFunction::make(
+                               detail::HistoryChecked<std::decay_t<F>, typename Traits::ret,
+                                                      typename Traits::args>{
+                                   std::forward<F>(fn), std::move(note)}),
+                           loc);
+      }
+      return impl_kernel(name, key, KernelFunction::make(std::forward<F>(fn)), loc);
     } else {
       return impl_kernel(name, key, KernelFunction::make(std::forward<F>(fn)), loc);
     }

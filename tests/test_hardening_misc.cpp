@@ -381,3 +381,73 @@ TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names 
   }
   CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);  // the fallthrough is gone
 }
+
+TEST_CASE("backward: a loss whose history an Autograd kernel with the guard dropped names it, with file:line") {
+  // An Autograd kernel that runs the op below Autograd (the guard and a redispatch) and
+  // records no node: its output does not require grad though x does.
+  Library def(Library::Kind::Def, "test_dropped_guard");
+  def.def("halve(Tensor x) -> Tensor");
+  def.def("keep(Tensor x) -> Tensor");
+  def.impl("halve", DispatchKey::CPU, [](const Tensor& x) { return mul(x.detach(), 0.5); });
+  def.impl("keep", DispatchKey::CPU, [](const Tensor& x) { return mul(x.detach(), 1.0); });
+  auto halve = dispatcher().find_or_throw("test_dropped_guard::halve").typed<Tensor(const Tensor&)>();
+  auto keep = dispatcher().find_or_throw("test_dropped_guard::keep").typed<Tensor(const Tensor&)>();
+  const Tensor x = ones({3}).requires_grad_();
+  const std::string plain =
+      "[backward] the tensor does not require grad and has no grad_fn: nothing it was computed "
+      "from requires grad. Call .requires_grad_() on the leaves before the forward pass, and do "
+      "not run it under NoGradGuard";
+  {
+    Library ag(Library::Kind::Impl, "test_dropped_guard", DispatchKey::Autograd);
+    const int line = __LINE__ + 1;
+    ag.impl("halve", [halve](DispatchKeySet ks, const Tensor& t) {
+      ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
+      return halve.redispatch(ks.below(DispatchKey::Autograd), t);
+    });
+    // An Autograd kernel that keeps history (it calls differentiable ops) is not named.
+    ag.impl("keep", [](const Tensor& t) { return mul(t, 1.0); });
+    CHECK(keep(x).requires_grad());
+    CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+    // Called without an input that requires grad, it drops nothing: not named either.
+    CHECK_FALSE(halve(ones({3})).requires_grad());
+    CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+    const Tensor y = halve(x);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(allclose(y, full({3}, 0.5)));
+    // Before: the plain message, telling the user to call .requires_grad_(), which x has.
+    const std::string named = fmt::format(
+        "[backward] the tensor does not require grad and has no grad_fn. If it was computed "
+        "through test_dropped_guard::halve (an Autograd kernel registered at "
+        "tests/test_hardening_misc.cpp:{} that returned outputs without history from an input "
+        "that requires grad), its history was dropped there: an Autograd kernel that runs the "
+        "op below Autograd records no tape node by itself (register an autograd formula with "
+        "register_autograd instead). Otherwise nothing it was computed from requires grad: "
+        "call .requires_grad_() on the leaves before the forward pass, and do not run it under "
+        "NoGradGuard",
+        line);
+    CHECK(error_of([&] { backward(sum(y)); }) == named);
+    CHECK(error_of([&] { (void)grad({mul(y, 2.0)}, {x}); }) ==
+          "[grad]" + named.substr(std::string("[backward]").size()));
+    {
+      // With a fallthrough that dropped history too, both are named.
+      Library skip(Library::Kind::Impl, "test_dropped_guard", DispatchKey::Autograd);
+      const int ft_line = __LINE__ + 1;
+      skip.impl("keep", fallthrough());
+      CHECK(error_of([&] { backward(sum(keep(x))); }) ==
+            fmt::format("[backward] the tensor does not require grad and has no grad_fn. If it "
+                        "was computed through test_dropped_guard::keep (a fallthrough registered "
+                        "at tests/test_hardening_misc.cpp:{}), or test_dropped_guard::halve (an "
+                        "Autograd kernel registered at tests/test_hardening_misc.cpp:{} that "
+                        "returned outputs without history from an input that requires grad), its "
+                        "history was dropped there: a fallthrough at Autograd records no tape "
+                        "node, and an Autograd kernel that runs the op below Autograd records no "
+                        "tape node by itself (register an autograd formula with register_autograd "
+                        "instead). Otherwise nothing it was computed from requires grad: call "
+                        ".requires_grad_() on the leaves before the forward pass, and do not run "
+                        "it under NoGradGuard",
+                        ft_line, line));
+    }
+  }
+  // The kernel's registration is gone: the plain message again.
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+}

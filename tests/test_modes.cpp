@@ -3,6 +3,7 @@
 // errors and misuse, rules, FlopCounterMode and DebugMode.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -241,26 +242,33 @@ TEST_CASE("FlopCounterMode: the 64/32/64 MLP step's FLOPs, counted by hand") {
     FlopCounterMode::Scope s(flops, "backward");
     backward(loss);
   }
-  const auto fwd = flops.by_op("forward");
-  // Forward matmuls: 2*64*32*64 (x W1) + 2*64*64*4 (h W2).
-  CHECK(fwd.at("mt::matmul") == 2 * 64 * 32 * 64 + 2 * 64 * 64 * 4);
-  // Elementwise: add (64*64 and 64*4 outputs), silu (64*64).
-  CHECK(fwd.at("mt::add") == 64 * 64 + 64 * 4);
-  CHECK(fwd.at("mt::silu") == 64 * 64);
-  const auto bwd = flops.by_op("backward");
-  // Backward matmuls: h^T g [64,64]x[64,4] and g W2^T [64,4]x[4,64], then x^T g1 [32,64]x[64,64]
-  // for W1 (x does not require grad, so no g1 W1^T).
-  CHECK(bwd.at("mt::matmul") == 2 * 64 * 64 * 4 + 2 * 64 * 4 * 64 + 2 * 32 * 64 * 64);
-  CHECK(bwd.at("mt::silu_backward") == 64 * 64);
-  CHECK(flops.total() == [&] {
-    int64_t t = 0;
-    for (const auto& [_, n] : flops.by_op("forward")) t += n;
-    for (const auto& [_, n] : flops.by_op("backward")) t += n;
-    return t;
-  }());
+  using Counts = std::map<std::string, int64_t>;
+  // Forward: matmuls 2*64*32*64 (x W1) + 2*64*64*4 (h W2); one FLOP an output element for
+  // add (64*64 and 64*4) and silu (64*64); mse_loss has no formula.
+  const Counts fwd = {{"mt::matmul", 2 * 64 * 32 * 64 + 2 * 64 * 64 * 4},
+                      {"mt::add", 64 * 64 + 64 * 4},
+                      {"mt::silu", 64 * 64}};
+  CHECK(flops.by_op("forward") == fwd);
+  // Backward: matmuls h^T g [64,64]x[64,4] and g W2^T [64,4]x[4,64], then x^T g1
+  // [32,64]x[64,64] for W1 (x does not require grad, so no g1 W1^T); silu_backward 64*64;
+  // mse_loss's formula 2 (y - t) / n * g: g * (2/n) on the scalar (1), y - t (64*4), their
+  // product (64*4). The bias gradients' sum_to, the transposes and reshapes have no formula.
+  const Counts bwd = {{"mt::matmul", 2 * 64 * 64 * 4 + 2 * 64 * 4 * 64 + 2 * 32 * 64 * 64},
+                      {"mt::silu_backward", 64 * 64},
+                      {"mt::mul.Scalar", 1},
+                      {"mt::sub", 64 * 4},
+                      {"mt::mul", 64 * 4}};
+  CHECK(flops.by_op("backward") == bwd);
+  // The whole step, written out: 294,912 + 4,352 + 4,096 forward, 327,680 + 4,096 + 1 + 256
+  // + 256 backward.
+  CHECK(flops.total() == 635649);
+  CHECK(flops.uncounted() ==
+        Counts{{"mt::mse_loss", 1}, {"mt::reshape", 2}, {"mt::sum_to", 2}, {"mt::transpose", 3}});
   const std::string table = flops.table();
-  CHECK(table.find("forward") != std::string::npos);
-  CHECK(table.find("mt::matmul") != std::string::npos);
+  CHECK(table.find("Global                   (total)                         635,649\n") !=
+        std::string::npos);
+  CHECK(table.find("no formula (0 FLOPs): mt::mse_loss (1x), mt::reshape (2x), mt::sum_to (2x), "
+                   "mt::transpose (3x)") != std::string::npos);
 }
 
 TEST_CASE("FlopCounterMode: an attention-like op registers its formula") {

@@ -116,6 +116,35 @@ TEST_CASE("tags: a cudagraph_unsafe op is called eagerly by the CPU replay; the 
   CHECK(log.has("tags: 1 step(s) run outside CUDA graphs, so a CUDA graph comes in up to 2 parts"));
 }
 
+TEST_CASE("tags: a function with an inplace_view op runs eagerly under compile; the log says why") {
+  // An op declared to change its input's view metadata in place (as torch's t_ does); its
+  // kernels here return the input as it is.
+  Library lib(Library::Kind::Def, "test_tags_iv");
+  lib.def("mark_(Tensor(a!) self) -> Tensor(a!)", {.tags = {Tag::inplace_view}});
+  lib.impl("mark_", DispatchKey::CPU, [](const Tensor& x) { return x; });
+  lib.impl("mark_", DispatchKey::Fake, [](const Tensor& x) { return x; });
+  auto mark = dispatcher().find_or_throw("test_tags_iv::mark_").typed<Tensor(const Tensor&)>();
+  int fn_calls = 0;
+  GraphFn fn = [&](const std::vector<Tensor>& in) {
+    ++fn_calls;
+    return std::vector<Tensor>{mul(mark(add(in[0], 1.0)), 3.0)};
+  };
+  Tensor x = from_vector<float>({1, 2});
+  CompileLog log;
+  Compiled c = mt::compile(fn, {.name = "iv"});
+  for (int i = 0; i < 3; ++i) CHECK(c({x})[0].to_vector<float>() == std::vector<float>{6, 9});
+  // Before: captured once (1 call of fn), then replayed. Now: the capture, then fn itself on
+  // each of the 3 calls.
+  CHECK(fn_calls == 4);
+  CHECK(c.compile_count() == 1);
+  CHECK(log.has("iv: captured for (float32[2] cpu) (compile #1), runs eagerly: node 1 "
+                "test_tags_iv::mark_ is tagged inplace_view: it changes its input's view "
+                "metadata (sizes, strides, offset) in place, which a replay's value slots and "
+                "input guards do not follow; the function runs eagerly on every call with these "
+                "inputs"));
+  CHECK(c.plan_str().starts_with("eager    the function itself (node 1 test_tags_iv::mark_ "));
+}
+
 TEST_CASE("tags: a nondeterministic_seeded op draws on every replay, as in eager code") {
   auto noisy = custom_op(
       "test_tags_rng::noisy", [](const Tensor& x) { return add(x, rand(x.sizes())); },

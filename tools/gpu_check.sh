@@ -194,11 +194,13 @@ fi
 
 # keys (not in the default list): the Batched and Autocast keys on the GPU: the per-sample
 # gradients example (vmap(grad) against a loop, the MLP under autocast bfloat16) and
-# bench vmap on cuda and on two CPU cores.
+# bench vmap on cuda and on two CPU cores; bench split (a cudagraph_unsafe op in a compiled
+# step: eager against the split CUDA graph).
 if want keys && [ -x build-gpu/tools/minitensor ]; then
   step keys-example 120 "$OUT/keys.log" build-gpu/examples/per_sample_grads --device cuda
   step keys-bench-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench vmap --device cuda
   step keys-bench-cpu 120 "$OUT/keys.log" taskset -c 0,1 build-gpu/tools/minitensor bench vmap --device cpu
+  step keys-split-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench split --device cuda
 fi
 
 # cpu (not in the default list): the CPU path on two of the host's cores, where torch is

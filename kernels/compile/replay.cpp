@@ -137,6 +137,9 @@ struct Plan {
   std::vector<bool> input_written;
   std::vector<Tensor> vals;  // one slot a value, reused from call to call
   std::string tag_note;      // MT_LOG=compile: what the ops' tags changed
+  // Set when the graph has an op tagged inplace_view: the function runs eagerly (Note [Tags
+  // in compile]); says why.
+  std::string eager_reason;
   // Steps of ops tagged cudagraph_unsafe or nondeterministic_seeded: on CUDA the graph is
   // split around each (Note [Tags in compile]).
   std::vector<size_t> unsafe_steps;
@@ -364,6 +367,16 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
                                 const CompileOptions& opts) {
   auto plan = std::make_unique<Plan>();
   plan->graph = capture(fn, inputs, {.input_names = opts.input_names});
+  for (size_t i = 0; i < plan->graph.nodes.size(); ++i) {
+    const GraphNode& n = plan->graph.nodes[i];
+    if (n.is_factory() || !n.op.entry()->tags().has(Tag::inplace_view)) continue;
+    plan->eager_reason = fmt::format(
+        "node {} {} is tagged inplace_view: it changes its input's view metadata (sizes, "
+        "strides, offset) in place, which a replay's value slots and input guards do not "
+        "follow; the function runs eagerly on every call with these inputs",
+        i, n.op_name());
+    return plan;
+  }
   plan->exec = plan->graph;
   const std::vector<bool> dropped = forward_clones(plan->exec);
   const Graph& g = plan->exec;
@@ -457,6 +470,7 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
 }
 
 std::string Plan::str() const {
+  if (!eager_reason.empty()) return "eager    the function itself (" + eager_reason + ")\n";
   std::string out;
   for (const Step& s : steps) {
     const char* how = s.kind == Step::Kind::Kernel     ? (s.fast != Fast::None ? "kernel" : "boxed")
@@ -580,7 +594,13 @@ bool same_memory(const Tensor& a, const Tensor& b) {
 //    CUDA graph, it runs eagerly, the steps after it are the next graph (run_cuda_split);
 //  - nondeterministic_seeded: recorded as a call, so it draws from the generator on every
 //    call as eager code does; on CUDA it splits the graph too (a graph would replay the
-//    same numbers).
+//    same numbers);
+//  - inplace_view: the op changes its input's sizes, strides or offset in place (torch's
+//    t_, squeeze_, as_strided_): a mutation of metadata that the plan's value slots (each
+//    with the metadata capture saw), its input guards and a CUDA graph's static inputs do
+//    not follow. Rather than replay something else than the function does, a function whose
+//    capture records such an op runs eagerly on every call with those inputs (a graph
+//    break over the whole function; torch's compiler functionalizes these instead).
 // MT_LOG=compile says what each tagged step does.
 
 void reset_split(Plan& p) {
@@ -784,7 +804,7 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
   // Fake inputs ask for shapes only: the function itself gives them, through the fake kernels.
   for (const Tensor& t : inputs)
     if (t.defined() && t.is_fake()) return st.fn(inputs);
-  std::lock_guard<std::mutex> lock(st.mutex);
+  std::unique_lock<std::mutex> lock(st.mutex);
   std::vector<int64_t> guard = guard_of(inputs);
   Plan* plan = st.last && st.last->guard == guard ? st.last : nullptr;
   for (size_t i = 0; i < st.plans.size() && !plan; ++i)
@@ -796,7 +816,10 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
     plan = made.get();
     st.plans.push_back(std::move(made));
     ++st.compiles;
-    if (st.logging) {
+    if (st.logging && !plan->eager_reason.empty())
+      log(fmt::format("{}: captured for {} (compile #{}), runs eagerly: {}\n{}", st.opts.name,
+                      guard_str(inputs), st.compiles, plan->eager_reason, plan->graph.str()));
+    else if (st.logging) {
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       std::string text = fmt::format(
@@ -818,6 +841,10 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
     }
   }
   st.last = plan;
+  if (!plan->eager_reason.empty()) {  // Note [Tags in compile]: inplace_view
+    lock.unlock();
+    return st.fn(inputs);
+  }
   if (plan->cuda) return run_cuda(*plan, inputs, st.opts, st.logging);
   return run_plan(*plan, inputs);
 }

@@ -176,6 +176,17 @@ with tempfile.TemporaryDirectory() as scratch:
     expect_json("bench silu --json", quick)
     expect_json("bench matmul --json", ["bench", "matmul", "--max-log2", "6", "--min-time", "0.01", "--json"])
     expect_json("bench mlp --json", ["bench", "mlp", "--shape", "16x8x16", "--steps", "3", "--warmup", "1", "--json"])
+    # bench split on the CPU: no CUDA graph, so no split, said from the compile log.
+    sp = expect_json("bench split --json", ["bench", "split", "--repeats", "2", "--calls", "2", "--json"])
+    check("bench split --json has both medians, the ratio and the split read from the log",
+          sp is not None and sp.get("split") is False and sp.get("graph_parts") == 0
+          and sp["eager_ms"] > 0 and sp["compiled_ms"] > 0 and sp["max_abs_diff"] < 1e-4
+          and "comes in up to 2 parts" in sp.get("split_line", ""), repr(sp))
+    split_svg = scratch + "/split.svg"
+    expect("bench split prints whether the graph was split",
+           ["bench", "--plot", split_svg, "split", "--repeats", "2", "--calls", "2"], 0,
+           stdout_has="graph split: no, the CPU replays no CUDA graph")
+    check("... and draws its plot", os.path.exists(split_svg) and "<svg" in open(split_svg).read())
     disp = expect_json("bench dispatch --json", ["bench", "dispatch", "--json", "--iters", "20000"])
     dispatch_keys = ["direct", "dispatch", "autograd_redispatch", "boxed", "silu_grad", "add"]
     check("bench dispatch --json is keyed by the rows' keys (bench_libtorch's)",
@@ -195,8 +206,8 @@ with tempfile.TemporaryDirectory() as scratch:
     check("... and writes no file", not os.path.exists(scratch + "/sc.svg"))
 
     # A bad --device is a usage error (2), as --help promises, with the parser's reason.
-    for args in (["demo"], ["bench", "silu"], ["bench", "mlp"], ["bench", "graph"], ["compile-demo"],
-                 ["memory"]):
+    for args in (["demo"], ["bench", "silu"], ["bench", "mlp"], ["bench", "graph"], ["bench", "split"],
+                 ["compile-demo"], ["memory"]):
         expect(" ".join(args) + " --device gpu is a usage error", args + ["--device", "gpu"], 2,
                stderr_has="cannot parse device 'gpu'")
 

@@ -489,6 +489,19 @@ auto make_op() {
         ctx.data["causal"] = causal;
         ctx.data["scale"] = scale;
       });
+  // Note [Attention FLOPs]
+  // FlopCounterMode counts a call as PyTorch's flop counter counts sdpa: the two matmuls,
+  // q k^T (2 B H Sq Sk D) and p v (2 B H Sq Sk Dv), so 4 B H Sq Sk D; causal or not (torch
+  // ignores is_causal; bench.cpp's TFLOP/s halves it for causal, as FlashAttention's papers
+  // do); the softmax and the scale are not counted. The backward runs inside the op's
+  // autograd node, not as an op, so the mode sees none of it (torch counts its sdpa
+  // backward op as 2.5 times the forward).
+  register_flop_formula("mha::flash_attn", [](const Stack& args, const Stack&) -> int64_t {
+    const Shape& q = args.at(0).to_tensor().sizes();
+    const Shape& k = args.at(1).to_tensor().sizes();
+    const Shape& v = args.at(2).to_tensor().sizes();
+    return 2 * q[0] * q[1] * q[2] * k[2] * q[3] + 2 * q[0] * q[1] * q[2] * k[2] * v[3];
+  });
   return op;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -212,6 +213,48 @@ TEST_SUITE("mha::flash_attn") {
           {q, k, v});
       CHECK_MESSAGE(lse_check.ok, lse_check.message);
     }
+  }
+
+  TEST_CASE("flash_attn: FlopCounterMode counts the hand count of its two matmuls") {
+    // Note [Attention FLOPs] in flash_attn.cpp: q k^T and p v, 2 B H Sq Sk D each, causal
+    // or not (PyTorch's convention for sdpa); the softmax is not counted.
+    // B 2, H 3, Sq 5, Sk 7, D 4: per head, q k^T ([5, 4] x [4, 7]) is 2*5*7*4 = 280 and
+    // p v ([5, 7] x [7, 4]) 280 more; times 6 heads: 3360.
+    const int64_t B = 2, H = 3, Sq = 5, Sk = 7, D = 4;
+    Tensor q = randn({B, H, Sq, D}), k = randn({B, H, Sk, D}), v = randn({B, H, Sk, D});
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      FlopCounterMode flops;
+      {
+        ModeGuard guard(flops);
+        FlopCounterMode::Scope layer(flops, "attention");
+        (void)mha::flash_attn(q, k, v, causal);
+      }
+      CHECK(flops.by_op("attention") == std::map<std::string, int64_t>{{"mha::flash_attn", 3360}});
+      CHECK(flops.total() == 3360);  // the kernel's own ops run below the mode
+    }
+    // A training step: the forward counts once; the backward is no op (the node's own
+    // code), so it adds nothing of the attention's.
+    Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(),
+           vg = v.detach().requires_grad_();
+    FlopCounterMode flops;
+    {
+      ModeGuard guard(flops);
+      auto [out, lse] = mha::flash_attn(qg, kg, vg);
+      FlopCounterMode::Scope s(flops, "backward");
+      backward(sum(out));
+    }
+    CHECK(flops.by_op().at("mha::flash_attn") == 3360);
+    CHECK(flops.by_op("backward").count("mha::flash_attn") == 0);
+    CHECK(qg.grad().defined());
+    // Fake tensors count the same, at a size no CPU would run: 4 * 4*16*4096*4096*64.
+    FlopCounterMode fake_flops;
+    {
+      ModeGuard guard(fake_flops);
+      Tensor fq = fake_empty({4, 16, 4096, 64}), fk = fake_empty({4, 16, 4096, 64});
+      (void)mha::flash_attn(fq, fk, fk, true);
+    }
+    CHECK(fake_flops.by_op().at("mha::flash_attn") == int64_t(4) * 4 * 16 * 4096 * 4096 * 64);
   }
 
   TEST_CASE("flash_attn: opcheck passes (schema, fake, autograd registration, gradcheck)") {
