@@ -97,6 +97,30 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
   std::sort(order.begin(), order.end(),
             [](const Node* a, const Node* b) { return a->sequence_nr > b->sequence_nr; });
 
+  // 1b. Under mt::grad, only the nodes on a path to one of its inputs run (as torch's
+  //     engine does with its exec_info): a gradient nobody asked for is not computed, as
+  //     the sum of a parameter's expanded copy that vmap's per-sample gradients would
+  //     otherwise reduce away. Oldest first: a node runs when one of its inputs is a wanted
+  //     leaf, a wanted non-leaf's node, or a node that runs.
+  std::unordered_set<const Node*> runs;
+  if (capture) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      for (const auto& in : (*it)->inputs) {
+        if (!in.requires_grad) continue;
+        bool leads = false;
+        if (in.producer) {
+          leads = runs.count(in.producer.get()) > 0 || capture->nonleaf.count(in.producer.get()) > 0;
+        } else if (auto leaf = in.leaf.lock()) {
+          leads = capture->leaves.count(leaf.get()) > 0;
+        }
+        if (leads) {
+          runs.insert(*it);
+          break;
+        }
+      }
+    }
+  }
+
   // 2. Seed the roots.
   std::unordered_map<const Node*, std::vector<Tensor>> buffers;
   for (const Root& r : roots) {
@@ -125,6 +149,7 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
       if (c != capture->nonleaf.end())
         for (auto [nr, idx] : c->second) capture->grads[idx] = accumulate(capture->grads[idx], grads[nr]);
     }
+    if (capture && runs.count(n) == 0) continue;
     bool any_needed = false;
     for (const auto& in : n->inputs) any_needed = any_needed || in.requires_grad;
     if (!any_needed) continue;
@@ -160,8 +185,11 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
       }
     }
   }
+  // Only what ran lets go of its saved tensors (as in torch): a node mt::grad did not need
+  // can still be gone through by a later backward.
   if (!retain_graph)
-    for (Node* n : order) n->release();
+    for (Node* n : order)
+      if (!capture || runs.count(n) > 0) n->release();
 }
 
 Tensor default_grad(const Tensor& out, const Tensor& given, const char* op) {

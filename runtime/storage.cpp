@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 
+#include "runtime/cpu_cache.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
 #include "runtime/tls.h"
@@ -26,19 +27,44 @@ namespace {
 // ends; blocks freed after that (static tensors at exit) go straight to free(). The thread
 // reaches them through one pointer (Note [Thread-local variables in a shared library]).
 // Under AddressSanitizer the lists are off, so that it still sees every use after free.
+// MT_NO_CPU_CACHING=1 turns the lists off too (as PYTORCH_NO_CUDA_MEMORY_CACHING does
+// torch's CUDA cache): every block then comes from malloc and goes back to free, for a
+// memory checker, a heap profiler or an A/B of the lists' cost.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSmallCacheOn = false;
+const bool kSmallCacheOn = false;
 #else
-constexpr bool kSmallCacheOn = true;
+const bool kSmallCacheOn = [] {
+  const char* v = std::getenv("MT_NO_CPU_CACHING");
+  return v == nullptr || v[0] == '\0' || v[0] == '0';
+}();
 #endif
 constexpr size_t kSmallMax = 1024;
 constexpr size_t kClasses = kSmallMax / 64;  // class c holds blocks of (c + 1) * 64 bytes
 constexpr int kPerClass = 32;
 enum Pool { kDataPool, kObjectPool, kNumPools };  // 64-byte aligned data; objects
 
+// Note [Medium CPU blocks]
+// Above kSmallMax, glibc serves a block with mmap or from the top of its heap, and gives
+// the pages back to the kernel when the block is freed (munmap, or a trim of the heap's
+// top). A loop that makes and drops the same intermediates of a few hundred KiB (a batched
+// matmul's output, a per-sample gradient) then pays a page fault and a page of zeroes for
+// every 4 KiB of every new block: 42% of vmap(grad)'s time on the 64/32/64 MLP at batch 64
+// was the kernel's (perf, 2-core EPYC VM). So a thread also keeps its last kMediumKeep
+// freed blocks of up to kMediumMax bytes, kMediumBytes at most in all, and hands one back
+// to an allocation of the same rounded size; when the list is full, the oldest is freed.
+// Same ownership and thread-end rules as the small lists; off under AddressSanitizer.
+constexpr size_t kMediumMax = size_t(8) << 20;
+constexpr size_t kMediumBytes = size_t(32) << 20;
+constexpr int kMediumKeep = 16;
+
 struct SmallCache {
   void* blocks[kNumPools][kClasses][kPerClass];
   int count[kNumPools][kClasses];
+  // medium data blocks, oldest first
+  void* medium[kMediumKeep];
+  size_t medium_size[kMediumKeep];
+  int medium_count;
+  size_t medium_bytes;
 };
 MT_TLS SmallCache* t_small = nullptr;
 MT_TLS bool t_small_closed = false;  // the thread is ending: free() at once
@@ -56,6 +82,7 @@ struct SmallCacheOwner {
     for (int p = 0; p < kNumPools; ++p)
       for (size_t k = 0; k < kClasses; ++k)
         for (int i = 0; i < c->count[p][k]; ++i) std::free(c->blocks[p][k][i]);
+    for (int i = 0; i < c->medium_count; ++i) std::free(c->medium[i]);
     std::free(c);
   }
 };
@@ -83,6 +110,51 @@ inline bool small_keep(Pool pool, void* ptr, size_t rounded) {
   return true;
 }
 
+// A kept medium block of exactly `rounded` bytes (the newest), or nullptr.
+inline void* medium_take(size_t rounded) {
+  SmallCache* cache = t_small;
+  if (!kSmallCacheOn || cache == nullptr || rounded <= kSmallMax || rounded > kMediumMax)
+    return nullptr;
+  for (int i = cache->medium_count - 1; i >= 0; --i) {
+    if (cache->medium_size[i] != rounded) continue;
+    void* p = cache->medium[i];
+    for (int j = i + 1; j < cache->medium_count; ++j) {
+      cache->medium[j - 1] = cache->medium[j];
+      cache->medium_size[j - 1] = cache->medium_size[j];
+    }
+    --cache->medium_count;
+    cache->medium_bytes -= rounded;
+    return p;
+  }
+  return nullptr;
+}
+
+// Keeps the medium block ptr (of `rounded` bytes), freeing the oldest kept ones to make
+// room; false when it must be freed instead.
+inline bool medium_keep(void* ptr, size_t rounded) {
+  if (!kSmallCacheOn || ptr == nullptr || rounded <= kSmallMax || rounded > kMediumMax)
+    return false;
+  SmallCache* cache = t_small;
+  if (cache == nullptr && !t_small_closed) cache = t_small_owner.make();
+  if (cache == nullptr) return false;
+  int drop = 0;  // the oldest blocks to free
+  size_t bytes = cache->medium_bytes;
+  while (drop < cache->medium_count &&
+         (cache->medium_count - drop == kMediumKeep || bytes + rounded > kMediumBytes))
+    bytes -= cache->medium_size[drop++];
+  for (int i = 0; i < drop; ++i) std::free(cache->medium[i]);
+  for (int i = drop; i < cache->medium_count; ++i) {
+    cache->medium[i - drop] = cache->medium[i];
+    cache->medium_size[i - drop] = cache->medium_size[i];
+  }
+  cache->medium_count -= drop;
+  cache->medium[cache->medium_count] = ptr;
+  cache->medium_size[cache->medium_count] = rounded;
+  ++cache->medium_count;
+  cache->medium_bytes = bytes + rounded;
+  return true;
+}
+
 size_t round64(size_t nbytes) { return (nbytes + 63) / 64 * 64; }
 
 class CpuAllocator final : public Allocator {
@@ -94,12 +166,14 @@ class CpuAllocator final : public Allocator {
              "[cpu allocator] cannot allocate {} bytes: more than int64 can count", nbytes);
     size_t rounded = round64(nbytes);
     if (void* p = small_take(kDataPool, rounded)) return p;
+    if (void* p = medium_take(rounded)) return p;
     void* p = std::aligned_alloc(64, rounded);
     MT_CHECK(p != nullptr, "[cpu allocator] out of memory allocating {} bytes", nbytes);
     return p;
   }
   void deallocate(void* ptr, size_t nbytes) noexcept override {
-    if (!small_keep(kDataPool, ptr, round64(nbytes))) std::free(ptr);
+    const size_t rounded = round64(nbytes);
+    if (!small_keep(kDataPool, ptr, rounded) && !medium_keep(ptr, rounded)) std::free(ptr);
   }
   Device device() const override { return kCPU; }
 };
@@ -121,6 +195,32 @@ void object_free(void* ptr, size_t nbytes) noexcept {
 }
 
 }  // namespace detail
+
+CpuCacheStats cpu_cache_stats() {
+  CpuCacheStats st;
+  st.enabled = kSmallCacheOn;
+  const SmallCache* c = t_small;
+  if (c == nullptr) return st;
+  for (size_t k = 0; k < kClasses; ++k) {
+    st.blocks += c->count[kDataPool][k];
+    st.bytes += int64_t(c->count[kDataPool][k]) * int64_t((k + 1) * 64);
+  }
+  st.blocks += c->medium_count;
+  st.bytes += int64_t(c->medium_bytes);
+  return st;
+}
+
+void cpu_empty_cache() {
+  SmallCache* c = t_small;
+  if (c == nullptr) return;
+  for (size_t k = 0; k < kClasses; ++k) {
+    for (int i = 0; i < c->count[kDataPool][k]; ++i) std::free(c->blocks[kDataPool][k][i]);
+    c->count[kDataPool][k] = 0;
+  }
+  for (int i = 0; i < c->medium_count; ++i) std::free(c->medium[i]);
+  c->medium_count = 0;
+  c->medium_bytes = 0;
+}
 
 Allocator* cpu_allocator() {
   static CpuAllocator a;

@@ -460,3 +460,46 @@ TEST_CASE("autograd: a leaf's fresh gradient from a custom op becomes .grad with
   CHECK(x.grad().to_vector<float>() == std::vector<float>(1000, 2.0f));
 }
 
+
+namespace {
+int g_prune_backward_calls = 0;  // how often prune_test::twice's backward ran
+}  // namespace
+
+TEST_CASE("grad runs only the nodes on a path to its inputs, and leaves the others usable") {
+  auto op = custom_op("prune_test::twice", [](const Tensor& x) { return mul(x, 2.0); });
+  op.register_fake([](const Tensor& x) { return empty_like(x); });
+  op.register_autograd(
+      [](AutogradContext&, const Tensor& g) {
+        ++g_prune_backward_calls;
+        return mul(g, 2.0);
+      },
+      [](AutogradContext&, const Tensor&, const Tensor&) {});
+  Tensor a = randn({3}).requires_grad_(), b = randn({3}).requires_grad_();
+  auto forward = [&] { return sum(mul(op(a), b)); };
+  g_prune_backward_calls = 0;
+  // d/db needs mul's node only: twice's backward (a's side) is not run
+  std::vector<Tensor> gb = grad({forward()}, {b});
+  CHECK(g_prune_backward_calls == 0);
+  CHECK(max_diff(gb[0], mul(a, 2.0).detach()) == 0.0);
+  // d/da goes through it, once
+  std::vector<Tensor> ga = grad({forward()}, {a});
+  CHECK(g_prune_backward_calls == 1);
+  CHECK(max_diff(ga[0], mul(b, 2.0).detach()) == 0.0);
+  // the gradient of an intermediate stops there: what lies beyond it is not run
+  Tensor t = op(a);
+  std::vector<Tensor> gt = grad({sum(mul(t, b))}, {t});
+  CHECK(g_prune_backward_calls == 1);
+  CHECK(max_diff(gt[0], b.detach()) == 0.0);
+  // a node grad did not run keeps what it saved: backward through it still works
+  Tensor z = op(a);
+  (void)grad({sum(mul(z, b))}, {b}, {}, {.retain_graph = false});
+  CHECK(g_prune_backward_calls == 1);
+  CHECK_NOTHROW(backward(sum(z)));  // z's node, which grad left alone
+  CHECK(g_prune_backward_calls == 2);
+  // backward (not grad) still fills every leaf's .grad
+  zero_grad({a, b});
+  backward(forward());
+  CHECK(g_prune_backward_calls == 3);
+  CHECK(a.grad().defined());
+  CHECK(b.grad().defined());
+}

@@ -3,15 +3,22 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <regex>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "minitensor.h"
 #include "tests/helpers.h"
 #include "kernels/settings.h"
+#include "runtime/cpu_cache.h"
 #include "runtime/philox.h"
 #include "runtime/version.h"
 #include "runtime/view.h"
@@ -583,4 +590,94 @@ TEST_CASE("allclose, max_abs_diff and equal") {
   CHECK_FALSE(allclose(n, n));
   CHECK(allclose(n, n, 1e-5, 1e-8, true));
   CHECK_FALSE(allclose(a, zeros({2})));
+}
+
+// ---- the CPU allocator's kept blocks (Note [Medium CPU blocks] in runtime/storage.cpp) ----
+
+TEST_CASE("cpu allocator: a freed block is kept for the next tensor of its size, within bounds") {
+  constexpr int64_t kMiB = int64_t(1) << 20;
+  cpu_empty_cache();
+  const CpuCacheStats s0 = cpu_cache_stats();
+  CHECK(s0.blocks == 0);
+  CHECK(s0.bytes == 0);
+  if (!s0.enabled) {  // MT_NO_CPU_CACHING=1 (the next case runs this one so), or ASan
+    { Tensor t = empty({65648}); }
+    { Tensor t = empty({16}); }
+    CHECK(cpu_cache_stats().blocks == 0);
+    CHECK(cpu_cache_stats().bytes == 0);
+    return;
+  }
+  // 65648 floats: 262,592 bytes, a size nothing else here makes
+  void* p = nullptr;
+  {
+    Tensor t = empty({65648});
+    p = t.data_ptr();
+  }
+  CHECK(cpu_cache_stats().bytes == s0.bytes + 262592);
+  {
+    Tensor t = empty({65648});
+    CHECK(t.data_ptr() == p);  // the same block, no new pages
+    CHECK(cpu_cache_stats().bytes == s0.bytes);
+  }
+  // 20 blocks of about 1 MiB, each of its own size: the newest 16 are kept
+  std::vector<void*> ptrs;
+  {
+    std::vector<Tensor> v;
+    for (int64_t i = 0; i < 20; ++i) {
+      v.push_back(empty({262144 + 16 * i}));
+      ptrs.push_back(v.back().data_ptr());
+    }
+  }  // freed in order, 0 first
+  // kept: blocks 4 to 19 (16 at most), and small blocks of at most 272 KiB in all
+  int64_t newest16 = 0;
+  for (int64_t i = 4; i < 20; ++i) newest16 += (262144 + 16 * i) * 4;
+  const CpuCacheStats s1 = cpu_cache_stats();
+  CHECK(s1.bytes >= newest16);
+  CHECK(s1.bytes <= newest16 + 272 * 1024);
+  {
+    Tensor last = empty({262144 + 16 * 19});
+    CHECK(last.data_ptr() == ptrs[19]);
+  }
+  // five blocks of 8 MiB: the bytes stay within 32 MiB of medium blocks
+  {
+    std::vector<Tensor> v;
+    for (int i = 0; i < 5; ++i) v.push_back(empty({2 * kMiB}));
+  }
+  CHECK(cpu_cache_stats().bytes >= 32 * kMiB);  // four of them
+  CHECK(cpu_cache_stats().bytes <= 32 * kMiB + 272 * 1024);
+  // over 8 MiB: freed at once, never kept
+  const CpuCacheStats s2 = cpu_cache_stats();
+  { Tensor big = empty({3 * kMiB}); }
+  CHECK(cpu_cache_stats().bytes == s2.bytes);
+  CHECK(cpu_cache_stats().blocks == s2.blocks);
+  cpu_empty_cache();
+  CHECK(cpu_cache_stats().bytes == 0);
+  // another thread keeps its own (none yet)
+  int64_t other = -1;
+  std::thread([&] { other = cpu_cache_stats().blocks; }).join();
+  CHECK(other == 0);
+}
+
+// MT_NO_CPU_CACHING is read once, when the library loads: the case above, run again in a
+// new process with it set, must find the lists off and nothing kept.
+TEST_CASE("cpu allocator: MT_NO_CPU_CACHING=1 keeps no block") {
+  if (std::getenv("MT_NO_CPU_CACHING") != nullptr) {
+    CHECK_FALSE(cpu_cache_stats().enabled);
+    return;
+  }
+  char exe[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  REQUIRE(n > 0);
+  const std::string cmd = std::string("MT_NO_CPU_CACHING=1 '") + exe +
+                          "' --no-intro --no-version '-tc=cpu allocator:*' 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t got; (got = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, got);
+  const int status = ::pclose(pipe);
+  INFO(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(std::regex_search(out, std::regex(R"(test cases:\s+2 \|\s+2 passed)")));
 }

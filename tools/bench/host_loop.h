@@ -11,13 +11,16 @@
 
 namespace mt::bench {
 
+// Each timing function takes the clock as a template argument, std::chrono::steady_clock
+// by default: tests/test_bench_loops.cpp passes a clock that the timed calls advance, so
+// its checks do not depend on the machine's load.
+
 // Nanoseconds per call of f over one loop of `iters` calls.
-template <typename F>
+template <typename Clock = std::chrono::steady_clock, typename F>
 double loop_ns(F&& f, int64_t iters) {
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   for (int64_t i = 0; i < iters; ++i) f();
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
-         double(iters);
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / double(iters);
 }
 
 // The median of v (the upper one of the two middle values for an even count; 0 if empty).
@@ -28,21 +31,21 @@ inline double median(std::vector<double> v) {
 }
 
 // Nanoseconds per call of f: 5 timed loops of `iters` calls, the median loop.
-template <typename F>
+template <typename Clock = std::chrono::steady_clock, typename F>
 double ns_per_call(F&& f, int64_t iters) {
   std::vector<double> runs;
-  for (int r = 0; r < 5; ++r) runs.push_back(loop_ns(f, iters));
+  for (int r = 0; r < 5; ++r) runs.push_back(loop_ns<Clock>(f, iters));
   return median(std::move(runs));
 }
 
 // How many calls of f make a loop of about target_ns (from a loop of at least 1 ms).
-template <typename F>
+template <typename Clock = std::chrono::steady_clock, typename F>
 int64_t calls_for(F&& f, double target_ns) {
   int64_t n = 16;
-  double per_call = loop_ns(f, n);
+  double per_call = loop_ns<Clock>(f, n);
   while (per_call * double(n) < 1e6 && n < (int64_t(1) << 32)) {
     n *= 4;
-    per_call = loop_ns(f, n);
+    per_call = loop_ns<Clock>(f, n);
   }
   return std::max<int64_t>(1, int64_t(target_ns / per_call));
 }
@@ -66,18 +69,18 @@ inline constexpr double kPairLoopMs = 0.5;
 struct PairedNs {
   double f, g, ratio;
 };
-template <typename F, typename G>
+template <typename Clock = std::chrono::steady_clock, typename F, typename G>
 PairedNs ns_per_call_paired(F&& f, G&& g, int pairs, double loop_ms, bool f_first) {
-  const int64_t nf = calls_for(f, loop_ms * 1e6), ng = calls_for(g, loop_ms * 1e6);
+  const int64_t nf = calls_for<Clock>(f, loop_ms * 1e6), ng = calls_for<Clock>(g, loop_ms * 1e6);
   std::vector<double> fr, gr, ratios;
   for (int p = 0; p < pairs; ++p) {
     double a, b;
     if ((p % 2 == 0) == f_first) {
-      a = loop_ns(f, nf);
-      b = loop_ns(g, ng);
+      a = loop_ns<Clock>(f, nf);
+      b = loop_ns<Clock>(g, ng);
     } else {
-      b = loop_ns(g, ng);
-      a = loop_ns(f, nf);
+      b = loop_ns<Clock>(g, ng);
+      a = loop_ns<Clock>(f, nf);
     }
     fr.push_back(a);
     gr.push_back(b);
