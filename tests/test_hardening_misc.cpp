@@ -349,6 +349,12 @@ TEST_CASE("rand: float16 and bfloat16 draws stay below 1") {
 namespace {
 // A CPU kernel that computes without recording (as a kernel of raw loops does).
 Tensor twice_cpu(const Tensor& x) { return mul(x.detach(), 2.0); }
+
+// backward's message for a tensor without history when no op is known to have dropped it.
+const std::string kPlainNoGradError =
+    "[backward] the tensor does not require grad and has no grad_fn: nothing it was computed "
+    "from requires grad. Call .requires_grad_() on the leaves before the forward pass, and do "
+    "not run it under NoGradGuard";
 }  // namespace
 
 TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names it, with file:line") {
@@ -357,11 +363,7 @@ TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names 
   def.impl("twice", DispatchKey::CPU, twice_cpu);
   auto twice = dispatcher().find_or_throw("test_dropped::twice").typed<Tensor(const Tensor&)>();
   const Tensor x = ones({3}).requires_grad_();
-  const std::string plain =
-      "[backward] the tensor does not require grad and has no grad_fn: nothing it was computed "
-      "from requires grad. Call .requires_grad_() on the leaves before the forward pass, and do "
-      "not run it under NoGradGuard";
-  CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) == kPlainNoGradError);
   {
     Library skip(Library::Kind::Impl, "test_dropped", DispatchKey::Autograd);
     const int line = __LINE__ + 1;
@@ -379,7 +381,7 @@ TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names 
                       "the forward pass, and do not run it under NoGradGuard",
                       line));
   }
-  CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);  // the fallthrough is gone
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) == kPlainNoGradError);  // the fallthrough is gone
 }
 
 TEST_CASE("backward: a loss whose history an Autograd kernel with the guard dropped names it, with file:line") {
@@ -393,10 +395,6 @@ TEST_CASE("backward: a loss whose history an Autograd kernel with the guard drop
   auto halve = dispatcher().find_or_throw("test_dropped_guard::halve").typed<Tensor(const Tensor&)>();
   auto keep = dispatcher().find_or_throw("test_dropped_guard::keep").typed<Tensor(const Tensor&)>();
   const Tensor x = ones({3}).requires_grad_();
-  const std::string plain =
-      "[backward] the tensor does not require grad and has no grad_fn: nothing it was computed "
-      "from requires grad. Call .requires_grad_() on the leaves before the forward pass, and do "
-      "not run it under NoGradGuard";
   {
     Library ag(Library::Kind::Impl, "test_dropped_guard", DispatchKey::Autograd);
     const int line = __LINE__ + 1;
@@ -407,10 +405,10 @@ TEST_CASE("backward: a loss whose history an Autograd kernel with the guard drop
     // An Autograd kernel that keeps history (it calls differentiable ops) is not named.
     ag.impl("keep", [](const Tensor& t) { return mul(t, 1.0); });
     CHECK(keep(x).requires_grad());
-    CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+    CHECK(error_of([&] { backward(sum(ones({3}))); }) == kPlainNoGradError);
     // Called without an input that requires grad, it drops nothing: not named either.
     CHECK_FALSE(halve(ones({3})).requires_grad());
-    CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+    CHECK(error_of([&] { backward(sum(ones({3}))); }) == kPlainNoGradError);
     const Tensor y = halve(x);
     CHECK_FALSE(y.requires_grad());
     CHECK(allclose(y, full({3}, 0.5)));
@@ -449,5 +447,5 @@ TEST_CASE("backward: a loss whose history an Autograd kernel with the guard drop
     }
   }
   // The kernel's registration is gone: the plain message again.
-  CHECK(error_of([&] { backward(sum(ones({3}))); }) == plain);
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) == kPlainNoGradError);
 }

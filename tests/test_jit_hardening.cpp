@@ -342,22 +342,11 @@ TEST_CASE("jit hardening: an NVRTC that gives no lowered name is an mt::Error na
         mt::Error);
     return;
   }
-  char exe[4096] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  REQUIRE(n > 0);
-  const std::string cmd = std::string("MT_NVRTC_LIBRARY='") + MT_LOAD_PROBE_DIR +
-                          "/fake_nvrtc/libfake_nvrtc.so' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0 '" + exe +
-                          "' --no-intro --no-version '-tc=jit hardening: an NVRTC that gives "
-                          "no lowered name*' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t got; (got = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, got);
-  const int status = ::pclose(p);
-  INFO(out);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  CHECK(std::regex_search(out, std::regex(R"(test cases:\s+1 \|\s+1 passed)")));
+  const SelfRun r = run_self(std::string("MT_NVRTC_LIBRARY='") + MT_LOAD_PROBE_DIR +
+                                 "/fake_nvrtc/libfake_nvrtc.so' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0",
+                             "jit hardening: an NVRTC that gives no lowered name*");
+  INFO(r.out);
+  CHECK(r.exit_status == 0);
+  CHECK(std::regex_search(r.out, std::regex(R"(test cases:\s+1 \|\s+1 passed)")));
 }
 #endif

@@ -12,13 +12,12 @@
 #include <regex>
 #include <thread>
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "minitensor.h"
 #include "tests/helpers.h"
 #include "kernels/settings.h"
 #include "runtime/cpu_cache.h"
+#include "tests/child.h"
 #include "runtime/philox.h"
 #include "runtime/version.h"
 #include "runtime/view.h"
@@ -665,19 +664,8 @@ TEST_CASE("cpu allocator: MT_NO_CPU_CACHING=1 keeps no block") {
     CHECK_FALSE(cpu_cache_stats().enabled);
     return;
   }
-  char exe[4096] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  REQUIRE(n > 0);
-  const std::string cmd = std::string("MT_NO_CPU_CACHING=1 '") + exe +
-                          "' --no-intro --no-version '-tc=cpu allocator:*' 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t got; (got = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, got);
-  const int status = ::pclose(pipe);
-  INFO(out);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  CHECK(std::regex_search(out, std::regex(R"(test cases:\s+2 \|\s+2 passed)")));
+  const SelfRun r = run_self("MT_NO_CPU_CACHING=1", "cpu allocator:*");
+  INFO(r.out);
+  CHECK(r.exit_status == 0);
+  CHECK(std::regex_search(r.out, std::regex(R"(test cases:\s+2 \|\s+2 passed)")));
 }

@@ -1560,11 +1560,19 @@ int main(int argc, char** argv) {
                                               {"silu", "silu_grad"}, {"silu_grad", "silu_grad"}, {"add", "add"}})
                       .description(""))
       ->type_name("ROW");
+  // The options several bench subcommands share: --device (checked as a device name) and
+  // --repeats (the timed samples whose median is shown).
+  auto add_device = [&](CLI::App* sub, std::string& device, const char* help) {
+    sub->add_option("--device", device, help)->capture_default_str()->check(kDeviceName);
+  };
+  auto add_repeats = [&](CLI::App* sub, int& repeats, const char* help) {
+    sub->add_option("--repeats", repeats, help)->capture_default_str()->check(CLI::Range(1, 100000));
+  };
   SweepOptions silu_o, matmul_o;
   auto* b_silu = ben->add_subcommand("silu", "SiLU forward and fused backward over sizes, against a copy of the same bytes");
   auto* b_matmul = ben->add_subcommand("matmul", "square float32 matmul over sizes: time, GFLOP/s, copy floor");
   for (auto [sub, o] : {std::pair{b_silu, &silu_o}, std::pair{b_matmul, &matmul_o}}) {
-    sub->add_option("--device", o->device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
+    add_device(sub, o->device, "cpu or cuda (cuda:N)");
     const int most_log2 = sub == b_silu ? 32 : 15;
     sub->add_option("--min-log2", o->min_log2, "smallest size, as a power of two (silu 12, matmul 6)")
         ->check(CLI::Range(0, most_log2));
@@ -1585,7 +1593,7 @@ int main(int argc, char** argv) {
   b_silu->add_option("--dtype", silu_o.dtype, "CUDA: float32 or bfloat16 (the CPU runs float32)")->capture_default_str();
   MlpCliOptions mlp_o;
   auto* b_mlp = ben->add_subcommand("mlp", "ms per training step of examples/mlp.h's two-layer MLP (64/32/64, 4096/1024/4096)");
-  b_mlp->add_option("--device", mlp_o.device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
+  add_device(b_mlp, mlp_o.device, "cpu or cuda (cuda:N)");
   b_mlp->add_option("--sgd", mlp_o.opts.sgd,
                     "the update: foreach (one mt::foreach_add_ over all parameters) or loop (one "
                     "mt::sub_ a parameter)")
@@ -1612,16 +1620,14 @@ int main(int argc, char** argv) {
   GraphCliOptions graph_o;
   auto* b_graph = ben->add_subcommand(
       "graph", "a tiny kernel back to back: eager launches against one CUDA graph replay");
-  b_graph->add_option("--device", graph_o.device, "cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
+  add_device(b_graph, graph_o.device, "cuda (cuda:N)");
   b_graph->add_option("--kernels", graph_o.kernels, "launches per timed loop")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   b_graph->add_option("--elements", graph_o.elements, "float32 elements per kernel")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 28));
-  b_graph->add_option("--repeats", graph_o.repeats, "timed loops (median)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+  add_repeats(b_graph, graph_o.repeats, "timed loops (median)");
   bench::CpuThreadsOptions cpu_o;
   auto* b_cpu = ben->add_subcommand(
       "cpu", "each CPU op on 1 thread and on several, side by side (--contended: beside a busy loop on every core)");
@@ -1639,18 +1645,14 @@ int main(int argc, char** argv) {
   VmapCliOptions vmap_o;
   auto* b_vmap = ben->add_subcommand(
       "vmap", "per-sample gradients of the 64/32/64 MLP at batch 64: vmap(grad) against a loop of 64 grad calls");
-  b_vmap->add_option("--device", vmap_o.device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
-  b_vmap->add_option("--repeats", vmap_o.repeats, "timed runs of each (median)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+  add_device(b_vmap, vmap_o.device, "cpu or cuda (cuda:N)");
+  add_repeats(b_vmap, vmap_o.repeats, "timed runs of each (median)");
   SplitCliOptions split_o;
   auto* b_split = ben->add_subcommand(
       "split", "a step with a cudagraph_unsafe op in the middle: eager against mt::compile (on CUDA, a "
                "graph split in two), and whether it was split");
-  b_split->add_option("--device", split_o.device, "cpu or cuda (cuda:N)")->capture_default_str()->check(kDeviceName);
-  b_split->add_option("--repeats", split_o.repeats, "timed samples of each (median)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+  add_device(b_split, split_o.device, "cpu or cuda (cuda:N)");
+  add_repeats(b_split, split_o.repeats, "timed samples of each (median)");
   b_split->add_option("--calls", split_o.calls, "calls in each sample")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
