@@ -973,7 +973,9 @@ TEST_CASE("cpu matmul: BLAS and blocked, transposed and strided views, batches, 
   struct Dims {
     int64_t m, k, n;
   };
-  const Dims dims[] = {{1, 1, 1}, {7, 33, 5}, {65, 130, 257}, {0, 3, 4}, {3, 0, 4}, {300, 1, 2}};
+  // k = 1 (an outer product) runs a loop of its own, on threads from 2^16 outputs
+  const Dims dims[] = {{1, 1, 1}, {7, 33, 5}, {65, 130, 257}, {0, 3, 4}, {3, 0, 4}, {300, 1, 2},
+                       {300, 1, 257}};
   for (bool blas : paths) {
     cpu::set_use_blas(blas);
     CHECK(cpu::have_blas() == blas);
@@ -1006,6 +1008,9 @@ TEST_CASE("cpu matmul: BLAS and blocked, transposed and strided views, batches, 
       check_matmul(make({64, 9, 6}, dt, Layout::Strided, -1, 1, 129),
                    make({64, 6, 3}, dt, Layout::Transposed, -1, 1, 130),
                    empty({64, 9, 3}, {.dtype = dt}), fmt::format("many small {}", dt));
+      check_matmul(make({64, 33, 1}, dt, Layout::Strided, -1, 1, 133),
+                   make({64, 1, 40}, dt, Layout::Contiguous, -1, 1, 134),
+                   empty({64, 33, 40}, {.dtype = dt}), fmt::format("outer products {}", dt));
     }
   }
   cpu::set_use_blas(true);

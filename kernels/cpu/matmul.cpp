@@ -255,6 +255,27 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out, bool use_
   for (int64_t d = 0; d < nb; ++d) batches *= bsz[d];
 
   auto one = [&](int64_t mm, Mat<const T> x, Mat<const T> y, Mat<T> z, bool threads) {
+    if (k == 1) {  // an outer product: one pass over C, where BLAS zeroes it first and then
+                   // adds (vmap's per-sample weight gradients are a batch of these)
+      auto rows = [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const T xi = x.at(i, 0);
+          if (z.cs == 1 && y.cs == 1) {  // contiguous rows: a loop the compiler vectorizes
+            T* __restrict zr = z.data + i * z.rs;
+            const T* __restrict yr = y.data;
+#pragma omp simd
+            for (int64_t j = 0; j < n; ++j) zr[j] = xi * yr[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) z.at(i, j) = xi * y.at(0, j);
+          }
+        }
+      };
+      if (threads && mm * n >= (int64_t(1) << 16))
+        parallel_for(mm, std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, n)), rows);
+      else
+        rows(0, mm);
+      return;
+    }
 #ifdef MT_HAVE_CBLAS
     if constexpr (!std::is_same_v<T, int64_t>) {
       if (use_blas && mm <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
