@@ -221,6 +221,24 @@ TEST_SUITE("vmap") {
     }
   }
 
+  TEST_CASE("vmap of mt::grad: a parameter's per-sample gradient counts its own uses inside the function") {
+    // docs/dispatcher.md, vmap's limits: w2, computed from w outside the vmap, is lifted as a
+    // tensor of its own, so what flows through it does not reach w's per-sample gradient.
+    Generator g(23);
+    const Tensor w = randn({3}, {}, &g).requires_grad_();
+    const Tensor w2 = mt::mul(w, 2.0);
+    const Tensor x = randn({4, 3}, {}, &g);
+    const Tensor got = vmap([&](const std::vector<Tensor>& a) {
+      return mt::grad({mt::sum(mt::mul(a[0], w) + mt::mul(a[0], w2))}, {w});
+    })({x})[0];
+    CHECK(max_diff(got, x) == 0.0);  // d/dw of sum(x * w): the inside use alone, not 3x
+    // computed inside the function, the same expression counts both uses
+    const Tensor both = vmap([&](const std::vector<Tensor>& a) {
+      return mt::grad({mt::sum(mt::mul(a[0], w) + mt::mul(a[0], mt::mul(w, 2.0)))}, {w});
+    })({x})[0];
+    CHECK(max_diff(both, mt::mul(x, 3.0)) < 1e-6);
+  }
+
   TEST_CASE("vmap: an op without a rule runs once per sample, with a one-time warning") {
     auto rowsum = custom_op("vmap_test::rowsum", [](const Tensor& x) { return mt::sum(x, {-1}); });
     rowsum.register_fake([](const Tensor& x) { return empty({x.size(0)}); });
