@@ -9,7 +9,7 @@
 //    float32 loop against x / (1 + e^-x) with SLEEF's Sleef_expf16_u10, one thread, 2^16;
 //  - matmul GFLOP/s on square float32 products, through cblas and the blocked kernel;
 // each with 1 and 2 threads. Median of repeats; plain text, or --json.
-// Usage: bench_cpu [--json] [--max-log2 N] [--threads a,b,...]
+// Usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -35,6 +35,7 @@ void sleef_silu(float* o, const float* x, int64_t n);
 int main(int argc, char** argv) {
   bool json = false;
   int max_log2 = 26;
+  int matmul_max = 1024;  // the largest square matmul (of 256, 512, 1024)
   std::vector<int> thread_counts = {1, 2};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
       json = true;
     } else if (a == "--max-log2" && i + 1 < argc) {
       max_log2 = std::max(12, std::atoi(argv[++i]));
+    } else if (a == "--matmul-max" && i + 1 < argc) {
+      matmul_max = std::max(256, std::atoi(argv[++i]));
     } else if (a == "--threads" && i + 1 < argc) {
       thread_counts.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -50,15 +53,18 @@ int main(int argc, char** argv) {
         if (*p) ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cpu [--json] [--max-log2 N] [--threads a,b,...]\n");
+      std::fprintf(stderr, "usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]\n");
       return 2;
     }
   }
   mt::bench::Progress quiet;
   const std::vector<mt::bench::SiluCpuRow> rows =
       mt::bench::silu_cpu_sweep(12, max_log2, thread_counts, quiet);
+  std::vector<int64_t> sizes;
+  for (int64_t n : {256, 512, 1024})
+    if (n <= matmul_max) sizes.push_back(n);
   const std::vector<mt::bench::MatmulRow> mm =
-      mt::bench::matmul_cpu_sweep({256, 512, 1024}, thread_counts, false, quiet);
+      mt::bench::matmul_cpu_sweep(sizes, thread_counts, false, quiet);
 
   // The other exp-bound ops, AVX-512 against portable (nan where there is no AVX-512).
   struct UnaryRow {
