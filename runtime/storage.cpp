@@ -49,13 +49,16 @@ enum Pool { kDataPool, kObjectPool, kNumPools };  // 64-byte aligned data; objec
 // top). A loop that makes and drops the same intermediates of a few hundred KiB (a batched
 // matmul's output, a per-sample gradient) then pays a page fault and a page of zeroes for
 // every 4 KiB of every new block: 42% of vmap(grad)'s time on the 64/32/64 MLP at batch 64
-// was the kernel's (perf, 2-core EPYC VM). So a thread also keeps its last kMediumKeep
-// freed blocks of up to kMediumMax bytes, kMediumBytes at most in all, and hands one back
-// to an allocation of the same rounded size; when the list is full, the oldest is freed.
+// was the kernel's (perf, 2-core EPYC VM). So a thread also keeps its last freed blocks of
+// up to kMediumMax bytes, at most kMediumPerSize of one size, kMediumKeep and kMediumBytes
+// in all, and hands one back to an allocation of the same rounded size; when the list is
+// full, the oldest is freed. The bound a size keeps a burst of one size (a loop's 64
+// per-sample results) from pushing out the other sizes a loop reuses.
 // Same ownership and thread-end rules as the small lists; off under AddressSanitizer.
 constexpr size_t kMediumMax = size_t(8) << 20;
 constexpr size_t kMediumBytes = size_t(32) << 20;
-constexpr int kMediumKeep = 16;
+constexpr int kMediumKeep = 64;
+constexpr int kMediumPerSize = 8;
 
 struct SmallCache {
   void* blocks[kNumPools][kClasses][kPerClass];
@@ -137,6 +140,9 @@ inline bool medium_keep(void* ptr, size_t rounded) {
   SmallCache* cache = t_small;
   if (cache == nullptr && !t_small_closed) cache = t_small_owner.make();
   if (cache == nullptr) return false;
+  int same = 0;
+  for (int i = 0; i < cache->medium_count; ++i) same += cache->medium_size[i] == rounded;
+  if (same == kMediumPerSize) return false;
   int drop = 0;  // the oldest blocks to free
   size_t bytes = cache->medium_bytes;
   while (drop < cache->medium_count &&

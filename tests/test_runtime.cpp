@@ -618,24 +618,30 @@ TEST_CASE("cpu allocator: a freed block is kept for the next tensor of its size,
     CHECK(t.data_ptr() == p);  // the same block, no new pages
     CHECK(cpu_cache_stats().bytes == s0.bytes);
   }
-  // 20 blocks of about 1 MiB, each of its own size: the newest 16 are kept
+  // 12 blocks of one size: 8 are kept (a size's bound), then 70 blocks of about 256 KiB,
+  // each of its own size: the newest 64 are kept (the count's bound), the 8 pushed out
+  {
+    std::vector<Tensor> v;
+    for (int i = 0; i < 12; ++i) v.push_back(empty({65648}));
+  }
+  CHECK(cpu_cache_stats().bytes == s0.bytes + 8 * 262592);
   std::vector<void*> ptrs;
   {
     std::vector<Tensor> v;
-    for (int64_t i = 0; i < 20; ++i) {
-      v.push_back(empty({262144 + 16 * i}));
+    for (int64_t i = 0; i < 70; ++i) {
+      v.push_back(empty({65536 + 16 * i}));
       ptrs.push_back(v.back().data_ptr());
     }
   }  // freed in order, 0 first
-  // kept: blocks 4 to 19 (16 at most), and small blocks of at most 272 KiB in all
-  int64_t newest16 = 0;
-  for (int64_t i = 4; i < 20; ++i) newest16 += (262144 + 16 * i) * 4;
+  // kept: blocks 6 to 69, and small blocks of at most 272 KiB in all
+  int64_t newest64 = 0;
+  for (int64_t i = 6; i < 70; ++i) newest64 += (65536 + 16 * i) * 4;
   const CpuCacheStats s1 = cpu_cache_stats();
-  CHECK(s1.bytes >= newest16);
-  CHECK(s1.bytes <= newest16 + 272 * 1024);
+  CHECK(s1.bytes >= newest64);
+  CHECK(s1.bytes <= newest64 + 272 * 1024);
   {
-    Tensor last = empty({262144 + 16 * 19});
-    CHECK(last.data_ptr() == ptrs[19]);
+    Tensor last = empty({65536 + 16 * 69});
+    CHECK(last.data_ptr() == ptrs[69]);
   }
   // five blocks of 8 MiB: the bytes stay within 32 MiB of medium blocks
   {
