@@ -24,8 +24,9 @@ struct LibraryInit;
 // though an input requires grad. Such a kernel is wrapped at registration: the first call
 // that returns floating-point outputs none of which requires grad, from an input that
 // does, notes the op and where its kernel was registered, and backward on a tensor that
-// does not require grad names it (autograd/engine.cpp, check_root). After that first note
-// the wrapper costs one relaxed load a call. Kernels given as a KernelFunction
+// does not require grad names it (autograd/engine.cpp, check_root). Until a kernel is
+// noted, each call reads requires_grad of its outputs and inputs (a kernel that records its
+// node, the usual case, pays this on every call); once noted, one relaxed load a call. Kernels given as a KernelFunction
 // (register_autograd's, boxed ones) and the library's own (namespace mt) are not wrapped.
 struct DroppedHistoryNote {
   std::string op, where;

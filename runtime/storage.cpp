@@ -48,8 +48,8 @@ enum Pool { kDataPool, kObjectPool, kNumPools };  // 64-byte aligned data; objec
 // the pages back to the kernel when the block is freed (munmap, or a trim of the heap's
 // top). A loop that makes and drops the same intermediates of a few hundred KiB (a batched
 // matmul's output, a per-sample gradient) then pays a page fault and a page of zeroes for
-// every 4 KiB of every new block: 42% of vmap(grad)'s time on the 64/32/64 MLP at batch 64
-// was the kernel's (perf, 2-core EPYC VM). So a thread also keeps its last freed blocks of
+// every 4 KiB of every new block (`perf record` of a loop of vmap(grad) calls shows it in
+// the kernel's page-fault path; MT_NO_CPU_CACHING=1 gives the A/B). So a thread also keeps its last freed blocks of
 // up to kMediumMax bytes, at most kMediumPerSize of one size, kMediumKeep and kMediumBytes
 // in all, and hands one back to an allocation of the same rounded size; when the list is
 // full, the oldest is freed. The bound a size keeps a burst of one size (a loop's 64
