@@ -9,7 +9,7 @@
 // They need only the dispatcher, and autograd calls them (the engine's .grad accumulation,
 // gradcheck, opcheck), so they are defined here, in the autograd layer, rather than beside
 // their ops in kernels/: no object of a layer then needs a symbol that only a layer above
-// it defines (tools/check_layers.py --link). The runtime, below the dispatcher, calls none
+// it defines (tools/lint/check_layers.py --link). The runtime, below the dispatcher, calls none
 // of them: its factories, printing and to_vector copy through detail::copy_as and
 // detail::host_contiguous (runtime/copy.cpp), which are not ops.
 #include "dispatcher/dispatcher.h"

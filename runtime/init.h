@@ -23,9 +23,9 @@ namespace mt::detail {
 //  - Threads: other threads wait until the first call returns; the initializing thread
 //    reaches ensure_initialized() again (the built-ins register through dispatcher()) and
 //    returns at once. If initialization throws, the next call tries again.
-// No layer includes a header of one above it (DESIGN's table; tools/check_layers.py), and
+// No layer includes a header of one above it (DESIGN's table; tools/lint/check_layers.py), and
 // no object of one needs a symbol that only a layer above defines but this hook
-// (tools/check_layers.py --link).
+// (tools/lint/check_layers.py --link).
 void ensure_initialized();
 
 // The initialization itself (kernels/register_builtins.cpp). Call ensure_initialized().

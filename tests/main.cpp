@@ -25,7 +25,7 @@
 
 // Note [Every error the suites trigger]
 // docs/embedding.md promises that every mt::Error message starts with a name in brackets
-// ("[add_] ...", "[schema] ..."). tools/check_error_format.py reads the format strings of
+// ("[add_] ...", "[schema] ..."). tools/lint/check_error_format.py reads the format strings of
 // the sources; this checks the messages themselves, of every mt::Error any case throws,
 // caught by the test or by the library or not at all. The test program defines
 // __cxa_throw, which the C++ runtime calls for every throw expression, the library's

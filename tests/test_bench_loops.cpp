@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The host-cost comparison's timing loops (tools/bench/host_loop.h), which
-// tools/bench_libtorch.cpp --interleaved uses to put minitensor beside libtorch: the paired
+// tools/bench/bench_libtorch.cpp --interleaved uses to put minitensor beside libtorch: the paired
 // form must report g / f, not f / g, alternate which side goes first, and size each loop to
 // the time asked. The loops run on a made-up clock that each timed call advances by its
 // own cost, so every figure here is exact and the machine's load cannot move it.

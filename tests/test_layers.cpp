@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The layers at link level (tools/check_layers.py --link): the runtime reads and converts
+// The layers at link level (tools/lint/check_layers.py --link): the runtime reads and converts
 // values with its own copies, not with the ops above it (Note [Where the op-backed Tensor
 // methods live], autograd/tensor_methods.cpp), while the Tensor methods stay ops.
 #include <doctest/doctest.h>

@@ -35,7 +35,7 @@ using namespace mt;
 #ifdef MT_TESTS_CORE_ONLY
 // The ThreadSanitizer build of this file links the runtime, dispatcher and autograd only
 // (with the kernel cache's sources), which need nothing of the kernels layer but the one
-// hook (tools/check_layers.py --link): its stand-in here installs the Autograd and Trace
+// hook (tools/lint/check_layers.py --link): its stand-in here installs the Autograd and Trace
 // fallbacks and no built-in op (Note [Library initialization]).
 namespace mt::detail {
 void install_autograd_fallback();

@@ -41,7 +41,7 @@ environment:
 
 A first build on 2 idle cores takes about 3 minutes for `demo` (78 compile and link
 steps: the library, the minitensor command, two examples) and 5 for `test` or `build` (138
-and 146 steps), plus a few seconds of configuring: 2026-12-04, tools/build_time.py
+and 146 steps), plus a few seconds of configuring: 2026-12-04, tools/scripts/build_time.py
 (332, 550 and 564 CPU seconds). ccache, when installed, makes rebuilds of unchanged files
 quick; the build's full output goes to BUILDDIR.build.log.
 EOF_USAGE

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The device sources of kernels/cuda, embedded into the library at build time by
-// tools/embed_sources.py ("silu.cu", "copy.cu", "common.cuh", "layout.h").
+// tools/build/embed_sources.py ("silu.cu", "copy.cu", "common.cuh", "layout.h").
 #pragma once
 
 #include <string_view>

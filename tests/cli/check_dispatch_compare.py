@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""tools/dispatch_compare.py (compare_torch.py --dispatch) against fake benches with known
+"""tools/bench/dispatch_compare.py (compare_torch.py --dispatch) against fake benches with known
 figures: the rows paired by key, the ratio's direction (libtorch / minitensor), the
 interleaved form's ratio taken from the pairs (not recomputed from the medians), the range
 over rounds, every round printed, and the JSON it writes.
 
-Usage: check_dispatch_compare.py PATH/TO/tools/dispatch_compare.py"""
+Usage: check_dispatch_compare.py PATH/TO/tools/bench/dispatch_compare.py"""
 import json
 import os
 import re

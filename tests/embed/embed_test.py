@@ -11,7 +11,7 @@ it), or with --prefix-install for real into the build's own prefix, which must t
 inside the build directory (tests/embed/meson.build passes it for such a build: CI's
 sanitizer build, configured by tools/dev.sh with --prefix=BUILDDIR/prefix).
 
-The installed tree: only the public headers (tools/public_headers.py --list), under
+The installed tree: only the public headers (tools/build/public_headers.py --list), under
 include/minitensor/; no OpenBLAS in pkg-config --cflags; bin/minitensor runs without
 LD_LIBRARY_PATH (its $ORIGIN rpath); the CMake package files. The consumer: Meson through
 pkg-config (PKG_CONFIG_SYSROOT_DIR into a DESTDIR), or CMake through find_package(minitensor)
@@ -106,7 +106,7 @@ def main():
     # Only the public headers, and only under include/minitensor/.
     installed = sorted(os.path.relpath(os.path.join(d, f), incdir).replace(os.sep, "/")
                        for d, _, fs in os.walk(incdir) for f in fs)
-    public = subprocess.run([sys.executable, os.path.join(srcroot, "tools", "public_headers.py"),
+    public = subprocess.run([sys.executable, os.path.join(srcroot, "tools", "build", "public_headers.py"),
                              "--list", srcroot], stdout=subprocess.PIPE, text=True,
                             check=True).stdout.split()
     want = sorted("minitensor/" + h for h in public)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The rows of `minitensor bench dispatch`: minitensor's side of the host-cost comparison
-// with libtorch. Standard C++ only in this header, so that tools/bench_libtorch.cpp can
+// with libtorch. Standard C++ only in this header, so that tools/bench/bench_libtorch.cpp can
 // include it beside libtorch's headers and time both libraries in one process, loop by loop
 // (its --interleaved mode), without minitensor's headers (and their fmt) meeting torch's.
 #pragma once

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The timing loops of the host-cost benchmarks, shared by `minitensor bench dispatch` and
-// tools/bench_libtorch.cpp so that both sides are measured the same way. Standard C++
+// tools/bench/bench_libtorch.cpp so that both sides are measured the same way. Standard C++
 // only: bench_libtorch builds against libtorch without minitensor's headers.
 #pragma once
 

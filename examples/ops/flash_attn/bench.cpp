@@ -5,7 +5,7 @@
 // the forward's, as FlashAttention counts it). Shapes: the issue's, or --shapes.
 //   build/examples/ops/flash_attn/flash_attn_bench [--json] [--dtype bfloat16]
 //       [--shapes B,H,S,D,causal;...]
-// --json prints one JSON object (tools/compare_torch.py --attention). The fwd and bwd
+// --json prints one JSON object (tools/bench/compare_torch.py --attention). The fwd and bwd
 // columns run what the autotuner chose (shown as "tuned fwd", "tuned bwd": the candidate and
 // whether it was timed here or read from the file); the knobs force each candidate for the
 // comparison columns.

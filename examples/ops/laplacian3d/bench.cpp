@@ -5,7 +5,7 @@
 // CUDA events, with GB/s (one read and one write of the grid) and the share of a device
 // copy of the same bytes.
 //   build/examples/ops/laplacian3d/laplacian3d_bench [--json] [--sizes 128,256] [--sweep]
-// --json prints one JSON object instead of the table (tools/compare_torch.py --scenarios);
+// --json prints one JSON object instead of the table (tools/bench/compare_torch.py --scenarios);
 // --sweep adds the stream kernel with x chunks of 2 to 256 planes (the op picks its own).
 #include <algorithm>
 #include <cstdio>

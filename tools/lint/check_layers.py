@@ -17,7 +17,7 @@ symbol of an object (nm --undefined-only) is looked up among the symbols the obj
 violation, except the one hook (HOOK). Symbols no object defines (the C++ library, fmt,
 the CUDA headers' inline code) are not the check's concern.
 
-Usage: tools/check_layers.py [source root]; --link BUILDDIR; --self-test (the include check
+Usage: tools/lint/check_layers.py [source root]; --link BUILDDIR; --self-test (the include check
 on a made-up tree with upward, sideways and downward includes); --link-self-test (the link
 check on objects it compiles with $CXX, default c++: an upward call, the hook from its own
 object and from another, a sideways and a downward call, a generated source). Prints each
@@ -281,7 +281,7 @@ def main():
         return link_self_test()
     if len(sys.argv) == 3 and sys.argv[1] == "--link":
         return link_main(os.path.abspath(sys.argv[2]))
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     root = os.path.abspath(root)
     bad, checked = check(root)
     for b in bad:

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """SASS instruction counts of the SiLU vector kernels (kernels/cuda/silu.cu), per dtype.
 
-  tools/sass_count.py [--arch sm_90]
+  tools/bench/sass_count.py [--arch sm_90]
 
 Compiles silu.cu with nvcc to a CUBIN for the arch (no GPU needed) and counts, in each
 kernel's SASS (cuobjdump -sass), all instructions, the SFU ones (MUFU) and the float32
@@ -38,7 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
     args = ap.parse_args()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "inst.cu")
         with open(src, "w") as f:

@@ -22,7 +22,7 @@ ratio torch / minitensor (> 1 means minitensor is faster).
 
 With --mlp --device cpu: the same on the CPU at 64/32/64 and 512/256/512, torch with as many
 threads as minitensor has (the CPUs this process may run on, or MT_NUM_THREADS), so that
-`taskset -c 0,1 python3 tools/compare_torch.py --mlp --device cpu` compares both on the same
+`taskset -c 0,1 python3 tools/bench/compare_torch.py --mlp --device cpu` compares both on the same
 2 cores.
 
 With --cpu-contended: SiLU on 2^20 float32 elements on the CPU, 1 thread against all usable
@@ -33,9 +33,9 @@ thread counts alternating in blocks of calls) and `minitensor bench cpu --conten
 
   compare_torch.py --cpu-contended [--minitensor PATH] [--json OUT]
 
-With --dispatch: the host cost of one call against libtorch C++ (tools/bench_libtorch.cpp),
+With --dispatch: the host cost of one call against libtorch C++ (tools/bench/bench_libtorch.cpp),
 in separate processes or, with --interleaved, in one process as pairs of short loops;
-tools/dispatch_compare.py (which also runs without torch) says how.
+tools/bench/dispatch_compare.py (which also runs without torch) says how.
 
   compare_torch.py --dispatch --libtorch-bench PATH [--interleaved] [--minitensor PATH]
                    [--rounds N] [--json OUT]
@@ -85,7 +85,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-import dispatch_compare  # tools/dispatch_compare.py: --dispatch, which needs no torch
+import dispatch_compare  # tools/bench/dispatch_compare.py: --dispatch, which needs no torch
 
 
 @triton.jit
@@ -634,7 +634,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="--mlp: timed steps (default 50)")
     ap.add_argument("--warmup", type=int, default=None, help="--mlp: warm-up steps (default 5)")
     ap.add_argument("--dispatch", action="store_true",
-                    help="host cost of one call against libtorch C++ (tools/bench_libtorch.cpp)")
+                    help="host cost of one call against libtorch C++ (tools/bench/bench_libtorch.cpp)")
     ap.add_argument("--libtorch-bench", default="build-gpu/tools/bench_libtorch")
     ap.add_argument("--rounds", type=int, default=5, help="--dispatch: rounds")
     ap.add_argument("--interleaved", action="store_true",

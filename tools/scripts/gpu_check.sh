@@ -1,39 +1,66 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# The whole GPU check, for the offline GPU host (see ../shared/gpu/README.md), from the
-# project's root:  bash tools/gpu_check.sh
-# Builds build-gpu with CUDA, runs every test suite (CUDA cases enabled), the SiLU
-# benchmark with the PyTorch/Triton comparison, then compute-sanitizer memcheck and
-# racecheck over the CUDA test cases. Logs and JSON go under $OUT (or /tmp/mt-gpu-check);
-# a short summary table is printed last. Each step is time-boxed to keep the whole run
-# under 9 minutes.
+# The GPU check, for the GPU host (docs/gpu.md, "The GPU host"), from the project's root:
+#   bash tools/scripts/gpu_check.sh [PRESET]
+# Builds build-gpu with CUDA, then runs the steps of PRESET, each time-boxed so the whole run
+# stays under BUDGET seconds (default 530: the device tool's calls stop at 600). Logs and JSON
+# go under $OUT (or /tmp/mt-gpu-check); a summary table is printed last. STEPS=a,b,c runs
+# those steps instead of the preset's; DRY_RUN=1 prints each step's command and runs none
+# (no GPU needed: tests/cli checks the presets that way).
+# Presets:
+#   all (default)  tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize
+#   verify         tests, the SiLU/allocator/launch cases under memcheck and racecheck, the
+#                  bfloat16 SiLU sweep beside torch and Triton, the host-cost table under perf
+#   short          the SiLU cases, the bfloat16 sweep, the host-cost table, dispatch vs libtorch
+#   hostcost       the host-cost table and perf stat/record, dispatch vs libtorch interleaved,
+#                  pinned to one CPU, and as separate processes, bench dispatch --self-check
+#   keys           vmap/autocast examples and benches, bench split on CUDA
+#   cpu            the CPU path on two of the host's cores beside torch
+# Steps: tests (every doctest case); silu-tests (the SiLU cases); tutorial (examples/
+# silu_custom_op, the docs tests, under memcheck and racecheck); mlp (training on cuda and
+# cpu, the SGD step foreach vs loop); bench (the MLP step vs PyTorch, dispatch host cost vs
+# libtorch); dispatch (the dispatch comparison alone); dispatch-more (pinned, processes,
+# self-check); hostcost (bench_silu's host-cost table, perf stat); perf-record; silu (the
+# SiLU sweep vs PyTorch/Triton, and ncu); silu-bf16 (bfloat16 SiLU 2^10..2^28 beside
+# torch, Triton and a copy, do_bench medians); scenarios (examples/ops but flash_attn: tests,
+# memcheck, racecheck, benches vs torch); attention (mha::flash_attn: tests, sanitizers,
+# training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
+# --compile); keys; cpu; sanitize (memcheck, racecheck, synccheck over the CUDA cases);
+# sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases).
 set -u
 OUT=${OUT:-/tmp/mt-gpu-check}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
-STEPS=${STEPS:-tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize}  # which steps after the build: a comma list
-# (hostcost, not in the default list: bench_silu's host-cost table alone;
-# tutorial: the tutorial's GPU flow, examples/silu_custom_op and the docs tests, also under
-# memcheck and racecheck; bench: the MLP step against PyTorch and the dispatch host cost;
-# silu: the SiLU sweep, with a user's pointwise and raw SiLU beside the built-in;
-# scenarios: examples/ops' tests but flash_attn's, their (gpu) cases also under memcheck,
-# and their benches against torch; attention: mha::flash_attn's tests, under memcheck and racecheck on the
-# small shapes, the one-layer training example, and its bench against torch's SDPA;
-# compile: mt::compile's tests, also under memcheck, and compare_torch.py --compile)
+PRESET=${1:-all}
+case $PRESET in
+  all) preset_steps=tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize targets=() ;;
+  verify) preset_steps=tests,sanitize-silu,silu-bf16,hostcost targets=(tests/mt_tests tools/minitensor tools/bench_silu) ;;
+  short) preset_steps=silu-tests,silu-bf16,hostcost,dispatch targets=(tests/mt_tests tools/minitensor tools/bench_silu) ;;
+  hostcost) preset_steps=hostcost,perf-record,dispatch,dispatch-more targets=(tools/minitensor tools/bench_silu) ;;
+  keys) preset_steps=keys targets=(tools/minitensor examples/per_sample_grads) ;;
+  cpu) preset_steps=cpu targets=(tools/minitensor tools/bench_compile_cpu) ;;
+  *) echo "gpu_check.sh: unknown preset '$PRESET' (all, verify, short, hostcost, keys, cpu)" >&2; exit 2 ;;
+esac
+STEPS=${STEPS:-$preset_steps}
+DRY_RUN=${DRY_RUN:-0}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
+have() { [ "$DRY_RUN" = 1 ] || [ -x "$1" ]; }  # a built program (any, in a dry run)
 declare -A STATUS TIME
+ORDER=()  # the steps in the order they ran, for the summary
 
 left() { echo $((BUDGET - SECONDS)); }
 # step NAME CAP LOG cmd...: runs cmd with a timeout of min(CAP, time left - reserve).
 step() {
   local name=$1 cap=$2 log=$3; shift 3
+  ORDER+=("$name")
   local l=$(( $(left) - 10 ))
   (( l < cap )) && cap=$l
   if (( cap < 15 )); then STATUS[$name]="skipped (no time)"; TIME[$name]=0; echo "== $name skipped" | tee -a "$log"; return 1; fi
   echo "== $name (timeout ${cap}s): $*" | tee -a "$log"
+  if [ "$DRY_RUN" = 1 ]; then STATUS[$name]=dry; TIME[$name]=0; return 0; fi
   local t0=$SECONDS
   timeout -k 5 "$cap" "$@" >>"$log" 2>&1
   local rc=$?
@@ -44,29 +71,34 @@ step() {
   return $rc
 }
 
-{
+if [ "$DRY_RUN" != 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   ls .offline/debs
+  # shellcheck disable=SC1091  # the GPU host's offline dependencies (docs/gpu.md)
   source .offline/env.sh
-} >"$OUT/build.log" 2>&1
+fi >"$OUT/build.log" 2>&1
 
 if [ ! -f build-gpu/build.ninja ]; then
   step setup 90 "$OUT/build.log" meson setup build-gpu -Dcuda=enabled -Dwerror=false
 fi
-step build 240 "$OUT/build.log" ninja -C build-gpu -j16 -k 0
+step build 240 "$OUT/build.log" ninja -C build-gpu -j16 -k 0 "${targets[@]}"
 if [ "${STATUS[build]:-}" != ok ]; then
   grep -n "error" "$OUT/build.log" | head -40
 fi
 
-if want tests && [ -x build-gpu/tests/mt_tests ]; then
+if want tests && have build-gpu/tests/mt_tests; then
   step tests 200 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro
   grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log"
+fi
+# The SiLU cases alone (the every-16-bit-input sweep among them).
+if want silu-tests && have build-gpu/tests/mt_tests; then
+  step silu-tests 60 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro '-tc=*silu*'
 fi
 
 # The tutorial on the GPU: the user's own CUDA kernels registered, checked (gradcheck,
 # opcheck on cuda:0) and timed; the docs' snippets (their GPU blocks run here); both again
 # under memcheck and racecheck.
-if want tutorial && [ -x build-gpu/examples/silu_custom_op ]; then
+if want tutorial && have build-gpu/examples/silu_custom_op; then
   step tutorial 60 "$OUT/tutorial.log" build-gpu/examples/silu_custom_op
   step demo-cuda 60 "$OUT/tutorial.log" build-gpu/tools/minitensor demo --device cuda
   step docs 120 "$OUT/tutorial.log" meson test -C build-gpu --suite extra --print-errorlogs \
@@ -78,7 +110,7 @@ if want tutorial && [ -x build-gpu/examples/silu_custom_op ]; then
 fi
 
 # The MLP on the GPU and on the CPU from one seed: both should train, to close losses.
-if want mlp && [ -x build-gpu/examples/mlp_train ]; then
+if want mlp && have build-gpu/examples/mlp_train; then
   step mlp-train 60 "$OUT/mlp.log" bash -c \
       'build-gpu/examples/mlp_train --device cuda --steps 200 --every 50 && build-gpu/examples/mlp_train --device cpu --steps 200 --every 50'
   # The SGD update as one foreach_add_ (one multi-tensor launch) against a sub_ a parameter,
@@ -88,9 +120,9 @@ if want mlp && [ -x build-gpu/examples/mlp_train ]; then
 fi
 
 # The host-cost table alone (docs/gpu.md, "Host cost"; Note [Host-cost rows] in
-# tools/bench_silu.cpp), and perf's counters over it where the host has perf. Not in the
+# tools/bench/bench_silu.cpp), and perf's counters over it where the host has perf. Not in the
 # default STEPS: the silu step prints the same table.
-if want hostcost && [ -x build-gpu/tools/bench_silu ]; then
+if want hostcost && have build-gpu/tools/bench_silu; then
   step hostcost 60 "$OUT/hostcost.log" build-gpu/tools/bench_silu --host-only
   if command -v perf >/dev/null; then
     step hostcost-perf 60 "$OUT/hostcost.log" perf stat -e \
@@ -98,9 +130,15 @@ if want hostcost && [ -x build-gpu/tools/bench_silu ]; then
         build-gpu/tools/bench_silu --host-only
   fi
 fi
+if want perf-record && have build-gpu/tools/bench_silu && command -v perf >/dev/null; then
+  step perf-record 60 "$OUT/perf.log" bash -c '
+    perf record -g -o /tmp/mt-perf.data build-gpu/tools/bench_silu --loop 300000 >/dev/null &&
+    perf report -i /tmp/mt-perf.data --no-children --sort dso --stdio &&
+    perf report -i /tmp/mt-perf.data --no-children --sort dso,sym --percent-limit 0.3 --stdio -g none'
+fi
 
-if want silu && [ -x build-gpu/tools/bench_silu ]; then
-  step bench+torch 150 "$OUT/bench.log" python3 tools/compare_torch.py \
+if want silu && have build-gpu/tools/bench_silu; then
+  step bench+torch 150 "$OUT/bench.log" python3 tools/bench/compare_torch.py \
       --bench build-gpu/tools/bench_silu --json "$OUT/compare.json"
   # bfloat16 SiLU at 2^26 under ncu: minitensor's vector kernel, then the tutorial's Triton
   # kernel and torch's F.silu, with the same metrics (docs/gpu.md, "bfloat16 SiLU").
@@ -109,18 +147,34 @@ if want silu && [ -x build-gpu/tools/bench_silu ]; then
     ncu --metrics "$1" -k regex:silu_fwd_vec --launch-count 1 build-gpu/tools/minitensor bench silu \
         --device cuda --dtype bfloat16 --min-log2 26 --max-log2 26 --warmup 0 --repeats 1
     ncu --metrics "$1" -k regex:silu --launch-count 2 python3 -c "
-import sys; sys.path.insert(0, \"tools\"); import compare_torch as c, torch
+import sys; sys.path.insert(0, \"tools/bench\"); import compare_torch as c, torch
 x = torch.randn(1 << 26, device=\"cuda\", dtype=torch.bfloat16); y = torch.empty_like(x)
 c.triton_silu(x, y); torch.nn.functional.silu(x); torch.cuda.synchronize()"' _ "$NCU_METRICS"
 fi
-if want bench && grep -q -- '--mlp' tools/compare_torch.py 2>/dev/null; then
-  step mlp+torch 120 "$OUT/bench_mlp.log" python3 tools/compare_torch.py --mlp \
+# bfloat16 SiLU from 2^10 to 2^28: minitensor's bench, then torch's F.silu, the tutorial's
+# Triton kernel and a copy, each a do_bench median in one process.
+if want silu-bf16 && have build-gpu/tools/minitensor; then
+  step silu-bf16 40 "$OUT/bf16.log" build-gpu/tools/minitensor bench silu --device cuda \
+      --dtype bfloat16 --min-log2 10 --max-log2 28
+  step silu-bf16-torch 60 "$OUT/bf16.log" python3 -c '
+import sys; sys.path.insert(0, "tools/bench")
+import torch, compare_torch as c
+from triton.testing import do_bench
+for lg in range(10, 29, 2):
+    x = torch.randn(1 << lg, device="cuda", dtype=torch.bfloat16); y = torch.empty_like(x)
+    t = do_bench(lambda: torch.nn.functional.silu(x), return_mode="median")
+    tr = do_bench(lambda: c.triton_silu(x, y), return_mode="median")
+    cp = do_bench(lambda: y.copy_(x), return_mode="median")
+    print(f"bf16 2^{lg}: torch {t*1e3:.2f} us, triton {tr*1e3:.2f} us, copy {cp*1e3:.2f} us")'
+fi
+if want bench && grep -q -- '--mlp' tools/bench/compare_torch.py 2>/dev/null; then
+  step mlp+torch 120 "$OUT/bench_mlp.log" python3 tools/bench/compare_torch.py --mlp \
       --minitensor build-gpu/tools/minitensor --json "$OUT/compare_mlp.json"
 fi
 
-if want bench && [ -x build-gpu/tools/minitensor ]; then
+if { want bench || want dispatch; } && have build-gpu/tools/minitensor; then
   # Host cost of one tiny op, against libtorch C++ built from the torch wheel
-  # (tools/bench_libtorch.cpp): with minitensor's rows linked in, the two timed loop by loop
+  # (tools/bench/bench_libtorch.cpp): with minitensor's rows linked in, the two timed loop by loop
   # in one process (docs/host-cost.md); else each in its own process, alternately.
   TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
   TORCH_ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
@@ -129,30 +183,45 @@ if want bench && [ -x build-gpu/tools/minitensor ]; then
     step libtorch-build 180 "$OUT/dispatch.log" bash -c '
       f=(-O2 -std=c++20 -w -D_GLIBCXX_USE_CXX11_ABI="$1" -I. -I"$2/include")
       lt=(-L"$2/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$2/lib")
-      g++ "${f[@]}" tools/bench_libtorch.cpp -o build-gpu/tools/bench_libtorch "${lt[@]}" & p=$!
-      g++ "${f[@]}" -DMT_INTERLEAVED -c tools/bench_libtorch.cpp -o build-gpu/tools/bench_interleaved.o &&
+      g++ "${f[@]}" tools/bench/bench_libtorch.cpp -o build-gpu/tools/bench_libtorch "${lt[@]}" & p=$!
+      g++ "${f[@]}" -DMT_INTERLEAVED -c tools/bench/bench_libtorch.cpp -o build-gpu/tools/bench_interleaved.o &&
         g++ build-gpu/tools/bench_interleaved.o build-gpu/tools/libmt_bench.a \
           -o build-gpu/tools/bench_interleaved -Lbuild-gpu -lminitensor $(pkg-config --libs fmt) \
           -Wl,-rpath,"$PWD/build-gpu" "${lt[@]}"
       r=$?; wait $p || r=1; exit $r' _ "$TORCH_ABI" "$TORCH_DIR"
   fi
-  if [ -x build-gpu/tools/bench_interleaved ]; then
-    step dispatch 120 "$OUT/dispatch.log" python3 tools/compare_torch.py --dispatch --interleaved \
+  if have build-gpu/tools/bench_interleaved; then
+    step dispatch 120 "$OUT/dispatch.log" python3 tools/bench/compare_torch.py --dispatch --interleaved \
         --libtorch-bench build-gpu/tools/bench_interleaved \
         --rounds "${ROUNDS:-10}" --json "$OUT/compare_dispatch.json"
-  elif [ -x build-gpu/tools/bench_libtorch ]; then
-    step dispatch 120 "$OUT/dispatch.log" python3 tools/compare_torch.py --dispatch \
+  elif have build-gpu/tools/bench_libtorch; then
+    step dispatch 120 "$OUT/dispatch.log" python3 tools/bench/compare_torch.py --dispatch \
         --minitensor build-gpu/tools/minitensor --libtorch-bench build-gpu/tools/bench_libtorch \
         --rounds "${ROUNDS:-5}" --json "$OUT/compare_dispatch.json"
   else
     step dispatch 60 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch
+  fi
+  # dispatch-more: the interleaved comparison pinned to one CPU, the two as separate
+  # processes, and what the comparison can resolve on this host (bench dispatch --self-check).
+  if want dispatch-more && have build-gpu/tools/bench_interleaved; then
+    step dispatch-pinned 60 "$OUT/dispatch.log" taskset -c 2 python3 tools/bench/compare_torch.py \
+        --dispatch --interleaved --libtorch-bench build-gpu/tools/bench_interleaved --rounds 5 \
+        --json "$OUT/compare_dispatch_pinned.json"
+  fi
+  if want dispatch-more && have build-gpu/tools/bench_libtorch; then
+    step dispatch-procs 60 "$OUT/dispatch.log" python3 tools/bench/compare_torch.py --dispatch \
+        --minitensor build-gpu/tools/minitensor --libtorch-bench build-gpu/tools/bench_libtorch \
+        --rounds 5 --json "$OUT/compare_dispatch_procs.json"
+  fi
+  if want dispatch-more; then
+    step dispatch-selfcheck 45 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch --self-check 5
   fi
 fi
 
 # The tutorial's application scenarios (examples/ops): each op's tests (its (gpu) cases on
 # cuda:0, then again under memcheck and racecheck), the PINN-style fit, the bench against
 # torch's forms.
-if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]; then
+if want scenarios && have build-gpu/examples/ops/laplacian3d/laplacian3d_tests; then
   step scenarios 240 "$OUT/scenarios.log" bash -c '
     set -e
     for t in build-gpu/examples/ops/*/*_tests; do [[ $t == *flash_attn* ]] || "$t" --no-intro; done
@@ -162,7 +231,7 @@ if want scenarios && [ -x build-gpu/examples/ops/laplacian3d/laplacian3d_tests ]
       compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*"
     done
     build-gpu/examples/ops/laplacian3d/laplacian3d_poisson
-    python3 tools/compare_torch.py --scenarios \
+    python3 tools/bench/compare_torch.py --scenarios \
         --laplacian-bench build-gpu/examples/ops/laplacian3d/laplacian3d_bench \
         --emb-agg-bench build-gpu/examples/ops/emb_agg/emb_agg_bench --json "$1/compare_scenarios.json"' _ "$OUT"
 fi
@@ -170,7 +239,7 @@ fi
 # mha::flash_attn (examples/ops/flash_attn): its tests (the (gpu) cases but the S = 16384
 # allocation one again under memcheck and racecheck), the training example, the bench
 # against torch's SDPA and the unfused form.
-if want attention && [ -x build-gpu/examples/ops/flash_attn/flash_attn_tests ]; then
+if want attention && have build-gpu/examples/ops/flash_attn/flash_attn_tests; then
   step attention 300 "$OUT/attention.log" bash -c '
     set -e
     t=build-gpu/examples/ops/flash_attn/flash_attn_tests
@@ -178,17 +247,17 @@ if want attention && [ -x build-gpu/examples/ops/flash_attn/flash_attn_tests ]; 
     compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*" "-tce=*S x S*"
     compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 1 "$t" --no-intro "-tc=*(gpu)*" "-tce=*S x S*"
     build-gpu/examples/ops/flash_attn/flash_attn_train
-    python3 tools/compare_torch.py --attention \
+    python3 tools/bench/compare_torch.py --attention \
         --flash-attn-bench build-gpu/examples/ops/flash_attn/flash_attn_bench --json "$1/compare_attention.json"' _ "$OUT"
 fi
 
 # mt::compile: its test suite (CUDA cases on cuda:0), again under memcheck, and the compiled
 # MLP step and x * sigmoid(x) against torch eager, CUDA graph and torch.compile.
-if want compile && [ -x build-gpu/tests/mt_tests ]; then
+if want compile && have build-gpu/tests/mt_tests; then
   step compile-tests 120 "$OUT/compile.log" env MT_LOG=compile build-gpu/tests/mt_tests --no-intro -ts=compile
   step compile-memcheck 150 "$OUT/compile.log" compute-sanitizer --tool memcheck --print-limit 20 \
       --error-exitcode 1 build-gpu/tests/mt_tests --no-intro -ts=compile
-  step compile+torch 150 "$OUT/compile_torch.log" python3 tools/compare_torch.py --compile \
+  step compile+torch 150 "$OUT/compile_torch.log" python3 tools/bench/compare_torch.py --compile \
       --minitensor build-gpu/tools/minitensor --json "$OUT/compare_compile.json"
 fi
 
@@ -196,7 +265,7 @@ fi
 # gradients example (vmap(grad) against a loop, the MLP under autocast bfloat16) and
 # bench vmap on cuda and on two CPU cores; bench split (a cudagraph_unsafe op in a compiled
 # step: eager against the split CUDA graph).
-if want keys && [ -x build-gpu/tools/minitensor ]; then
+if want keys && have build-gpu/tools/minitensor; then
   step keys-example 120 "$OUT/keys.log" build-gpu/examples/per_sample_grads --device cuda
   step keys-bench-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench vmap --device cuda
   step keys-bench-cpu 120 "$OUT/keys.log" taskset -c 0,1 build-gpu/tools/minitensor bench vmap --device cpu
@@ -207,18 +276,18 @@ fi
 # installed: the ops on 1 and 2 threads idle and beside busy loops, the 512/256/512 MLP step
 # against torch's, torch's SiLU under the same contention, and CPU fusion (chains eager,
 # compiled, fused; jit::pointwise's SiLU against mt::silu) on 1 and 2 threads.
-if want cpu && [ -x build-gpu/tools/minitensor ]; then
+if want cpu && have build-gpu/tools/minitensor; then
   step cpu-bench 100 "$OUT/cpu.log" taskset -c 0,1 build-gpu/tools/minitensor bench cpu
   step cpu-contended 100 "$OUT/cpu.log" taskset -c 0,1 build-gpu/tools/minitensor bench cpu --contended
   step cpu-blas 30 "$OUT/cpu.log" bash -c 'build-gpu/tools/minitensor doctor | grep -E "^(cpu|blas) "; \
       for c in "" Haswell SkylakeX; do echo "== OPENBLAS_CORETYPE=$c"; OPENBLAS_CORETYPE=$c taskset -c 0,1 \
       build-gpu/tools/minitensor doctor | grep "^blas "; done'
-  step cpu-mlp+torch 120 "$OUT/cpu.log" taskset -c 0,1 python3 tools/compare_torch.py --mlp --device cpu \
+  step cpu-mlp+torch 120 "$OUT/cpu.log" taskset -c 0,1 python3 tools/bench/compare_torch.py --mlp --device cpu \
       --minitensor build-gpu/tools/minitensor
   # the same with OpenBLAS's AVX-512 kernels forced (doctor says when its own choice left them unused)
   step cpu-mlp+torch-skx 120 "$OUT/cpu.log" env OPENBLAS_CORETYPE=SkylakeX taskset -c 0,1 python3 \
-      tools/compare_torch.py --mlp --device cpu --minitensor build-gpu/tools/minitensor
-  step cpu-torch-contended 100 "$OUT/cpu.log" taskset -c 0,1 python3 tools/compare_torch.py --cpu-contended \
+      tools/bench/compare_torch.py --mlp --device cpu --minitensor build-gpu/tools/minitensor
+  step cpu-torch-contended 100 "$OUT/cpu.log" taskset -c 0,1 python3 tools/bench/compare_torch.py --cpu-contended \
       --minitensor build-gpu/tools/minitensor
   step cpu-fusion 150 "$OUT/cpu.log" bash -c 'for t in 1 2; do echo "== MT_NUM_THREADS=$t"; \
       MT_NUM_THREADS=$t taskset -c 0,1 build-gpu/tools/bench_compile_cpu 9; done'
@@ -228,7 +297,17 @@ fi
 # past the GPU's memory) are left out of the sanitizer runs: compute-sanitizer counts the
 # failed API call as an error.
 NOAPI='-tce=*driver errors name*,*out of memory is a clear error*'
-if want sanitize && [ -x build-gpu/tests/mt_tests ]; then
+# The SiLU kernels (Note [16-bit SiLU]), the CUDA allocator and the launch cases under
+# memcheck and racecheck; the every-16-bit-input case alone under memcheck (few launches).
+if want sanitize-silu && have build-gpu/tests/mt_tests; then
+  step memcheck-silu 70 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*silu*,*allocat*,*launch*' "$NOAPI,*every 16-bit input*"
+  step racecheck-silu 40 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*silu*,*allocat*,*launch*' "$NOAPI,*every 16-bit input*"
+  step memcheck-16bit 40 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
+      build-gpu/tests/mt_tests --no-intro '-tc=*every 16-bit input*'
+fi
+if want sanitize && have build-gpu/tests/mt_tests; then
   step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
       build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' "$NOAPI"
   # racecheck looks for shared-memory hazards. Every CUDA case but the op harness runs
@@ -249,7 +328,7 @@ fi
   echo
   echo "=================== SUMMARY ==================="
   printf "| step | status | s |\n|---|---|---|\n"
-  for s in setup build tests tutorial demo-cuda docs tutorial-memcheck tutorial-racecheck mlp-train mlp-sgd bench+torch silu-ncu mlp+torch libtorch-build dispatch scenarios attention compile-tests compile-memcheck compile+torch keys-example keys-bench-cuda keys-bench-cpu cpu-bench cpu-blas cpu-contended cpu-mlp+torch cpu-mlp+torch-skx cpu-torch-contended cpu-fusion memcheck racecheck racecheck-ops synccheck; do
+  for s in "${ORDER[@]}"; do
     [ -n "${STATUS[$s]:-}" ] && printf "| %s | %s | %s |\n" "$s" "${STATUS[$s]}" "${TIME[$s]}"
   done
   echo

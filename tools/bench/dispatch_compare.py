@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The host cost of one call, minitensor against libtorch C++: `compare_torch.py --dispatch`.
 
-Two forms, chosen by what --libtorch-bench is (tools/bench_libtorch.cpp):
+Two forms, chosen by what --libtorch-bench is (tools/bench/bench_libtorch.cpp):
 - plain: `minitensor bench dispatch --json` and bench_libtorch run one after the other,
   --rounds times, each in its own process; a round's ratio is libtorch's ns over
   minitensor's, each the median of 5 timed loops;

@@ -15,7 +15,7 @@
 #    incremental), and `minitensor dump mt::gelu` must still name kernels/ops/unary.cpp.
 # Prints one line, "nocuda: OK (...)" or what failed; exit 0/1.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$(pwd)
 work=${MT_NOCUDA_DIR:-${TMPDIR:-/tmp}/minitensor-nocuda-$(printf '%s' "$root" | cksum | cut -d' ' -f1)}
 case "$work/" in "$root"/*) echo "nocuda: FAILED (MT_NOCUDA_DIR=$work is inside the source tree)"; exit 1 ;; esac

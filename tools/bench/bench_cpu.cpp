@@ -27,7 +27,7 @@
 #include "tools/bench/silu.h"
 
 #if MT_HAVE_SLEEF
-// tools/sleef_silu.cpp, compiled for AVX-512 (sleef.h declares the 512-bit functions only
+// tools/bench/sleef_silu.cpp, compiled for AVX-512 (sleef.h declares the 512-bit functions only
 // under -mavx512f); called only where the CPU has it.
 void sleef_silu(float* o, const float* x, int64_t n);
 #endif

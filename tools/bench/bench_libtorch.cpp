@@ -4,17 +4,17 @@
 // counts), so that
 // `compare_torch.py --dispatch` can put both on one machine in one run instead of
 // comparing against figures from another day. Not part of the Meson build: it needs
-// libtorch, which only the GPU host has (from the torch wheel); tools/gpu_check.sh and
-// tools/gpu_hostcost.sh compile it there, in one of two forms:
+// libtorch, which only the GPU host has (from the torch wheel); tools/scripts/gpu_check.sh
+// (its bench and dispatch steps) compiles it there, in one of two forms:
 //
 //   libtorch alone, run in its own process alternately with `minitensor bench dispatch`:
 //     g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=<torch's> -I. -I<torch>/include
-//         tools/bench_libtorch.cpp -L<torch>/lib -ltorch_cpu -lc10 -Wl,-rpath,<torch>/lib
+//         tools/bench/bench_libtorch.cpp -L<torch>/lib -ltorch_cpu -lc10 -Wl,-rpath,<torch>/lib
 //   with minitensor's rows linked in (-DMT_INTERLEAVED, tools/bench/dispatch.cpp from the
 //   Meson build's libmt_bench.a, and libminitensor), timing the two in one process as pairs
 //   of short loops back to back (--interleaved ROUNDS), each pair's ratio taken from one
 //   state of the host.
-//     g++ ... -DMT_INTERLEAVED tools/bench_libtorch.cpp <build>/tools/libmt_bench.a
+//     g++ ... -DMT_INTERLEAVED tools/bench/bench_libtorch.cpp <build>/tools/libmt_bench.a
 //         -L<build> -lminitensor -lfmt -Wl,-rpath,<build> (then libtorch as above)
 //
 // Prints one JSON object: row -> ns per call (compare_torch.py pairs the rows); with

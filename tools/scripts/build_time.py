@@ -47,7 +47,7 @@ def measure(builddir, options):
     env = dict(os.environ, CCACHE_DISABLE="1",
                CXX=f"{sys.executable} {os.path.abspath(__file__)} cc {log} "
                    f"{os.environ.get('CXX', 'c++')}")
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     subprocess.run(["meson", "setup", builddir, root] + options, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     subprocess.run(["ninja", "-C", builddir], env=env, check=True)

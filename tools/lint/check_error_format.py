@@ -11,7 +11,7 @@ built elsewhere must be passed as MT_ERROR("{}", msg) only when msg is built wit
 prefix: those are listed in ALLOWED_INDIRECT with the reason. The robustness probe
 (tests/robustness/probe.cpp) checks the messages themselves, at run time.
 
-Usage: tools/check_error_format.py [source root], or --self-test. Prints each offending
+Usage: tools/lint/check_error_format.py [source root], or --self-test. Prints each offending
 call as file:line: text and exits 1 if there is one, else prints a count and exits 0.
 """
 import os
@@ -113,7 +113,7 @@ def main():
     if sys.argv[1:] == ["--self-test"]:
         self_test()
         return 0
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     problems, count = check_tree(root)
     for rel, line, p in problems:
         print("%s:%d: %s" % (rel, line, p))

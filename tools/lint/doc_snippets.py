@@ -191,7 +191,7 @@ def generate_doc(blocks, rel, n_cpp, top, body, expected, commands):
 
 
 def write_program(rel, n_cpp, top, body, expected, commands, out_cpp, out_json):
-    out = [f"// Generated from {rel} by tools/doc_snippets.py; edit the markdown, not this file.",
+    out = [f"// Generated from {rel} by tools/lint/doc_snippets.py; edit the markdown, not this file.",
            "#include <cstdio>", "#include <exception>", "#include \"minitensor.h\"", ""]
     out += top
     out += ["", '#line 1 "doc_snippets_main"', "int main() {", "  std::setvbuf(stdout, nullptr, _IONBF, 0);",
