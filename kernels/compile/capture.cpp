@@ -312,6 +312,16 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
             "ops instead of item(), to_vector() or printing values, or do that outside the "
             "compiled function.\n{}",
             at, what);
+      // A kernel launched outside the dispatcher (a user's mt::jit kernel in a backward
+      // written as a lambda, say) reads its arguments' values as surely as item() does.
+      if (what.starts_with("[jit] ") && what.find("is a fake tensor (shapes only, no data)") != std::string::npos)
+        MT_ERROR(
+            "[compile] the function read a tensor's values while it was captured{}: it launched "
+            "a kernel outside the dispatcher (mt::jit) on a fake tensor, and capture runs the "
+            "function on fake tensors, which have shapes but no values. Launch the kernel from an "
+            "op with a Fake kernel (custom_op, register_fake), so capture records the op, or "
+            "launch it outside the compiled function.\n{}",
+            at, what);
       if (what.find("has no Fake kernel") != std::string::npos)
         MT_ERROR(
             "[compile] capturing runs every op on fake tensors to lay out the graph before "
