@@ -15,7 +15,8 @@ usage: tools/dev.sh COMMAND [OPTION]
 commands:
   demo                      set up, build the library, tools/minitensor and the two
                             examples, run the demo and the examples
-  test [--sanitize|--tsan]  set up, build, run every test suite
+  test [--sanitize|--tsan]  set up, build, run the test suites: unit, ops, gpu and
+                            integration (and slow with CI=true or MT_TEST_SLOW=1)
   build [--sanitize|--tsan] [--tests]
                             set up and build everything (--tests: only what `test` runs)
   deps                      install the missing Debian packages only
@@ -30,6 +31,8 @@ environment:
   MT_JOBS        parallel jobs for ninja and meson test (default: the number of CPUs)
   MT_UNITY       1: a unity build, four .cpp files a compile (CI's default; set at configure)
   MT_TSAN_TESTS  the doctest cases `test --tsan` runs
+  MT_TEST_SLOW   1: `test` runs suite slow too (the CUBIN compiles of every kernel, the
+                 timed fuzz runs); CI=true does
   MT_ASAN_DIR    the --sanitize build's directory (default build-asan; CI puts it outside
                  the source tree)
   MT_UBSAN_FULL  1: the --sanitize build keeps UBSan's null and alignment checks in every
@@ -39,11 +42,9 @@ environment:
                  schema fuzzer runs 60 s from its seeds where clang++ is installed) and
                  -Dtsan_tests=true (tests/test_threads.cpp under ThreadSanitizer)
 
-A first build on 2 idle cores takes about 3 minutes for `demo` (78 compile and link
-steps: the library, the minitensor command, two examples) and 5 for `test` or `build` (138
-and 146 steps), plus a few seconds of configuring: 2026-12-04, tools/scripts/build_time.py
-(332, 550 and 564 CPU seconds). ccache, when installed, makes rebuilds of unchanged files
-quick; the build's full output goes to BUILDDIR.build.log.
+A first build shows ninja's progress; its full output goes to BUILDDIR.build.log.
+tools/scripts/build_time.py measures a cold build's CPU time a step (docs/building.md).
+ccache, when installed, makes rebuilds of unchanged files quick.
 EOF_USAGE
 }
 
@@ -227,23 +228,45 @@ case "$cmd" in
     fi
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:allocator_may_return_null=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-    say "running the doctest suites ($builddir/tests/mt_tests)"
+    # Note [Test levels] in tests/meson.build: every suite but slow, and slow too under CI=true
+    # or MT_TEST_SLOW=1; the doctest cases run as one meson test a level, beside the others.
+    suites=(--suite unit --suite ops --suite gpu --suite integration)
+    case "${MT_TEST_SLOW:-${CI:-}}" in 1 | true) suites+=(--suite slow) ;; esac
+    say "running meson test ${suites[*]}"
     set +e
-    "$builddir/tests/mt_tests" --no-intro 2>&1 | tee "$builddir/doctest.log"
+    meson test -C "$builddir" "${suites[@]}" --print-errorlogs --num-processes "$jobs" 2>&1 | tee "$builddir/tests.log"
     rc=${PIPESTATUS[0]}
-    say "running the other tests (meson test --suite extra)"
-    meson test -C "$builddir" --suite extra --print-errorlogs --num-processes "$jobs" 2>&1 | tee "$builddir/extra.log"
     set -e
-    line=$(grep -E '^\[doctest\] test cases:' "$builddir/doctest.log" | tail -n 1)
-    dp=$(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$line")
-    df=$(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$line")
-    ds=$(sed -E 's/.*\| *([0-9]+) skipped.*/\1/' <<<"$line")
-    [ -n "$line" ] || { dp=0; df=1; ds=0; }   # the runner died before its summary
-    ep=$(grep -E '^Ok: ' "$builddir/extra.log" | awk '{print $2}' | tail -n 1)
-    ef=$(grep -E '^Fail: ' "$builddir/extra.log" | awk '{print $2}' | tail -n 1)
-    es=$(grep -E '^Skipped: ' "$builddir/extra.log" | awk '{print $2}' | tail -n 1)
-    passed=$((dp + ${ep:-0})); failed=$((df + ${ef:-0})); skipped=$((ds + ${es:-0}))
-    if [ $rc -ne 0 ] && [ $failed -eq 0 ]; then failed=1; fi
+    # N passed, failed, skipped: a doctest level counts its cases, any other test counts one.
+    # doctest counts the cases its filters leave out as skipped, so the cases not run are the
+    # program's cases (any level's passed + failed + skipped) less those run in every level.
+    read -r passed failed skipped < <(python3 - "$builddir/meson-logs/testlog.json" <<'PY'
+import json, re, sys
+p = f = s = 0
+cases, ran = None, 0
+try:
+    tests = [json.loads(line) for line in open(sys.argv[1])]
+except OSError:
+    tests = []
+for t in tests:
+    ok = t["result"] in ("OK", "EXPECTEDFAIL")
+    m = re.findall(r"\[doctest\] test cases: *(\d+) \| *(\d+) passed \| *(\d+) failed \| *(\d+) skipped",
+                   t.get("stdout") or "")
+    if re.search(r"/ doctest \w+$", t["name"]) and m:
+        run, tp, tf, ts = map(int, m[-1])  # doctest: "test cases: RUN | P passed | F failed | S skipped"
+        cases, ran = run + ts, ran + run
+        p, f = p + tp, f + tf + (not ok and tf == 0)  # a runner that died after its summary
+    elif ok:
+        p += 1
+    elif t["result"] == "SKIP":
+        s += 1
+    else:
+        f += 1
+s += (cases - ran) if cases is not None else 0
+print(p, f, s) if tests else print(0, 1, 0)
+PY
+    )
+    if [ $rc -ne 0 ] && [ "${failed:-0}" -eq 0 ]; then failed=1; fi
     echo "$passed $failed $skipped" >"$builddir/summary.txt"
     echo "$passed passed, $failed failed, $skipped skipped"
     [ $failed -eq 0 ]

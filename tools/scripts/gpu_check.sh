@@ -101,7 +101,7 @@ fi
 if want tutorial && have build-gpu/examples/silu_custom_op; then
   step tutorial 60 "$OUT/tutorial.log" build-gpu/examples/silu_custom_op
   step demo-cuda 60 "$OUT/tutorial.log" build-gpu/tools/minitensor demo --device cuda
-  step docs 120 "$OUT/tutorial.log" meson test -C build-gpu --suite extra --print-errorlogs \
+  step docs 120 "$OUT/tutorial.log" meson test -C build-gpu --suite integration --print-errorlogs \
       "docs tutorial" "docs readme" "example silu_custom_op"
   step tutorial-memcheck 90 "$OUT/tutorial.log" compute-sanitizer --tool memcheck \
       --print-limit 20 build-gpu/examples/silu_custom_op
