@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -352,37 +353,65 @@ def this_machine(card=None):
     return m
 
 
-UNITS = [("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_s", "s"), ("gflops", "GFLOP/s"),
-         ("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("_bytes", "B"), ("_mib", "MiB")]
+UNITS = {"ms": "ms", "us": "µs", "ns": "ns", "s": "s", "gbps": "GB/s", "gflops": "GFLOP/s",
+         "tflops": "TFLOP/s", "bytes": "B", "mib": "MiB", "pct": "%"}
+
+
+def unit_of(key):
+    """The unit a key names as its whole name, first word or last word (`ms`, `copy_us`,
+    `gbps`), or None."""
+    k = key.lower()
+    for suffix, unit in UNITS.items():
+        if k == suffix or k.endswith("_" + suffix) or k.startswith(suffix + "_"):
+            return unit
+    return None
 
 
 def flatten(x, path=""):
-    """Rows of a bench's JSON: one a numeric leaf, named by its path; a key holding
-    "ratio" or "speedup" becomes the row's ratio instead of its value."""
+    """Rows of a bench's JSON. In an object, the texts and the whole numbers whose key names
+    no unit (threads, n, log2n) label the row; the key with a unit that names minitensor
+    (`ms`, `us`, `mt_ms`, `minitensor_us`), or else the first key with a unit, is the value;
+    the other keys with a unit of the same kind are baselines beside it; a key holding
+    "ratio", "speedup" or "/" is a ratio; the rest goes to `other`. Nested objects and lists
+    give rows of their own, named by their path."""
     rows = []
-    if isinstance(x, dict):
-        label = " ".join(f"{k}={v}" for k, v in x.items() if isinstance(v, str))
-        base = f"{path} {label}".strip() if label else path
-        nums = {k: v for k, v in x.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        ratios = {k: v for k, v in nums.items() if "ratio" in k.lower() or "speedup" in k.lower()}
-        for k, v in nums.items():
-            if k in ratios:
-                continue
-            unit = next((u for suf, u in UNITS if k.lower().endswith(suf)), "")
-            rows.append({"what": f"{base} {k}".strip(), "unit": unit, "value": v})
-        if ratios and rows:
-            rows[-1]["ratios"] = ratios
-        elif ratios:
-            rows.append({"what": base or "ratio", "unit": "", "value": "-", "ratios": ratios})
-        for k, v in x.items():
-            if isinstance(v, (dict, list)):
-                rows += flatten(v, f"{path}.{k}" if path else k)
-    elif isinstance(x, list):
+    if isinstance(x, list):
         for i, v in enumerate(x):
             rows += flatten(v, f"{path}[{i}]")
-    elif isinstance(x, (int, float)) and not isinstance(x, bool):
-        rows.append({"what": path or "value", "unit": "", "value": x})
+        return rows
+    if not isinstance(x, dict):
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            rows.append({"what": path or "value", "unit": "", "value": x})
+        return rows
+    num = {k: v for k, v in x.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    ratio_keys = [k for k in num if any(w in k.lower() for w in ("ratio", "speedup", "/", "vs_"))]
+    measured = [k for k in num if k not in ratio_keys and unit_of(k)]
+    labels = [f"{k}={v}" for k, v in x.items() if isinstance(v, str)]
+    labels += [f"{k}={v}" for k, v in num.items()
+               if k not in ratio_keys and k not in measured and isinstance(v, int)]
+    if measured:
+        mine = [k for k in measured if k.lower() in ("ms", "us", "ns", "s")
+                or k.lower().startswith(("mt_", "minitensor"))]
+        main = (mine or measured)[0]
+        row = {"what": " ".join([path] + labels).strip() or main, "unit": unit_of(main),
+               "value": num[main]}
+        same = {k: num[k] for k in measured if k != main and unit_of(k) == unit_of(main)}
+        other = {k: num[k] for k in num
+                 if k not in same and k != main and k not in ratio_keys
+                 and f"{k}={num[k]}" not in labels}
+        if same:
+            row["baselines"] = same
+        if ratio_keys:
+            row["ratios"] = {k: num[k] for k in ratio_keys}
+        if other:
+            row["other"] = other
+        rows.append(row)
+    elif ratio_keys:
+        rows.append({"what": " ".join([path] + labels).strip() or "ratio", "unit": "",
+                     "value": "-", "ratios": {k: num[k] for k in ratio_keys}})
+    for k, v in x.items():
+        if isinstance(v, (dict, list)):
+            rows += flatten(v, f"{path}.{k}" if path else k)
     return rows
 
 
@@ -409,7 +438,7 @@ def record(argv):
             sys.stderr.write(p.stderr)
             print(f"[render_results] record: the command exited with {p.returncode}")
             return 1
-        text, command = p.stdout, " ".join(cmd)
+        text, command = p.stdout, shlex.join(cmd)
     else:
         text, command = Path(a.src).read_text(encoding="utf-8"), a.command
     try:
@@ -527,10 +556,11 @@ def self_test():
         failures += not ok
         print(f"[render_results] self-test digits kept: {'ok' if ok else 'FAILED'}")
     # flatten: a bench's JSON becomes rows, ratios beside their values.
-    rows = flatten({"rows": [{"dtype": "float32", "mt_ms": 1.0, "torch_ms": 2.0, "ratio": 2.0}]})
-    ok = (rows == [{"what": "rows[0] dtype=float32 mt_ms", "unit": "ms", "value": 1.0},
-                   {"what": "rows[0] dtype=float32 torch_ms", "unit": "ms", "value": 2.0,
-                    "ratios": {"ratio": 2.0}}])
+    rows = flatten({"bench": "silu", "rows": [
+        {"dtype": "float32", "log2n": 20, "mt_ms": 1.0, "torch_ms": 2.0, "torch/mt": 2.0, "gbps": 9.5}]})
+    ok = (rows == [{"what": "rows[0] dtype=float32 log2n=20", "unit": "ms", "value": 1.0,
+                    "baselines": {"torch_ms": 2.0}, "ratios": {"torch/mt": 2.0},
+                    "other": {"gbps": 9.5}}])
     failures += not ok
     print(f"[render_results] self-test flatten: {'ok' if ok else 'FAILED: ' + repr(rows)}")
     print(f"[render_results] self-test: {'FAIL' if failures else 'OK'}")
