@@ -236,7 +236,12 @@ def render(results):
     for a in areas:
         out += [f"## {a}", ""]
         titles = by_area[a]
-        for title in titles:
+
+        def newest(title):  # the area's tables: newest run first, then by title
+            date = max(d["date"] for _, d in titles[title] if d["date"] != "unknown") \
+                if any(d["date"] != "unknown" for _, d in titles[title]) else "0"
+            return (-int(date.replace("-", "")), title)
+        for title in sorted(titles, key=newest):
             runs = sorted(titles[title], key=lambda nd: (nd[1]["date"], nd[0]), reverse=True)
             name, d = runs[0]
             out += [f"### {title}", ""]
