@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // deeprec::emb_agg's tests (build/examples/ops/emb_agg/emb_agg_tests, meson test suite
-// 'extra'): against a float64 reference of plain loops over random bags (empty ones and
+// 'ops'): against a float64 reference of plain loops over random bags (empty ones and
 // duplicates included), gradcheck in float64 for weight and per_sample_weights, opcheck,
 // fake shapes, the errors; the CUDA kernels compiled to CUBIN for sm_80 and sm_90 with
 // the op's own launch arguments checked, and run through a CPU emulation of the grid.

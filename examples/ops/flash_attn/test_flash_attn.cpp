@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // mha::flash_attn's tests (build/examples/ops/flash_attn/flash_attn_tests, meson test suite
-// 'extra'): the CPU kernel against a naive float64 softmax(scale q k^T) v (causal and not,
+// 'ops'): the CPU kernel against a naive float64 softmax(scale q k^T) v (causal and not,
 // sequences that are not a multiple of any block), gradcheck in float64 (through out and
 // lse), opcheck, fake shapes, the errors; every CUDA kernel compiled to CUBIN for sm_80
 // and sm_90 with the op's own launch arguments checked; and the CUDA kernels run through a

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // pde::laplacian3d's tests (build/examples/ops/laplacian3d/laplacian3d_tests, meson test
-// suite 'extra'): against a float64 reference of plain loops, self-adjointness, gradcheck
+// suite 'ops'): against a float64 reference of plain loops, self-adjointness, gradcheck
 // and gradgradcheck, opcheck, fake shapes, the errors; the CUDA kernels compiled to CUBIN
 // for sm_80 and sm_90 with the op's own launch arguments checked against their
 // signatures, and run through a CPU emulation of the grid (threads and a barrier). Cases
