@@ -17,11 +17,6 @@
 namespace mt::cli {
 namespace {
 
-struct CacheCliOptions {
-  std::string what = "ls", plot;
-  bool demo = false, json = false;
-};
-
 int cache_cmd(const std::string& what, bool json) {
   auto& cache = jit::kernel_cache();
   const std::string& dir = cache.config().dir;
@@ -158,6 +153,11 @@ int cache_plot(const std::string& path, bool demo) {
   std::printf("%zu disk hits, %zu misses (compiled), %zu evictions\n", hits, misses, evictions);
   return 0;
 }
+
+struct CacheCliOptions {
+  std::string what = "ls", plot;
+  bool demo = false, json = false;
+};
 
 }  // namespace
 

@@ -10,10 +10,6 @@
 namespace mt::cli {
 namespace {
 
-struct CompileDemoCliOptions {
-  std::string device = "cpu";
-};
-
 // The MLP training step (64/32/64) captured as one graph, printed as text and as Graphviz,
 // its fusion groups, and a few steps compiled against eager.
 int compile_demo(const std::string& device_name) {
@@ -75,6 +71,10 @@ int compile_demo(const std::string& device_name) {
               compiled.plan_str().c_str());
   return 0;
 }
+
+struct CompileDemoCliOptions {
+  std::string device = "cpu";
+};
 
 }  // namespace
 

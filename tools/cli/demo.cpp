@@ -40,11 +40,6 @@ CustomOp<Tensor(const Tensor&)> make_demo_op() {
 
 namespace {
 
-struct DemoCliOptions {
-  std::string device = "cpu";
-  bool debug_mode = false;
-};
-
 // `minitensor demo --debug-mode`: one training step of the 64/32/64 MLP under DebugMode,
 // one line an op (forward and backward), then the same step's FlopCounterMode table.
 int demo_debug_mode() {
@@ -145,6 +140,11 @@ int demo(const std::string& device_name) {
   step(9, "train: a two-layer MLP with SiLU is examples/mlp_train (tools/dev.sh demo runs it next)");
   return 0;
 }
+
+struct DemoCliOptions {
+  std::string device = "cpu";
+  bool debug_mode = false;
+};
 
 }  // namespace
 

@@ -8,11 +8,6 @@
 namespace mt::cli {
 namespace {
 
-struct ExplainCliOptions {
-  std::string name;
-  std::vector<std::string> args, include, exclude;
-};
-
 // `minitensor explain 'ns::op' --args cpu:grad 2.5 ...`: why a call of the op with such
 // arguments runs the kernel it runs (dispatcher/explain.h). An argument is a float32
 // tensor of 2 elements, `cpu`, `cuda` or `fake`, with `:grad` to require grad; or a number.
@@ -68,6 +63,11 @@ int explain(const std::string& name, const std::vector<std::string>& args,
   std::printf("%s", explain_dispatch(op, stack).str().c_str());
   return 0;
 }
+
+struct ExplainCliOptions {
+  std::string name;
+  std::vector<std::string> args, include, exclude;
+};
 
 }  // namespace
 

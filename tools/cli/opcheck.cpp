@@ -11,11 +11,6 @@
 namespace mt::cli {
 namespace {
 
-struct OpcheckCliOptions {
-  std::string op;
-  std::vector<std::string> samples;
-};
-
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -194,6 +189,11 @@ int opcheck_command(const std::string& op_name, const std::vector<std::string>& 
   std::printf("%s\n", ok ? "opcheck: all passed" : "opcheck: FAILED");
   return ok ? 0 : 1;
 }
+
+struct OpcheckCliOptions {
+  std::string op;
+  std::vector<std::string> samples;
+};
 
 }  // namespace
 

@@ -7,11 +7,6 @@
 namespace mt::cli {
 namespace {
 
-struct OpsCliOptions {
-  std::string ns;
-  bool json = false;
-};
-
 int list_ops(const std::string& ns, bool json) {
   auto ops = dispatcher().all_ops();
   Json out = Json::array();
@@ -35,6 +30,11 @@ int list_ops(const std::string& ns, bool json) {
   if (json) print_json(out);
   return 0;
 }
+
+struct OpsCliOptions {
+  std::string ns;
+  bool json = false;
+};
 
 }  // namespace
 
