@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-#include "tools/cli/opcheck.h"
-
+// `minitensor opcheck OP [--sample ARGS]...`: opcheck (every test, test_compile included)
+// and gradcheck on an op, typically one from a library loaded with --load.
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cstdio>
+
+#include "tools/cli/cli.h"
 
 namespace mt::cli {
 namespace {
@@ -102,8 +104,9 @@ Value parse_item(std::string_view item, std::string_view whole) {
            "true/false, none or [1,2]", whole, item);
 }
 
-}  // namespace
-
+// One sample's arguments, written as a comma list: randn(3,4) rand(2) ones(5) zeros(2,2)
+// (float64 tensors; ':float32' etc. after the ')' picks another dtype), numbers (2, -0.5),
+// true/false, none, and int lists [1,2]. Throws mt::Error naming the bad item.
 Stack parse_sample(std::string_view text) {
   Stack s;
   if (trim(text).empty()) return s;
@@ -111,6 +114,9 @@ Stack parse_sample(std::string_view text) {
   return s;
 }
 
+// The samples for `op` when none is given: its arguments without a default, each tensor
+// randn [3, 4] then [5] (float64), each float 1.5, int 2, bool true. Throws mt::Error when
+// an argument has no such value (a list, a string, ...): give --sample then.
 std::vector<Stack> default_samples(const FunctionSchema& schema) {
   std::vector<Stack> out;
   for (const Shape& shape : {Shape{3, 4}, Shape{5}}) {
@@ -134,6 +140,8 @@ std::vector<Stack> default_samples(const FunctionSchema& schema) {
   return out;
 }
 
+// Runs opcheck and, per sample, gradcheck over its floating tensors (as float64); prints a
+// report. Returns 0 when every test passed, 1 otherwise.
 int opcheck_command(const std::string& op_name, const std::vector<std::string>& sample_texts) {
   OperatorHandle op = dispatcher().find_or_throw(op_name);
   std::vector<Stack> samples;
@@ -180,6 +188,25 @@ int opcheck_command(const std::string& op_name, const std::vector<std::string>& 
   }
   std::printf("%s\n", ok ? "opcheck: all passed" : "opcheck: FAILED");
   return ok ? 0 : 1;
+}
+
+struct OpcheckCliOptions {
+  std::string op;
+  std::vector<std::string> samples;
+};
+
+}  // namespace
+
+void add_opcheck(CLI::App& app, Commands& commands) {
+  auto [opc, o] = commands.add<OpcheckCliOptions>(
+      app, "opcheck",
+      "opcheck (every test, test_compile included) and gradcheck on an op, e.g. one of --load's",
+      [](const OpcheckCliOptions& opts) { return opcheck_command(opts.op, opts.samples); });
+  opc->add_option("op", o->op, "the op, e.g. myops::scale")->required();
+  opc->add_option("--sample", o->samples,
+                  "one sample's arguments, e.g. 'randn(3,4), 2.0' (float64 tensors; randn(3):float32, "
+                  "numbers, true/false, none, [1,2]); repeatable; default: each tensor randn [3, 4] "
+                  "then [5], each float 1.5, int 2, bool true");
 }
 
 }  // namespace mt::cli
