@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "kernels/cpu/loops.h"
 #include "kernels/cpu/vec_exp.h"
 #include "runtime/error.h"
 
@@ -654,6 +655,74 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) : p_(&p) {
   }
 }
 
+// One node over a tile: the loops of Note [Tile evaluation], compiled once a type for each
+// instruction set of Note [ISA clones] (kernels/cpu/loops.h), so that the plain loops are
+// as wide as the CPU's vectors (the baseline build is SSE2's four float lanes).
+#define MT_EXPR_LOOP(expr) MT_EXPR_SIMD for (int64_t j = 0; j < n; ++j) r[j] = (expr);
+template <typename C>
+[[gnu::always_inline]] inline void tile_node(Op op, Fn fn, C* r, const C* a, const C* b, const C* c,
+                                             int64_t n) {
+  switch (op) {
+    case Op::Const: case Op::Scalar: case Op::Input: break;  // filled once, or read in place
+    case Op::Neg: MT_EXPR_LOOP(C(-a[j])); break;
+    case Op::Not: MT_EXPR_LOOP(C(a[j] == C(0))); break;
+    case Op::Add: MT_EXPR_LOOP(C(a[j] + b[j])); break;
+    case Op::Sub: MT_EXPR_LOOP(C(a[j] - b[j])); break;
+    case Op::Mul: MT_EXPR_LOOP(C(a[j] * b[j])); break;
+    case Op::Div: MT_EXPR_LOOP(C(a[j] / b[j])); break;
+    case Op::Lt: MT_EXPR_LOOP(C(a[j] < b[j])); break;
+    case Op::Le: MT_EXPR_LOOP(C(a[j] <= b[j])); break;
+    case Op::Gt: MT_EXPR_LOOP(C(a[j] > b[j])); break;
+    case Op::Ge: MT_EXPR_LOOP(C(a[j] >= b[j])); break;
+    case Op::Eq: MT_EXPR_LOOP(C(a[j] == b[j])); break;
+    case Op::Ne: MT_EXPR_LOOP(C(a[j] != b[j])); break;
+    case Op::And: MT_EXPR_LOOP(C(a[j] != C(0) && b[j] != C(0))); break;
+    case Op::Or: MT_EXPR_LOOP(C(a[j] != C(0) || b[j] != C(0))); break;
+    case Op::Select: MT_EXPR_LOOP(a[j] != C(0) ? b[j] : c[j]); break;
+    case Op::Call:
+      switch (fn) {
+        case Fn::Exp:
+          if constexpr (std::is_same_v<C, float>) cpu::exp_f32_loop(r, a, n);
+          else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(a[j]);
+          break;
+        case Fn::Sigmoid:
+          if constexpr (std::is_same_v<C, float>) cpu::sigmoid_f32_loop(r, a, n);
+          else for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-a[j]));
+          break;
+        case Fn::Log: for (int64_t j = 0; j < n; ++j) r[j] = std::log(a[j]); break;
+        case Fn::Sqrt: MT_EXPR_LOOP(std::sqrt(a[j])); break;
+        case Fn::Rsqrt: MT_EXPR_LOOP(C(1) / std::sqrt(a[j])); break;
+        case Fn::Tanh: for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(a[j]); break;
+        case Fn::Sin: for (int64_t j = 0; j < n; ++j) r[j] = std::sin(a[j]); break;
+        case Fn::Cos: for (int64_t j = 0; j < n; ++j) r[j] = std::cos(a[j]); break;
+        case Fn::Abs: MT_EXPR_LOOP(std::fabs(a[j])); break;
+        case Fn::Erf: for (int64_t j = 0; j < n; ++j) r[j] = std::erf(a[j]); break;
+        case Fn::Floor: MT_EXPR_LOOP(std::floor(a[j])); break;
+        case Fn::Ceil: MT_EXPR_LOOP(std::ceil(a[j])); break;
+        case Fn::Log1p: for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(a[j]); break;
+        case Fn::Expm1: for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(a[j]); break;
+        case Fn::Max: MT_EXPR_LOOP(std::fmax(a[j], b[j])); break;
+        case Fn::Min: MT_EXPR_LOOP(std::fmin(a[j], b[j])); break;
+        case Fn::Pow: for (int64_t j = 0; j < n; ++j) r[j] = std::pow(a[j], b[j]); break;
+        case Fn::Sign:
+          MT_EXPR_LOOP(a[j] > C(0) ? C(1) : a[j] < C(0) ? C(-1) : C(a[j] * C(0)));
+          break;
+        case Fn::Relu: MT_EXPR_LOOP(a[j] < C(0) ? C(0) : a[j]); break;
+      }
+      break;
+  }
+}
+#undef MT_EXPR_LOOP
+
+MT_ISA_CLONES void tile_node_f32(Op op, Fn fn, float* r, const float* a, const float* b,
+                                 const float* c, int64_t n) {
+  tile_node<float>(op, fn, r, a, b, c, n);
+}
+MT_ISA_CLONES void tile_node_f64(Op op, Fn fn, double* r, const double* a, const double* b,
+                                 const double* c, int64_t n) {
+  tile_node<double>(op, fn, r, a, b, c, n);
+}
+
 template <typename C>
 void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
   MT_ASSERT(n >= 0 && n <= kChunk, "[jit] a tile of {} elements; at most {}", n, kChunk);
@@ -663,62 +732,12 @@ void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
     const Node& nd = p.nodes[i];
     C* r = out_of_[i] >= 0 ? out[out_of_[i]] : buf_.data() + i * size_t(kChunk);
     val_[i] = r;
+    if (nd.op == Op::Input) val_[i] = in[nd.index];
     const C* a = nd.a >= 0 ? val_[size_t(nd.a)] : nullptr;
     const C* b = nd.b >= 0 ? val_[size_t(nd.b)] : nullptr;
     const C* c = nd.c >= 0 ? val_[size_t(nd.c)] : nullptr;
-#define MT_EXPR_LOOP(expr) \
-  MT_EXPR_SIMD for (int64_t j = 0; j < n; ++j) r[j] = (expr);
-    switch (nd.op) {
-      case Op::Const: case Op::Scalar: break;  // filled once
-      case Op::Input: val_[i] = in[nd.index]; break;
-      case Op::Neg: MT_EXPR_LOOP(C(-a[j])); break;
-      case Op::Not: MT_EXPR_LOOP(C(a[j] == C(0))); break;
-      case Op::Add: MT_EXPR_LOOP(C(a[j] + b[j])); break;
-      case Op::Sub: MT_EXPR_LOOP(C(a[j] - b[j])); break;
-      case Op::Mul: MT_EXPR_LOOP(C(a[j] * b[j])); break;
-      case Op::Div: MT_EXPR_LOOP(C(a[j] / b[j])); break;
-      case Op::Lt: MT_EXPR_LOOP(C(a[j] < b[j])); break;
-      case Op::Le: MT_EXPR_LOOP(C(a[j] <= b[j])); break;
-      case Op::Gt: MT_EXPR_LOOP(C(a[j] > b[j])); break;
-      case Op::Ge: MT_EXPR_LOOP(C(a[j] >= b[j])); break;
-      case Op::Eq: MT_EXPR_LOOP(C(a[j] == b[j])); break;
-      case Op::Ne: MT_EXPR_LOOP(C(a[j] != b[j])); break;
-      case Op::And: MT_EXPR_LOOP(C(a[j] != C(0) && b[j] != C(0))); break;
-      case Op::Or: MT_EXPR_LOOP(C(a[j] != C(0) || b[j] != C(0))); break;
-      case Op::Select: MT_EXPR_LOOP(a[j] != C(0) ? b[j] : c[j]); break;
-      case Op::Call:
-        switch (nd.fn) {
-          case Fn::Exp:
-            if constexpr (std::is_same_v<C, float>) cpu::exp_f32_loop(r, a, n);
-            else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(a[j]);
-            break;
-          case Fn::Sigmoid:
-            if constexpr (std::is_same_v<C, float>) cpu::sigmoid_f32_loop(r, a, n);
-            else for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-a[j]));
-            break;
-          case Fn::Log: for (int64_t j = 0; j < n; ++j) r[j] = std::log(a[j]); break;
-          case Fn::Sqrt: MT_EXPR_LOOP(std::sqrt(a[j])); break;
-          case Fn::Rsqrt: MT_EXPR_LOOP(C(1) / std::sqrt(a[j])); break;
-          case Fn::Tanh: for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(a[j]); break;
-          case Fn::Sin: for (int64_t j = 0; j < n; ++j) r[j] = std::sin(a[j]); break;
-          case Fn::Cos: for (int64_t j = 0; j < n; ++j) r[j] = std::cos(a[j]); break;
-          case Fn::Abs: MT_EXPR_LOOP(std::fabs(a[j])); break;
-          case Fn::Erf: for (int64_t j = 0; j < n; ++j) r[j] = std::erf(a[j]); break;
-          case Fn::Floor: MT_EXPR_LOOP(std::floor(a[j])); break;
-          case Fn::Ceil: MT_EXPR_LOOP(std::ceil(a[j])); break;
-          case Fn::Log1p: for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(a[j]); break;
-          case Fn::Expm1: for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(a[j]); break;
-          case Fn::Max: MT_EXPR_LOOP(std::fmax(a[j], b[j])); break;
-          case Fn::Min: MT_EXPR_LOOP(std::fmin(a[j], b[j])); break;
-          case Fn::Pow: for (int64_t j = 0; j < n; ++j) r[j] = std::pow(a[j], b[j]); break;
-          case Fn::Sign:
-            MT_EXPR_LOOP(a[j] > C(0) ? C(1) : a[j] < C(0) ? C(-1) : C(a[j] * C(0)));
-            break;
-          case Fn::Relu: MT_EXPR_LOOP(a[j] < C(0) ? C(0) : a[j]); break;
-        }
-        break;
-    }
-#undef MT_EXPR_LOOP
+    if constexpr (std::is_same_v<C, float>) tile_node_f32(nd.op, nd.fn, r, a, b, c, n);
+    else tile_node_f64(nd.op, nd.fn, r, a, b, c, n);
   }
   for (size_t k = 0; k < p.output_nodes.size(); ++k) {
     const C* r = val_[size_t(p.output_nodes[k])];
