@@ -18,6 +18,7 @@
 
 #include "helpers.h"
 #include "kernels/jit/autotune.h"
+#include "kernels/jit/cache.h"
 #include "kernels/jit/sha256.h"
 
 using namespace mt;

@@ -27,7 +27,8 @@ __device__ __forceinline__ C silu_grad_value(C g, C x) {
 // float, so the precise expf and IEEE division of the float path (about 20 instructions
 // an element, two of them on the SFU) buy nothing the rounding keeps; at 2 bytes an
 // element they kept the issue slots so busy that bfloat16 SiLU ran at 90% of a copy
-// while float32 ran at 99% (docs/gpu.md). The 16-bit types take this form instead:
+// while float32 ran at 99% (docs/performance.md, GPU SiLU). The 16-bit types take this
+// form instead:
 //   z = 2^(-|x| log2 e) = e^-|x| in (0, 1]      ex2.approx, no flush of tiny z
 //   r = 1 / (1 + z)        1 + z in (1, 2]       rcp.approx (1 ulp of float)
 //   sigmoid(x) = x >= 0 ? r : z r,   1 - sigmoid(x) = x >= 0 ? z r : r

@@ -146,13 +146,13 @@ LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
 // Note [SiLU's launch shape]
 // The vec kernels are grid-stride like the others, so any grid is correct; which grid is
 // fastest was measured on the H200 with bench_silu (the figures and the sweep are in
-// docs/gpu.md). With the grid capped at 8 blocks a SM, each thread loops over many packs
-// and the float32 forward pass stayed well short of a copy of the same bytes. One block
-// per 256 work items, however many waves that makes (the hardware hands a finished
-// block's place to the next), so that each thread runs its loop once, brought it to a
-// copy's speed; 2 packs a thread (kSiluUnroll) did a little better than 4, 1 was slower,
-// and 128 threads a block matched 256. The generic elementwise kernels keep the capped
-// grid: uncapped, the sigmoid-then-multiply pair got slower.
+// docs/results/2026-12-03-h200-silu-launch-shape.json). With the grid capped at 8 blocks a
+// SM, each thread loops over many packs and the float32 forward pass stayed well short of a
+// copy of the same bytes. One block per 256 work items, however many waves that makes (the
+// hardware hands a finished block's place to the next), so that each thread runs its loop
+// once, brought it to a copy's speed; 2 packs a thread (kSiluUnroll) did a little better
+// than 4, 1 was slower, and 128 threads a block matched 256. The generic elementwise
+// kernels keep the capped grid: uncapped, the sigmoid-then-multiply pair got slower.
 LaunchShape vec_launch_shape(int64_t work_items) {
   return blocks_of_256(work_items, 0x7fffffff);  // gridDim.x's limit
 }

@@ -815,3 +815,7 @@ KernelCache& kernel_cache() {
 }
 
 }  // namespace mt::jit
+
+namespace mt::jit {
+void set_cache_log(bool on) { kernel_cache().set_log(on); }
+}  // namespace mt::jit

@@ -9,61 +9,10 @@
 #include <vector>
 
 #include "kernels/jit/cache.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/nvrtc.h"
 
-// The driver's opaque handles, declared as <cuda.h> declares them.
-struct CUfunc_st;
-struct CUmod_st;
-struct CUctx_st;
-struct CUstream_st;
-
 namespace mt::jit {
-
-struct Dim3 {
-  unsigned x = 1, y = 1, z = 1;
-  constexpr Dim3() = default;
-  constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}  // NOLINT
-};
-
-// What to compile. For a built-in kernel, name the embedded file and leave source
-// empty: {.name = "silu.cu"}. For your own: {.name = "my_silu.cu", .source = text}.
-struct KernelSpec {
-  std::string name;
-  std::string source;  // empty: embedded_source(name)
-  // Compiled together into one module. Empty: just the one get_kernel asks for.
-  std::vector<std::string> name_expressions = {};
-  std::vector<std::string> options = default_options();
-  std::vector<Header> headers = {};  // besides the embedded common.cuh and layout.h
-  // Compile for the arch-specific target (sm_90a on a 9.0 device, sm_100a on 10.0) that
-  // Hopper-only PTX such as wgmma and setmaxnreg needs; the CUBIN then loads on that
-  // compute capability only. Note [Arch-specific targets] in nvrtc.cpp.
-  bool arch_specific = false;
-};
-
-// A loaded __global__ function on one device. Lives until the process ends.
-class Kernel {
- public:
-  CUfunc_st* function() const { return function_; }
-  int device() const { return device_; }
-  const std::string& name_expression() const { return name_expression_; }
-  const std::string& lowered_name() const { return lowered_name_; }
-  const std::string& target() const { return target_; }  // "sm_90", "sm_90a", "compute_90"
-  // Registers a thread as compiled (CU_FUNC_ATTRIBUTE_NUM_REGS): what limits the blocks
-  // an SM runs, for benches and tuning.
-  int registers() const;
-
-  // cuLaunchKernel with the device's context current; args[i] points at the i-th
-  // kernel argument. Throws mt::Error naming the kernel if the launch fails.
-  void launch(Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream_st* stream, void** args) const;
-
- private:
-  friend const Kernel& get_kernel(int, const KernelSpec&, std::string_view);
-  CUfunc_st* function_ = nullptr;
-  CUmod_st* module_ = nullptr;
-  CUctx_st* context_ = nullptr;  // the device's primary context, current while it launches
-  int device_ = 0;
-  std::string name_expression_, lowered_name_, target_;
-};
 
 // The kernel `name_expression` ("silu_fwd<float>") of `spec` on cuda:device, compiled
 // for sm_{major}{minor} (or PTX for the newest older arch NVRTC knows), loaded once.

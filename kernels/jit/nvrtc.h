@@ -8,14 +8,10 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/jit/kernel.h"  // Header, default_options()
+
 namespace mt::jit {
 
-// A file the source may #include "by_name". The embedded common.cuh and
-// layout.h are always available (see embedded_headers()).
-struct Header {
-  std::string name;
-  std::string text;
-};
 
 struct LoweredName {
   std::string expression;  // "silu_fwd<float>"
@@ -35,10 +31,6 @@ struct CompileResult {
   const std::string& lowered_name(std::string_view expression) const;
 };
 
-// False where libnvrtc cannot be loaded (or the build had no CUDA headers).
-bool nvrtc_available();
-// Why nvrtc_available() is false, in one line; empty when it is true.
-std::string nvrtc_unavailable_reason();
 // The loaded library's path and version, e.g. "/usr/local/cuda/lib64/libnvrtc.so.13", {13, 0}.
 std::string nvrtc_library_path();
 struct NvrtcVersion {
@@ -54,8 +46,6 @@ std::vector<int> nvrtc_supported_archs();
 // naming `kernel`, below sm_90 or where NVRTC does not list XX.
 std::string nvrtc_target(int arch, bool arch_specific = false, std::string_view kernel = {});
 
-// -std=c++17 -default-device -lineinfo (precise math: no --use_fast_math).
-const std::vector<std::string>& default_options();
 // The embedded headers every compile can include: common.cuh, layout.h.
 const std::vector<Header>& embedded_headers();
 // The headers a compile sees: `headers`, then the embedded ones they do not replace.

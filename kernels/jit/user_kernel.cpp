@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kernels/jit/cache.h"
+#include "kernels/jit/module.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
 

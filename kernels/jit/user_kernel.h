@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/layout.h"
-#include "kernels/jit/module.h"
+#include "kernels/jit/kernel.h"
 #include "runtime/tensor.h"
 
 namespace mt::jit {

@@ -15,6 +15,11 @@ gets no generic folder names (runtime/, kernels/).
   public_headers.py --write SRCROOT OUTDIR [STAMP]
                                               write the installed tree into OUTDIR (and
                                               touch STAMP: the build's custom target)
+  public_headers.py --check SRCROOT [LIST] [CXX...]
+                                              fail when the headers minitensor.h reaches
+                                              differ from LIST (tools/build/public_headers.txt);
+                                              print their count, lines and, with CXX, the
+                                              lines of `CXX -E` over #include "minitensor.h"
 """
 import os
 import re
@@ -79,7 +84,47 @@ def write_tree(root, outdir):
     return public
 
 
+def read_list(path):
+    with open(path, encoding="utf-8") as f:
+        return [l.strip() for l in f if l.strip() and not l.startswith("#")]
+
+
+def check(root, list_path, cxx):
+    """0 when minitensor.h reaches exactly the listed headers; prints the sizes."""
+    reached, chosen = public_headers(root), read_list(list_path)
+    extra = sorted(set(reached) - set(chosen))
+    gone = sorted(set(chosen) - set(reached))
+    for h in extra:
+        print(f"public_headers: minitensor.h reaches {h}, which is not on {list_path}: include it "
+              "from a .cpp file instead, or add it to the list if users need it")
+    for h in gone:
+        print(f"public_headers: {h} is on {list_path} but minitensor.h no longer reaches it: "
+              "take it off the list")
+    lines = 0
+    for h in reached:
+        with open(os.path.join(root, h), encoding="utf-8") as f:
+            lines += sum(1 for _ in f)
+    print(f"public_headers: {len(reached)} headers, {lines} lines", end="")
+    if cxx:
+        import subprocess
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as t:
+            t.write('#include "minitensor.h"\n')
+        try:
+            out = subprocess.run(cxx + ["-std=c++20", "-I", root, "-E", t.name], capture_output=True,
+                                 text=True, check=True).stdout
+        finally:
+            os.unlink(t.name)
+        print(f", {out.count(chr(10))} preprocessed lines ({' '.join(cxx)} -E)", end="")
+    print()
+    return 1 if extra or gone else 0
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--check":
+        root = sys.argv[2]
+        listed = sys.argv[3] if len(sys.argv) > 3 else os.path.join(root, "tools", "build", "public_headers.txt")
+        sys.exit(check(root, listed, sys.argv[4:]))
     if len(sys.argv) == 3 and sys.argv[1] == "--list":
         print("\n".join(public_headers(sys.argv[2])))
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "--write":

@@ -26,9 +26,10 @@ namespace {
 constexpr int kTileZ = 32, kTileY = 8;           // laplacian3d.cu's tile
 constexpr unsigned kStreamZ = 32, kStreamY = 8;  // and its stream kernel's block
 // The stream kernel's x chunks: about 32 blocks a SM (4 waves of 8 resident), at least 4
-// planes a chunk. Chosen from the H200 sweep in docs/scenarios.md (`laplacian3d_bench
-// --sweep`): 4 planes were fastest at N = 128 and 256 and within 3% of the best at 512, and
-// one plane (no reuse along x) was 10 to 20% slower.
+// planes a chunk. Chosen from the H200 sweep (`laplacian3d_bench --sweep`,
+// docs/results/2026-12-04-h200-laplacian3d-sweep.json): 4 planes were fastest at N = 128
+// and 256 and within 3% of the best at 512, and one plane (no reuse along x) was 10 to 20%
+// slower.
 constexpr int kStreamBlocksPerSm = 32, kStreamMinPlanes = 4;
 
 struct Grid {
