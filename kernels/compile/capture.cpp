@@ -5,6 +5,7 @@
 
 #include "autograd/trace.h"
 #include "kernels/compile/compile.h"
+#include "kernels/jit/module.h"
 #include "dispatcher/mode.h"
 #include "runtime/fake.h"
 
@@ -314,7 +315,7 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
             at, what);
       // A kernel launched outside the dispatcher (a user's mt::jit kernel in a backward
       // written as a lambda, say) reads its arguments' values as surely as item() does.
-      if (what.starts_with("[jit] ") && what.find("is a fake tensor (shapes only, no data)") != std::string::npos)
+      if (what.starts_with("[jit] ") && what.find(jit::kFakeArgumentText) != std::string::npos)
         MT_ERROR(
             "[compile] the function read a tensor's values while it was captured{}: it launched "
             "a kernel outside the dispatcher (mt::jit) on a fake tensor, and capture runs the "

@@ -14,6 +14,10 @@
 
 namespace mt::jit {
 
+// What a launch of a user's kernel (UserKernel::launch) says of a fake argument, after
+// "argument N"; mt::compile's capture recognizes the error by it (kernels/compile/capture.cpp).
+inline constexpr const char* kFakeArgumentText = "is a fake tensor (shapes only, no data)";
+
 // The kernel `name_expression` ("silu_fwd<float>") of `spec` on cuda:device, compiled
 // for sm_{major}{minor} (or PTX for the newest older arch NVRTC knows), loaded once.
 // Thread-safe. The reference stays valid for the life of the process, so callers

@@ -271,9 +271,9 @@ void UserKernel::check_packed(const Parameters& params, KernelArg* args, size_t 
     const Tensor& t = *a.tensor;
     MT_CHECK(t.defined(), "[jit] {}: argument {} is an undefined Tensor", name, i + 1);
     MT_CHECK(!t.is_fake(),
-             "[jit] {}: argument {} is a fake tensor (shapes only, no data), so no kernel can "
-             "run on it; under FakeMode call the op's fake kernel instead (register_fake)",
-             name, i + 1);
+             "[jit] {}: argument {} {}, so no kernel can run on it; under FakeMode call the op's "
+             "fake kernel instead (register_fake)",
+             name, i + 1, kFakeArgumentText);
     MT_CHECK(device < 0 || (t.is_cuda() && t.device().index == device),
              "[jit] {}: argument {} is a Tensor on {}, but the kernel launches on cuda:{}; move "
              "it with .to(mt::Device(\"cuda:{}\"))",
