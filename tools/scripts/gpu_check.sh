@@ -26,7 +26,8 @@
 # memcheck, racecheck, benches vs torch); attention (mha::flash_attn: tests, sanitizers,
 # training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
 # --compile); keys; cpu; sanitize (memcheck, racecheck, synccheck over the CUDA cases);
-# sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases).
+# sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases);
+# dispatch-before (bench dispatch against the tree in BEFORE=DIR, built alike here).
 set -u
 OUT=${OUT:-/tmp/mt-gpu-check}
 mkdir -p "$OUT"
@@ -215,6 +216,21 @@ if { want bench || want dispatch; } && have build-gpu/tools/minitensor; then
   fi
   if want dispatch-more; then
     step dispatch-selfcheck 45 "$OUT/dispatch.log" build-gpu/tools/minitensor bench dispatch --self-check 5
+  fi
+fi
+
+# dispatch-before: this tree's `bench dispatch` against another tree's, both built alike here
+# and alternated on one CPU (tools/bench/dispatch_ab.py). BEFORE=DIR names that tree's source,
+# e.g. `git archive REF | tar -x -C .offline/before` (.offline is carried to the GPU host).
+if want dispatch-before && [ -n "${BEFORE:-}" ]; then
+  if [ ! -f build-before/build.ninja ]; then
+    step before-setup 90 "$OUT/dispatch.log" meson setup build-before "$BEFORE" -Dcuda=enabled -Dwerror=false
+  fi
+  step before-build 240 "$OUT/dispatch.log" ninja -C build-before -j16 tools/minitensor
+  if have build-before/tools/minitensor && have build-gpu/tools/minitensor; then
+    step dispatch-before 150 "$OUT/dispatch.log" taskset -c 2 python3 tools/bench/dispatch_ab.py \
+        build-gpu/tools/minitensor build-before/tools/minitensor --rounds "${ROUNDS:-8}" \
+        --json "$OUT/dispatch_ab.json"
   fi
 fi
 
