@@ -165,8 +165,15 @@ std::vector<Tensor> gradients_to_vector(R&& r) {
   }
 }
 
+// T, once for each I of a pack: repeat_t<const Tensor&, I>... is one argument per index.
+// Through a class template, because clang (15 and 16) drops a pack expansion over an alias
+// template that does not use its parameter (CWG 1558), and would see one argument.
 template <typename T, size_t>
-using repeat_t = T;
+struct repeat {
+  using type = T;
+};
+template <typename T, size_t I>
+using repeat_t = typename repeat<T, I>::type;
 
 // Checks a backward/setup_context pair against an op of signature Ret(Args...) at compile
 // time: the tutorial's register_autograd mistake becomes a build error, not a runtime one.

@@ -540,7 +540,10 @@ void Dispatcher::deregister(uint64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return;  // already undone
-  auto [entry, key] = it->second;
+  // Plain variables, not a structured binding: the lambda below captures them (clang 15 does
+  // not let a lambda capture a structured binding).
+  OperatorEntry* const entry = it->second.first;
+  const int key = it->second.second;
   by_id_.erase(it);
   auto drop = [&](std::list<OperatorEntry::Registration>& regs, const char* what) {
     for (auto r = regs.begin(); r != regs.end(); ++r) {

@@ -113,8 +113,8 @@ class EventTimer {
 
  private:
   int index_ = 0;
-  CUevent_st* start_ = nullptr;
-  CUevent_st* stop_ = nullptr;
+  [[maybe_unused]] CUevent_st* start_ = nullptr;  // unused when CUDA is compiled out
+  [[maybe_unused]] CUevent_st* stop_ = nullptr;
 };
 
 }  // namespace mt::cuda

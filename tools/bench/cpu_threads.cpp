@@ -115,7 +115,7 @@ std::vector<CpuThreadsRow> cpu_threads_bench(const CpuThreadsOptions& opts, Prog
     }
     std::vector<double> one, many;
     const auto begin = Clock::now();
-    for (int i = 0; int(one.size()) < 11 || ms_since(begin) < opts.min_time * 1e3; ++i) {
+    while (int(one.size()) < 11 || ms_since(begin) < opts.min_time * 1e3) {
       const bool multi_first = coin(rng) != 0;
       const int order[2] = {multi_first ? multi : 1, multi_first ? 1 : multi};
       for (int t : order) {

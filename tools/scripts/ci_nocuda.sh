@@ -10,6 +10,10 @@
 #  - -Dcuda=disabled: the library and the minitensor command build under -Werror (CI=true)
 #    and `doctor` says the option turned CUDA off (the parent asks for the command with
 #    -Dminitensor:tools=true, so it is built here, installed, and counted as asked for);
+#  - clang: where clang++-15 (the compiler floor, docs/building.md) or a newer clang++ is
+#    installed and CXX is unset, this build uses it, so CI compiles the library, the command
+#    and a consumer with clang as well as with GCC (its other builds); under CI=true it must
+#    (tools/dev.sh deps installs clang-15 there). CXX=g++ keeps GCC;
 #  - a build directory outside the source tree: the parent and its build live in $MT_NOCUDA_DIR
 #    (default: a folder under $TMPDIR named for this checkout; kept, so a second run is
 #    incremental), and `minitensor dump mt::gelu` must still name kernels/ops/unary.cpp.
@@ -17,11 +21,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-work=${MT_NOCUDA_DIR:-${TMPDIR:-/tmp}/minitensor-nocuda-$(printf '%s' "$root" | cksum | cut -d' ' -f1)}
+if [ -z "${CXX:-}" ]; then
+  for c in clang++-15 clang++-16 clang++-17 clang++-18 clang++-19; do
+    command -v "$c" >/dev/null && { export CXX=$c; break; }
+  done
+fi
+cxx=$(basename "${CXX:-c++}")
+# one build directory a compiler: meson keeps the compiler it was configured with
+work=${MT_NOCUDA_DIR:-${TMPDIR:-/tmp}/minitensor-nocuda-$(printf '%s' "$root" | cksum | cut -d' ' -f1)-$cxx}
 case "$work/" in "$root"/*) echo "nocuda: FAILED (MT_NOCUDA_DIR=$work is inside the source tree)"; exit 1 ;; esac
 parent=$work/parent build=$work/build default=$work/build-default log=$root/build-nocuda
 fail() { echo "nocuda: FAILED ($*)"; exit 1; }
 start=$SECONDS
+[ "${CI:-}" = true ] && [[ $cxx != clang* ]] &&
+  fail "CI builds this with clang 15 or newer; none found (tools/dev.sh deps installs clang-15 when CI=true)"
 mkdir -p "$parent/subprojects" || fail "cannot create $parent"
 # The parent: a copy of examples/embed (rewritten only when it changed, so a second run does
 # not reconfigure) with subprojects/minitensor a link to this checkout.
@@ -99,7 +112,7 @@ for p in json.load(sys.stdin).values(): print(p)')
 unasked=$(grep -Ev '/libminitensor\.so(\.[0-9]+)*$' <<<"$would")
 [ -z "$unasked" ] || fail "the default subproject mode would install $(tr '\n' ' ' <<<"$unasked")"
 
-echo "nocuda: OK (subproject of examples/embed in $work, outside the tree: app OK;" \
+echo "nocuda: OK ($cxx $("${CXX:-c++}" -dumpversion 2>/dev/null || echo '?'); subproject of examples/embed in $work, outside the tree: app OK;" \
   "$line; $(grep '^nvrtc' <<<"$out"); dump names kernels/ops/unary.cpp;" \
   "installs $(wc -l <<<"$installed") files (bin/minitensor, libminitensor.so*); default mode" \
   "declares $(wc -l <<<"$targets") targets, 0 tests, installs $(wc -l <<<"$would") files; $((SECONDS - start)) s)"
