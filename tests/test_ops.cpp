@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // One harness for every built-in op (ggml's test-backend-ops idea): a table of sample
 // inputs per registered "mt::" op. Each sample is checked against a float64 reference
-// written here with plain loops, the small ones through mt::opcheck (schema, fake against
-// real, autograd registration, gradcheck in float64), and through gradgradcheck where the
-// op promises double backward. A test fails naming any mt:: op without an entry.
+// written here with plain loops (an op folder's beside the op: kernels/ops/NAME/samples.cpp,
+// found through kernels/ops/folders.def), the small ones through mt::opcheck (schema, fake
+// against real, autograd registration, gradcheck in float64), and through gradgradcheck
+// where the op promises double backward. A test fails naming any mt:: op without an entry.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kernels/elementwise_rows.h"
+#include "kernels/ops/folders.h"
 #include "minitensor.h"
 #include "runtime/view.h"
 #include "tests/helpers.h"
@@ -285,8 +287,6 @@ Reference unary_ref(std::function<double(double)> f) {
   };
 }
 
-double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
-
 // The unary rows of the elementwise table: the ops mt::<name>.
 std::vector<ew::Row> unary_rows() {
   std::vector<ew::Row> rows;
@@ -308,6 +308,32 @@ Shape resolve(std::vector<int64_t> shape, int64_t numel) {
 }
 
 Dense same_values(const Dense& x, const Shape& shape) { return {shape, x.v}; }
+
+// Every op folder's samples (kernels/ops/NAME/samples.cpp), in the list's order.
+std::vector<ops::OpSamples> op_folder_samples() {
+  std::vector<ops::OpSamples> all;
+  for (const ops::OpFolder& f : ops::op_folders())
+    for (ops::OpSamples& o : f.samples()) all.push_back(std::move(o));
+  return all;
+}
+
+// A folder's samples as a table entry: its reference gets the arguments with every tensor a
+// contiguous float64 CPU copy, and its float64 results become Dense.
+OpEntry folder_entry(const ops::OpSamples& o) {
+  OpEntry e;
+  for (const ops::OpSample& s : o.samples) e.samples.push_back({s.label, s.args, s.grad});
+  e.double_backward = o.double_backward;
+  e.reference = [ref = o.reference](const std::vector<Dense>&, const Stack& args) {
+    Stack f64 = args;
+    for (Value& v : f64)
+      if (v.is_tensor() && v.to_tensor().defined())
+        v = v.to_tensor().detach().to(F64).contiguous();
+    std::vector<Dense> out;
+    for (const Tensor& t : ref(f64)) out.push_back(dense(t));
+    return out;
+  };
+  return e;
+}
 
 std::map<std::string, OpEntry> build_table() {
   std::map<std::string, OpEntry> table;
@@ -338,19 +364,12 @@ std::map<std::string, OpEntry> build_table() {
         double p = a[1].to_double();
         return std::vector<Dense>{map_values(t[0], [p](double x) { return std::pow(x, p); })};
       }};
-  table["mt::silu_backward"] = {
-      {{"[3, 4]", {make({3, 4}), make({3, 4})}},
-       {"0-d", {make({}), make({})}},
-       {"transposed and stepped [2, 3]",
-        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({2, 3}, F64, -2, 2, Layout::Stepped)}},
-       {"float32 [7]", {make({7}, F32), make({7}, F32)}},
-       {"big [50, 41] float32", {make({50, 41}, F32), make({50, 41}, F32)}}},
-      [](const std::vector<Dense>& t, const Stack&) {
-        return std::vector<Dense>{zip(t[0], t[1], [](double g, double x) {
-          double s = sigmoid_ref(x);
-          return g * s * (1 + x * (1 - s));
-        })};
-      }};
+  // The ops of the op folders (kernels/ops/folders.def), with the samples and reference
+  // each folder keeps beside its op.
+  for (const ops::OpSamples& o : op_folder_samples()) {
+    CHECK_MESSAGE(!table.count(o.op), o.op << " has samples in two places");
+    table[o.op] = folder_entry(o);
+  }
 
   // Elementwise binary, tensor and scalar forms.
   auto binary_ref = [](std::function<double(double, double, double)> f) -> Reference {
@@ -1181,10 +1200,17 @@ void check_ops_gpu(const std::vector<std::string>& names) {
   }
 }
 
-// The unary rows of the elementwise table, pow and the fused SiLU gradient.
+// The unary rows of the elementwise table and pow.
 std::vector<std::string> unary_family() {
-  std::vector<std::string> names = {"mt::pow", "mt::silu_backward"};
+  std::vector<std::string> names = {"mt::pow"};
   for (const ew::Row& r : unary_rows()) names.push_back(op_name(r));
+  return names;
+}
+
+// The ops of the op folders, each named by its folder's samples (no list to edit here).
+std::vector<std::string> op_folder_family() {
+  std::vector<std::string> names;
+  for (const ops::OpSamples& o : op_folder_samples()) names.push_back(o.op);
   return names;
 }
 
@@ -1206,6 +1232,7 @@ const std::map<std::string, std::vector<std::string>>& families() {
       {"reductions", {"mt::sum", "mt::mean", "mt::max", "mt::sum_to"}},
       {"max.dim", {"mt::max.dim"}},
       {"nn", {"mt::matmul", "mt::mse_loss", "mt::softmax", "mt::log_softmax"}},
+      {"op folders", op_folder_family()},
   };
   return *f;
 }
@@ -1260,6 +1287,10 @@ TEST_CASE("ops max.dim: values and indices, opcheck and double backward") {
 }
 TEST_CASE("ops matmul, mse_loss, softmax, log_softmax: values, opcheck and double backward") {
   check_family("nn");
+}
+TEST_CASE("ops of the op folders (kernels/ops/folders.def): values, opcheck and double backward") {
+  REQUIRE_FALSE(families().at("op folders").empty());
+  check_family("op folders");
 }
 
 TEST_CASE("ops on cuda (gpu): every op and sample against the float64 reference, and opcheck" *

@@ -30,8 +30,6 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);
 // out = cond ? a : b, all three broadcast to out's shape.
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 
-// Fused, one pass: out = grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
-void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out);
 // mse_loss's elementwise piece: out = (a - b)^2.
 void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out);
 

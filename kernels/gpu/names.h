@@ -34,7 +34,8 @@ std::string softmax_name_expression(DType t, bool log);
 std::string random_name_expression(DType t, bool normal);
 
 // Every embedded kernel file with all its name expressions: kernels/jit's own
-// (jit::embedded_kernels: silu.cu, copy.cu) and the four above. The tests compile them all.
+// (jit::embedded_kernels: copy.cu) and the four above; the op folders list theirs
+// (ops::OpFolder::kernel_files). The tests compile them all.
 std::vector<jit::EmbeddedKernelFile> all_kernel_files();
 
 }  // namespace mt::gpu

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // mt::silu: y = x * sigmoid(x), and mt::silu_backward, its fused gradient
 // grad * s * (1 + x * (1 - s)) in one pass over x and grad. Every key registers here,
-// through one custom_op handle per op: CPU (kernels/cpu), CUDA (kernels/gpu/silu.cpp, whose
-// device code is kernels/cuda/silu.cu), Fake and Autograd.
+// through one custom_op handle per op: CPU (the forward through its row's loop in
+// kernels/cpu, the backward in cpu.cpp), CUDA (cuda.cpp, whose device code is silu.cu),
+// Fake and Autograd.
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
+#include "kernels/ops/silu/silu.h"
 
 namespace mt {
 namespace ops {
