@@ -6,7 +6,9 @@ Includes: every #include "..." line against DESIGN's "may include" table. A file
 include headers of its own layer and of the layers below it, never of one above (the one
 hook that runs the top of the library from below is a declaration, Note [Library
 initialization] in runtime/init.h). tools/ and tests/ may include everything; examples/
-only the public API (minitensor.h) and their own headers.
+only the public API (minitensor.h) and their own headers. An op folder, kernels/ops/NAME/
+(Note [One folder an op] in kernels/ops/folders.cpp), is the op's alone: no library file
+outside it includes one of its files (the library reaches it through kernels/ops/folders.def).
 
 Links (--link): the same order over the built objects. The library is one static library a
 layer, linked whole (Note [One static library a layer] in meson.build): the objects of
@@ -39,6 +41,7 @@ MAY_INCLUDE = {layer: set(LIBRARY[: i + 1]) for i, layer in enumerate(LIBRARY)}
 MAY_INCLUDE.update({"tools": None, "tests": None, "": None, "examples": {"", "examples"}})
 SOURCE_EXTS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+OP_FOLDER = re.compile(r"^kernels/ops/([^/]+)/")
 
 
 def layer_of(rel):
@@ -93,6 +96,12 @@ def check(root):
                         ", ".join(sorted(allowed))
                     bad.append(f"{rel}:{n}: {line.strip()}  ({layer_of(rel) or 'top level'}/ may "
                                f"include only {what}; {target} is in {to or 'the top level'}/)")
+                    continue
+                folder = OP_FOLDER.match(target)
+                if folder and not rel.startswith(folder.group(0)):
+                    bad.append(f"{rel}:{n}: {line.strip()}  (an op folder's files are its own: "
+                               f"only {folder.group(0)} includes {target}; reach the op through "
+                               "the dispatcher, or move the code into the folder)")
     return bad, checked
 
 
@@ -104,6 +113,11 @@ def self_test():
         "kernels/d.cuh": "",
         "examples/e.cpp": '#include "minitensor.h"\n#include "runtime/a.h"\n',
         "minitensor.h": '#include "kernels/b.h"\n',
+        # an op folder: its own files and the tests include its header, another file not
+        "kernels/ops/f/f.h": "",
+        "kernels/ops/f/f.cpp": '#include "kernels/ops/f/f.h"\n',
+        "kernels/g.cpp": '#include "kernels/ops/f/f.h"\n',
+        "tests/t.cpp": '#include "kernels/ops/f/f.h"\n',
     }
     with tempfile.TemporaryDirectory() as root:
         for rel, text in files.items():
@@ -112,11 +126,12 @@ def self_test():
                 f.write(text)
         bad, checked = check(root)
     found = sorted(b.split(": ")[0] for b in bad)
-    want = ["examples/e.cpp:2", "runtime/a.h:1"]
-    if checked != 7 or found != want:
-        print(f"check_layers --self-test: flagged {found} of {checked} lines, expected {want} of 7")
+    want = ["examples/e.cpp:2", "kernels/g.cpp:1", "runtime/a.h:1"]
+    if checked != 10 or found != want:
+        print(f"check_layers --self-test: flagged {found} of {checked} lines, expected {want} of 10")
         return 1
-    print("check_layers --self-test: the upward includes are flagged, the others pass")
+    print("check_layers --self-test: the upward includes and the one into an op folder from "
+          "outside it are flagged, the others pass")
     return 0
 
 
@@ -288,10 +303,12 @@ def main():
         print(b)
     if bad:
         print(f"check_layers: {len(bad)} include(s) of a layer above the includer (the layers, "
-              "lowest first: runtime < dispatcher < autograd < kernels); move the code down, or "
-              "reach the op through the dispatcher (mt::call, a typed handle)")
+              "lowest first: runtime < dispatcher < autograd < kernels) or of an op folder from "
+              "outside it; move the code down (or into the folder), or reach the op through the "
+              "dispatcher (mt::call, a typed handle)")
         return 1
-    print(f"check_layers: {checked} #include lines, none reaches a layer above its file")
+    print(f"check_layers: {checked} #include lines, none reaches a layer above its file or an op "
+          "folder from outside it")
     return 0
 
 
