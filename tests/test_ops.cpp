@@ -1254,7 +1254,8 @@ TEST_CASE("ops table: every registered mt:: op has samples, and every entry is a
     if (!registered.count(n)) stale.push_back(n);
   CHECK_MESSAGE(missing.empty(),
                 fmt::format("these mt:: ops have no samples in tests/test_ops.cpp: "
-                            "{}; add an entry to build_table()",
+                            "{}; add an entry to build_table(), or, for an op of an op folder, "
+                            "return its samples from the folder's NAME_samples()",
                             fmt::join(missing, ", ")));
   CHECK_MESSAGE(stale.empty(), fmt::format("these table entries name no registered op: {}",
                                            fmt::join(stale, ", ")));
