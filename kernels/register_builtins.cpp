@@ -54,7 +54,6 @@ void initialize_library() {
   ops::register_reduce();
   ops::register_matmul();
   ops::register_loss();
-  ops::register_softmax();
   ops::register_foreach();
   for (const ops::OpFolder& folder : ops::op_folders()) folder.register_ops();
   ops::register_batching_rules();

@@ -16,6 +16,7 @@
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/vec_exp.h"
 #include "kernels/ops/silu/silu.h"
+#include "kernels/ops/softmax/softmax.h"
 #include "minitensor.h"
 #include "tests/helpers.h"
 

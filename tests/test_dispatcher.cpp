@@ -214,7 +214,7 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
   const std::vector<std::array<const char*, 3>> pairs = {
       {"mt::view", "mt::reshape", "kernels/ops/views.cpp:"},
       {"mt::clone", "mt::copy_", "kernels/ops/copy.cpp:"},
-      {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax.cpp:"},
+      {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax/softmax.cpp:"},
       {"mt::sum", "mt::mean", "kernels/ops/reduce.cpp:"},
   };
   for (const auto& [a, b, file] : pairs) {

@@ -861,43 +861,6 @@ std::map<std::string, OpEntry> build_table() {
         Dense sq = zip(t[0], t[1], [](double x, double y) { return (x - y) * (x - y); });
         return std::vector<Dense>{reduce_groups(sq, {}, false, mean_of)};
       }};
-  auto softmax_samples = std::vector<Sample>{
-      {"[3, 4] dim 1", {make({3, 4}), int64_t(1)}},
-      {"[3, 4] dim 0", {make({3, 4}), int64_t(0)}},
-      {"[2, 3, 2] dim -1", {make({2, 3, 2}), int64_t(-1)}},
-      {"[2, 3, 2] dim 1", {make({2, 3, 2}), int64_t(1)}},
-      {"0-d dim 0", {make({}), int64_t(0)}},
-      {"empty [0, 3] dim 1", {make({0, 3}), int64_t(1)}},
-      {"transposed [3, 4] dim 1", {make({3, 4}, F64, -2, 2, Layout::Transposed), int64_t(1)}},
-      {"float32 [7] dim 0", {make({7}, F32), int64_t(0)}},
-      {"float16 [2, 5] dim 1", {make({2, 5}, F16), int64_t(1)}},
-      {"int64 [2, 3] dim 1 is float32", {make({2, 3}, I64, -3, 3), int64_t(1)}},
-      {"large [4] near 1000 (stable)",
-       {values({1000, 999, 1001, 998}, {4}, F32), int64_t(0)},
-       false},
-      {"big [33, 65] float32 dim 0", {make({33, 65}, F32), int64_t(0)}}};
-  auto softmax_ref = [](bool log) -> Reference {
-    return [log](const std::vector<Dense>& t, const Stack& a) {
-      const Dense& x = t[0];
-      Groups g = group(x, {a[1].to_int()}, true);
-      std::vector<double> mx, total;
-      for (const auto& m : g.members) {
-        double top = m.empty() ? 0 : *std::max_element(m.begin(), m.end());
-        double s = 0;
-        for (double v : m) s += std::exp(v - top);
-        mx.push_back(top), total.push_back(s);
-      }
-      Dense y = x;
-      for (size_t i = 0; i < y.v.size(); ++i) {
-        size_t o = size_t(g.group_of[i]);
-        double z = x.v[i] - mx[o];
-        y.v[i] = log ? z - std::log(total[o]) : std::exp(z) / total[o];
-      }
-      return std::vector<Dense>{y};
-    };
-  };
-  table["mt::softmax"] = {softmax_samples, softmax_ref(false)};
-  table["mt::log_softmax"] = {softmax_samples, softmax_ref(true)};
   return table;
 }
 
@@ -1231,7 +1194,7 @@ const std::map<std::string, std::vector<std::string>>& families() {
       {"copies", {"mt::clone", "mt::contiguous", "mt::to.dtype", "mt::to.device"}},
       {"reductions", {"mt::sum", "mt::mean", "mt::max", "mt::sum_to"}},
       {"max.dim", {"mt::max.dim"}},
-      {"nn", {"mt::matmul", "mt::mse_loss", "mt::softmax", "mt::log_softmax"}},
+      {"nn", {"mt::matmul", "mt::mse_loss"}},
       {"op folders", op_folder_family()},
   };
   return *f;
@@ -1286,7 +1249,7 @@ TEST_CASE("ops reductions: values, opcheck and double backward") { check_family(
 TEST_CASE("ops max.dim: values and indices, opcheck and double backward") {
   check_family("max.dim");
 }
-TEST_CASE("ops matmul, mse_loss, softmax, log_softmax: values, opcheck and double backward") {
+TEST_CASE("ops matmul, mse_loss: values, opcheck and double backward") {
   check_family("nn");
 }
 TEST_CASE("ops of the op folders (kernels/ops/folders.def): values, opcheck and double backward") {

@@ -53,10 +53,6 @@ void sum_to(const Tensor& grad, const Shape& shape, const Tensor& out);
 // else a cache-blocked kernel; float16/bfloat16 compute in float32; int64 is blocked.
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 
-// Along `dim` (may be negative), numerically stable (the row's max is subtracted).
-void softmax(const Tensor& x, int64_t dim, const Tensor& out);
-void log_softmax(const Tensor& x, int64_t dim, const Tensor& out);
-
 // Whether matmul calls cblas: built with it and not turned off.
 bool have_blas();
 void set_use_blas(bool use);  // no effect in a build without cblas

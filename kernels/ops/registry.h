@@ -49,7 +49,6 @@ void register_copy();
 void register_reduce();
 void register_matmul();
 void register_loss();
-void register_softmax();
 void register_foreach();
 
 // Helpers shared by op files.

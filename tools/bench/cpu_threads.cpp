@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops/silu/silu.h"
+#include "kernels/ops/softmax/softmax.h"
 #include "tools/bench/timing.h"
 
 namespace mt::bench {
