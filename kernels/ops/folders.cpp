@@ -2,7 +2,9 @@
 // The list of the ops with kernels of their own (kernels/ops/folders.def) as an array.
 #include "kernels/ops/folders.h"
 
+#include <cmath>
 #include <iterator>
+#include <random>
 
 #include "kernels/ops/op_folder_count.h"  // MT_NUM_OP_FOLDERS, written by kernels/ops/meson.build
 
@@ -44,5 +46,15 @@ static_assert(std::size(kOpFolders) == MT_NUM_OP_FOLDERS,
               "of its own");
 
 std::span<const OpFolder> op_folders() { return kOpFolders; }
+
+Tensor sample_tensor(const Shape& shape, DType t, uint64_t seed, double lo, double hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = is_floating(t) ? dist(rng) : std::round(dist(rng));
+  return from_vector(v, shape).to(t);
+}
 
 }  // namespace mt::ops

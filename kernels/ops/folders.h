@@ -4,6 +4,7 @@
 // kernels/ops/folders.def (Note [One folder an op]).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -31,6 +32,10 @@ struct OpSamples {
   std::function<std::vector<Tensor>(const Stack& f64_args)> reference;
   bool double_backward = true;
 };
+
+// A sample's tensor: values uniform in [lo, hi), the same for the same seed, in dtype t
+// (rounded for integers).
+Tensor sample_tensor(const Shape& shape, DType t, uint64_t seed, double lo = -2, double hi = 2);
 
 // A folder's entry points, named after it: register_NAME(), NAME_kernel_files(),
 // NAME_samples() (declared in its header, kernels/ops/NAME/NAME.h).

@@ -3,38 +3,24 @@
 // against the float64 reference below, opcheck, double backward, and the same on cuda:0).
 // mt::silu's own come from its row of the elementwise table, as every row's do.
 #include <cmath>
-#include <random>
 
 #include "kernels/ops.h"
 #include "kernels/ops/silu/silu.h"
 
 namespace mt::ops {
-namespace {
-
-// Values uniform in [-2, 2), the same for the same seed, in dtype t.
-Tensor uniform(const Shape& s, DType t, uint64_t seed) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(-2, 2);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (double& x : v) x = dist(rng);
-  return from_vector(v, s).to(t);
-}
-
-}  // namespace
 
 std::vector<OpSamples> silu_samples() {
   constexpr DType F32 = DType::Float32, F64 = DType::Float64;
   OpSamples bwd;
   bwd.op = "mt::silu_backward";
   bwd.samples = {
-      {"[3, 4]", {uniform({3, 4}, F64, 1), uniform({3, 4}, F64, 2)}},
-      {"0-d", {uniform({}, F64, 3), uniform({}, F64, 4)}},
+      {"[3, 4]", {sample_tensor({3, 4}, F64, 1), sample_tensor({3, 4}, F64, 2)}},
+      {"0-d", {sample_tensor({}, F64, 3), sample_tensor({}, F64, 4)}},
       {"transposed and stepped [2, 3]",
-       {uniform({3, 2}, F64, 5).t(), uniform({2, 6}, F64, 6).slice(1, 0, 6, 2)}},
-      {"float32 [7]", {uniform({7}, F32, 7), uniform({7}, F32, 8)}},
-      {"big [50, 41] float32", {uniform({50, 41}, F32, 9), uniform({50, 41}, F32, 10)}},
+       {sample_tensor({3, 2}, F64, 5).t(), sample_tensor({2, 6}, F64, 6).slice(1, 0, 6, 2)}},
+      {"float32 [7]", {sample_tensor({7}, F32, 7), sample_tensor({7}, F32, 8)}},
+      {"big [50, 41] float32",
+       {sample_tensor({50, 41}, F32, 9), sample_tensor({50, 41}, F32, 10)}},
   };
   bwd.reference = [](const Stack& args) {
     const Tensor &g = args[0].to_tensor(), &x = args[1].to_tensor();

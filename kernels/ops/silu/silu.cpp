@@ -89,8 +89,9 @@ void register_silu() {
   // fusion] in kernels/compile/fuse.cpp) through this formula; mt::silu has its row's.
   auto formula = std::make_shared<PointwiseFormula>();
   formula->tensors = 2;
-  formula->program = jit::expr::parse("mt::silu_backward", "t = sigmoid(x); g * t * (1 + x * (1 - t))",
-                                      {"g", "x"}, {}, {"out"}, false);
+  formula->program = jit::expr::parse("mt::silu_backward",
+                                      "t = sigmoid(x); g * t * (1 + x * (1 - t))", {"g", "x"},
+                                      {}, {"out"}, false);
   set_pointwise_formula("mt::silu_backward", std::move(formula));
 }
 

@@ -4,7 +4,6 @@
 // on cuda:0).
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "kernels/ops.h"
 #include "kernels/ops/softmax/softmax.h"
@@ -12,20 +11,9 @@
 namespace mt::ops {
 namespace {
 
-// Values uniform in [lo, hi), the same for the same seed, in dtype t (integers rounded).
-Tensor uniform(const Shape& s, DType t, uint64_t seed, double lo = -2, double hi = 2) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (double& x : v) x = is_floating(t) ? dist(rng) : std::round(dist(rng));
-  return from_vector(v, s).to(t);
-}
-
 // softmax (or log_softmax) of a contiguous float64 x along dim, with plain loops: each row
 // along dim has its max subtracted before exp.
-Tensor reference(const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_reference(const Tensor& x, int64_t dim, bool log) {
   Tensor out = empty(x.sizes(), {.dtype = DType::Float64});
   const int64_t nd = x.dim();
   const int64_t d = nd == 0 ? 0 : (dim < 0 ? dim + nd : dim);
@@ -54,20 +42,20 @@ std::vector<OpSamples> softmax_samples() {
   constexpr DType F32 = DType::Float32, F64 = DType::Float64, F16 = DType::Float16,
                   I64 = DType::Int64;
   const std::vector<OpSample> samples = {
-      {"[3, 4] dim 1", {uniform({3, 4}, F64, 1), int64_t(1)}},
-      {"[3, 4] dim 0", {uniform({3, 4}, F64, 2), int64_t(0)}},
-      {"[2, 3, 2] dim -1", {uniform({2, 3, 2}, F64, 3), int64_t(-1)}},
-      {"[2, 3, 2] dim 1", {uniform({2, 3, 2}, F64, 4), int64_t(1)}},
-      {"0-d dim 0", {uniform({}, F64, 5), int64_t(0)}},
-      {"empty [0, 3] dim 1", {uniform({0, 3}, F64, 6), int64_t(1)}},
-      {"transposed [3, 4] dim 1", {uniform({4, 3}, F64, 7).t(), int64_t(1)}},
-      {"float32 [7] dim 0", {uniform({7}, F32, 8), int64_t(0)}},
-      {"float16 [2, 5] dim 1", {uniform({2, 5}, F16, 9), int64_t(1)}},
-      {"int64 [2, 3] dim 1 is float32", {uniform({2, 3}, I64, 10, -3, 3), int64_t(1)}},
+      {"[3, 4] dim 1", {sample_tensor({3, 4}, F64, 1), int64_t(1)}},
+      {"[3, 4] dim 0", {sample_tensor({3, 4}, F64, 2), int64_t(0)}},
+      {"[2, 3, 2] dim -1", {sample_tensor({2, 3, 2}, F64, 3), int64_t(-1)}},
+      {"[2, 3, 2] dim 1", {sample_tensor({2, 3, 2}, F64, 4), int64_t(1)}},
+      {"0-d dim 0", {sample_tensor({}, F64, 5), int64_t(0)}},
+      {"empty [0, 3] dim 1", {sample_tensor({0, 3}, F64, 6), int64_t(1)}},
+      {"transposed [3, 4] dim 1", {sample_tensor({4, 3}, F64, 7).t(), int64_t(1)}},
+      {"float32 [7] dim 0", {sample_tensor({7}, F32, 8), int64_t(0)}},
+      {"float16 [2, 5] dim 1", {sample_tensor({2, 5}, F16, 9), int64_t(1)}},
+      {"int64 [2, 3] dim 1 is float32", {sample_tensor({2, 3}, I64, 10, -3, 3), int64_t(1)}},
       {"large [4] near 1000 (stable)",
        {from_vector<double>({1000, 999, 1001, 998}, {4}).to(F32), int64_t(0)},
        false},
-      {"big [33, 65] float32 dim 0", {uniform({33, 65}, F32, 11), int64_t(0)}},
+      {"big [33, 65] float32 dim 0", {sample_tensor({33, 65}, F32, 11), int64_t(0)}},
   };
   std::vector<OpSamples> out;
   for (bool log : {false, true}) {
@@ -75,7 +63,7 @@ std::vector<OpSamples> softmax_samples() {
     s.op = log ? "mt::log_softmax" : "mt::softmax";
     s.samples = samples;
     s.reference = [log](const Stack& args) {
-      return std::vector<Tensor>{reference(args[0].to_tensor(), args[1].to_int(), log)};
+      return std::vector<Tensor>{softmax_reference(args[0].to_tensor(), args[1].to_int(), log)};
     };
     out.push_back(std::move(s));
   }
