@@ -8,11 +8,11 @@
 
 #include "kernels/ops/op_folder_count.h"  // MT_NUM_OP_FOLDERS, written by kernels/ops/meson.build
 
-#define MT_OP_FOLDER(name) \
-  namespace mt::ops {      \
-  void register_##name();  \
+#define MT_OP_FOLDER(name)                                    \
+  namespace mt::ops {                                         \
+  void register_##name();                                     \
   std::vector<jit::EmbeddedKernelFile> name##_kernel_files(); \
-  std::vector<OpSamples> name##_samples(); \
+  std::vector<OpSamples> name##_samples();                    \
   }
 #include "kernels/ops/folders.def"
 #undef MT_OP_FOLDER

@@ -19,8 +19,7 @@ std::vector<OpSamples> silu_samples() {
       {"transposed and stepped [2, 3]",
        {sample_tensor({3, 2}, F64, 5).t(), sample_tensor({2, 6}, F64, 6).slice(1, 0, 6, 2)}},
       {"float32 [7]", {sample_tensor({7}, F32, 7), sample_tensor({7}, F32, 8)}},
-      {"big [50, 41] float32",
-       {sample_tensor({50, 41}, F32, 9), sample_tensor({50, 41}, F32, 10)}},
+      {"big [50, 41] float32", {sample_tensor({50, 41}, F32, 9), sample_tensor({50, 41}, F32, 10)}},
   };
   bwd.reference = [](const Stack& args) {
     const Tensor &g = args[0].to_tensor(), &x = args[1].to_tensor();

@@ -51,9 +51,9 @@ std::string silu_name_expression(SiluKernel k, DType t);
 
 namespace ops {
 // The folder's entry points, listed once in kernels/ops/folders.def.
-void register_silu();                          // mt::silu, mt::silu_backward
+void register_silu();                                      // mt::silu, mt::silu_backward
 std::vector<jit::EmbeddedKernelFile> silu_kernel_files();  // silu.cu, every name expression
-std::vector<OpSamples> silu_samples();         // mt::silu_backward's (mt::silu's: its row)
+std::vector<OpSamples> silu_samples();  // mt::silu_backward's (mt::silu's: its row)
 }  // namespace ops
 
 }  // namespace mt
