@@ -35,7 +35,7 @@ Tensor sign(const Tensor& x);     // 1, -1 or 0 (NaN stays NaN)
 Tensor sigmoid(const Tensor& x);  // 1 / (1 + exp(-x))
 Tensor tanh(const Tensor& x);     // tanh(x)
 Tensor relu(const Tensor& x);     // x < 0 ? 0 : x (NaN stays NaN)
-Tensor silu(const Tensor& x);     // x / (1 + exp(-x)), kernels of its own (kernels/ops/silu.cpp)
+Tensor silu(const Tensor& x);     // x / (1 + exp(-x)), kernels of its own (kernels/ops/silu/)
 Tensor gelu(const Tensor& x);     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
 // The fused SiLU gradient: grad * s * (1 + x * (1 - s)), s = sigmoid(x), in one pass.

@@ -3,6 +3,7 @@
 // run once on first use (Note [Library initialization] in runtime/init.h).
 #include "dispatcher/dispatcher.h"
 #include "kernels/gpu/gpu_kernels.h"
+#include "kernels/ops/folders.h"
 #include "kernels/ops/registry.h"
 #include "runtime/init.h"
 
@@ -48,14 +49,13 @@ void initialize_library() {
   install_autocast_fallback();
   ops::register_binary();
   ops::register_unary();
-  ops::register_silu();
   ops::register_views();
   ops::register_copy();
   ops::register_reduce();
   ops::register_matmul();
   ops::register_loss();
-  ops::register_softmax();
   ops::register_foreach();
+  for (const ops::OpFolder& folder : ops::op_folders()) folder.register_ops();
   ops::register_batching_rules();
   ops::register_autocast_policies();
   gpu::install_device_hooks();

@@ -8,6 +8,7 @@
 
 #include "kernels/elementwise_rows.h"
 #include "kernels/jit/nvrtc.h"
+#include "kernels/ops/pointwise_eval.h"
 #include "minitensor.h"
 #include "tests/helpers.h"
 
@@ -414,6 +415,18 @@ TEST_SUITE("compile") {
     REQUIRE(g3.size() == 2);
     CHECK(g3[0].name == "fused_exp_mul");
     CHECK(g3[1].name == "fused_relu_sub");
+  }
+
+  TEST_CASE("fusion: an op folder's elementwise op fuses through the formula its folder gives") {
+    // kernels/ops/silu/silu.cpp gives mt::silu_backward's; kernels/compile knows no op by name.
+    auto fn = [](const Tensors& in) {
+      return one(mt::exp(mt::silu_backward(in[0] * 2.0, in[1])));
+    };
+    auto groups = fusion_groups(capture(fn, {randn({4, 3}), randn({4, 3})}));
+    CHECK(ops::pointwise_formula("mt::silu_backward") != nullptr);
+    REQUIRE(groups.size() == 1);
+    CHECK(groups[0].name == "fused_mul_silu_backward_exp");
+    CHECK(groups[0].nodes.size() == 3);
   }
 
   TEST_CASE("fusion: in-place writes between a group's nodes keep the group apart") {

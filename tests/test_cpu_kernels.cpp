@@ -15,6 +15,8 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/vec_exp.h"
+#include "kernels/ops/silu/silu.h"
+#include "kernels/ops/softmax/softmax.h"
 #include "minitensor.h"
 #include "tests/helpers.h"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The CUDA kernels of mt::silu and mt::silu_backward (kernels/gpu/silu.cpp) against a
+// The CUDA kernels of mt::silu and mt::silu_backward (kernels/ops/silu/cuda.cpp) against a
 // float64 CPU reference, autograd through silu on the GPU,
 // the device copy and fill kernels, and the caching allocator under a steady loop.
 // Every case needs a GPU and is skipped without one.

@@ -214,7 +214,7 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
   const std::vector<std::array<const char*, 3>> pairs = {
       {"mt::view", "mt::reshape", "kernels/ops/views.cpp:"},
       {"mt::clone", "mt::copy_", "kernels/ops/copy.cpp:"},
-      {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax.cpp:"},
+      {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax/softmax.cpp:"},
       {"mt::sum", "mt::mean", "kernels/ops/reduce.cpp:"},
   };
   for (const auto& [a, b, file] : pairs) {
@@ -232,7 +232,7 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
   // Ops registered with custom_op directly already name their line.
   CHECK(kernel_location("mt::matmul", "CPU").starts_with("kernels/ops/matmul.cpp:"));
   CHECK(kernel_location("mt::mse_loss", "CUDA").starts_with("kernels/ops/loss.cpp:"));
-  CHECK(kernel_location("mt::silu", "CUDA").starts_with("kernels/ops/silu.cpp:"));
+  CHECK(kernel_location("mt::silu", "CUDA").starts_with("kernels/ops/silu/silu.cpp:"));
 }
 
 TEST_CASE("only one defining library per namespace; fragments add to it") {

@@ -30,7 +30,8 @@
 #include "kernels/cuda/layout.h"
 #include "kernels/elementwise_rows.h"
 #include "kernels/gpu/names.h"
-#include "kernels/gpu/silu.h"
+#include "kernels/ops/folders.h"
+#include "kernels/ops/silu/silu.h"
 #include "runtime/tensor.h"
 #include "runtime/philox.h"
 #include "kernels/jit/builtin.h"
@@ -79,7 +80,7 @@ T __shfl_down_sync(unsigned, T v, int) {
 #include "kernels/cuda/elementwise.cu"
 #include "kernels/cuda/random.cu"
 #include "kernels/cuda/reduce.cu"
-#include "kernels/cuda/silu.cu"
+#include "kernels/ops/silu/silu.cu"
 #undef __global__
 #undef __device__
 #undef __forceinline__
@@ -105,14 +106,25 @@ void launch(::mt::jit::LaunchShape s, F&& kernel) {
 
 namespace fs = std::filesystem;
 using namespace mt::jit;
+using mt::gpu::kSiluDTypes;
+using mt::gpu::kSiluUnroll;
 using mt::gpu::launch_silu_bwd;
 using mt::gpu::launch_silu_fwd;
+using mt::gpu::silu_name_expression;
+using mt::gpu::SiluKernel;
 using mt::DType;
 using mt::StridedLayout;
 
 namespace {
 
-
+// Every embedded kernel file with all its name expressions: the shared ones
+// (gpu::all_kernel_files) and each op folder's (kernels/ops/folders.def).
+std::vector<EmbeddedKernelFile> every_kernel_file() {
+  std::vector<EmbeddedKernelFile> files = mt::gpu::all_kernel_files();
+  for (const mt::ops::OpFolder& f : mt::ops::op_folders())
+    for (EmbeddedKernelFile& k : f.kernel_files()) files.push_back(std::move(k));
+  return files;
+}
 
 // A fresh directory under /tmp, removed with everything in it.
 struct TempDir {
@@ -304,16 +316,24 @@ TEST_SUITE("jit") {
           "[jit] no embedded source named 'nope.cu'; the embedded sources are: common.cuh, "
           "copy.cu, elementwise.cu, layout.h, philox.h, pointwise.cuh, random.cu, reduce.cu, "
           "silu.cu, softmax.cu");
-    // A new .cu file without an entry in all_kernel_files() would go untested.
-    const auto kernels = mt::gpu::all_kernel_files();
+    // A new .cu file without an entry in all_kernel_files() (or its op folder's
+    // kernel_files()) would go untested.
+    const auto kernels = every_kernel_file();
     for (std::string_view n : names) {
       if (!n.ends_with(".cu")) continue;
       CHECK_MESSAGE(std::any_of(kernels.begin(), kernels.end(),
                                 [&](const EmbeddedKernelFile& k) { return k.file == n; }),
-                    n << " has no entry in gpu::all_kernel_files()");
+                    n << " has no entry in gpu::all_kernel_files() or an op folder's "
+                         "kernel_files()");
     }
-    CHECK(kernels[0].name_expressions.size() == 24);  // 6 kernels x 4 dtypes
-    CHECK(kernels[1].name_expressions.size() == 84);  // fill 2 x 6, copy_cast 2 x 36
+    auto file = [&](std::string_view name) {
+      auto it = std::find_if(kernels.begin(), kernels.end(),
+                             [&](const EmbeddedKernelFile& k) { return k.file == name; });
+      REQUIRE(it != kernels.end());
+      return *it;
+    };
+    CHECK(file("silu.cu").name_expressions.size() == 24);  // 6 kernels x 4 dtypes
+    CHECK(file("copy.cu").name_expressions.size() == 84);  // fill 2 x 6, copy_cast 2 x 36
     CHECK(silu_name_expression(SiluKernel::FwdVec, DType::BFloat16) ==
           "silu_fwd_vec<mt::BFloat16, 2>");
     CHECK(copy_cast_name_expression(DType::Int64, DType::Float16, true) ==
@@ -403,7 +423,7 @@ TEST_SUITE("jit") {
 #else
     constexpr bool kSample = false;
 #endif
-    for (const auto& f : mt::gpu::all_kernel_files())
+    for (const auto& f : every_kernel_file())
       for (int arch : {80, 90})
         for (size_t at = 0; at < f.name_expressions.size(); at += kChunk) {
           if (kSample && (arch != 90 || at > 0)) continue;

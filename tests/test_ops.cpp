@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // One harness for every built-in op (ggml's test-backend-ops idea): a table of sample
 // inputs per registered "mt::" op. Each sample is checked against a float64 reference
-// written here with plain loops, the small ones through mt::opcheck (schema, fake against
-// real, autograd registration, gradcheck in float64), and through gradgradcheck where the
-// op promises double backward. A test fails naming any mt:: op without an entry.
+// written here with plain loops (an op folder's beside the op: kernels/ops/NAME/samples.cpp,
+// found through kernels/ops/folders.def), the small ones through mt::opcheck (schema, fake
+// against real, autograd registration, gradcheck in float64), and through gradgradcheck
+// where the op promises double backward. A test fails naming any mt:: op without an entry.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kernels/elementwise_rows.h"
+#include "kernels/ops/folders.h"
 #include "minitensor.h"
 #include "runtime/view.h"
 #include "tests/helpers.h"
@@ -285,8 +287,6 @@ Reference unary_ref(std::function<double(double)> f) {
   };
 }
 
-double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
-
 // The unary rows of the elementwise table: the ops mt::<name>.
 std::vector<ew::Row> unary_rows() {
   std::vector<ew::Row> rows;
@@ -308,6 +308,32 @@ Shape resolve(std::vector<int64_t> shape, int64_t numel) {
 }
 
 Dense same_values(const Dense& x, const Shape& shape) { return {shape, x.v}; }
+
+// Every op folder's samples (kernels/ops/NAME/samples.cpp), in the list's order.
+std::vector<ops::OpSamples> op_folder_samples() {
+  std::vector<ops::OpSamples> all;
+  for (const ops::OpFolder& f : ops::op_folders())
+    for (ops::OpSamples& o : f.samples()) all.push_back(std::move(o));
+  return all;
+}
+
+// A folder's samples as a table entry: its reference gets the arguments with every tensor a
+// contiguous float64 CPU copy, and its float64 results become Dense.
+OpEntry folder_entry(const ops::OpSamples& o) {
+  OpEntry e;
+  for (const ops::OpSample& s : o.samples) e.samples.push_back({s.label, s.args, s.grad});
+  e.double_backward = o.double_backward;
+  e.reference = [ref = o.reference](const std::vector<Dense>&, const Stack& args) {
+    Stack f64 = args;
+    for (Value& v : f64)
+      if (v.is_tensor() && v.to_tensor().defined())
+        v = v.to_tensor().detach().to(F64).contiguous();
+    std::vector<Dense> out;
+    for (const Tensor& t : ref(f64)) out.push_back(dense(t));
+    return out;
+  };
+  return e;
+}
 
 std::map<std::string, OpEntry> build_table() {
   std::map<std::string, OpEntry> table;
@@ -338,19 +364,12 @@ std::map<std::string, OpEntry> build_table() {
         double p = a[1].to_double();
         return std::vector<Dense>{map_values(t[0], [p](double x) { return std::pow(x, p); })};
       }};
-  table["mt::silu_backward"] = {
-      {{"[3, 4]", {make({3, 4}), make({3, 4})}},
-       {"0-d", {make({}), make({})}},
-       {"transposed and stepped [2, 3]",
-        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({2, 3}, F64, -2, 2, Layout::Stepped)}},
-       {"float32 [7]", {make({7}, F32), make({7}, F32)}},
-       {"big [50, 41] float32", {make({50, 41}, F32), make({50, 41}, F32)}}},
-      [](const std::vector<Dense>& t, const Stack&) {
-        return std::vector<Dense>{zip(t[0], t[1], [](double g, double x) {
-          double s = sigmoid_ref(x);
-          return g * s * (1 + x * (1 - s));
-        })};
-      }};
+  // The ops of the op folders (kernels/ops/folders.def), with the samples and reference
+  // each folder keeps beside its op.
+  for (const ops::OpSamples& o : op_folder_samples()) {
+    CHECK_MESSAGE(!table.count(o.op), o.op << " has samples in two places");
+    table[o.op] = folder_entry(o);
+  }
 
   // Elementwise binary, tensor and scalar forms.
   auto binary_ref = [](std::function<double(double, double, double)> f) -> Reference {
@@ -842,43 +861,6 @@ std::map<std::string, OpEntry> build_table() {
         Dense sq = zip(t[0], t[1], [](double x, double y) { return (x - y) * (x - y); });
         return std::vector<Dense>{reduce_groups(sq, {}, false, mean_of)};
       }};
-  auto softmax_samples = std::vector<Sample>{
-      {"[3, 4] dim 1", {make({3, 4}), int64_t(1)}},
-      {"[3, 4] dim 0", {make({3, 4}), int64_t(0)}},
-      {"[2, 3, 2] dim -1", {make({2, 3, 2}), int64_t(-1)}},
-      {"[2, 3, 2] dim 1", {make({2, 3, 2}), int64_t(1)}},
-      {"0-d dim 0", {make({}), int64_t(0)}},
-      {"empty [0, 3] dim 1", {make({0, 3}), int64_t(1)}},
-      {"transposed [3, 4] dim 1", {make({3, 4}, F64, -2, 2, Layout::Transposed), int64_t(1)}},
-      {"float32 [7] dim 0", {make({7}, F32), int64_t(0)}},
-      {"float16 [2, 5] dim 1", {make({2, 5}, F16), int64_t(1)}},
-      {"int64 [2, 3] dim 1 is float32", {make({2, 3}, I64, -3, 3), int64_t(1)}},
-      {"large [4] near 1000 (stable)",
-       {values({1000, 999, 1001, 998}, {4}, F32), int64_t(0)},
-       false},
-      {"big [33, 65] float32 dim 0", {make({33, 65}, F32), int64_t(0)}}};
-  auto softmax_ref = [](bool log) -> Reference {
-    return [log](const std::vector<Dense>& t, const Stack& a) {
-      const Dense& x = t[0];
-      Groups g = group(x, {a[1].to_int()}, true);
-      std::vector<double> mx, total;
-      for (const auto& m : g.members) {
-        double top = m.empty() ? 0 : *std::max_element(m.begin(), m.end());
-        double s = 0;
-        for (double v : m) s += std::exp(v - top);
-        mx.push_back(top), total.push_back(s);
-      }
-      Dense y = x;
-      for (size_t i = 0; i < y.v.size(); ++i) {
-        size_t o = size_t(g.group_of[i]);
-        double z = x.v[i] - mx[o];
-        y.v[i] = log ? z - std::log(total[o]) : std::exp(z) / total[o];
-      }
-      return std::vector<Dense>{y};
-    };
-  };
-  table["mt::softmax"] = {softmax_samples, softmax_ref(false)};
-  table["mt::log_softmax"] = {softmax_samples, softmax_ref(true)};
   return table;
 }
 
@@ -1181,10 +1163,17 @@ void check_ops_gpu(const std::vector<std::string>& names) {
   }
 }
 
-// The unary rows of the elementwise table, pow and the fused SiLU gradient.
+// The unary rows of the elementwise table and pow.
 std::vector<std::string> unary_family() {
-  std::vector<std::string> names = {"mt::pow", "mt::silu_backward"};
+  std::vector<std::string> names = {"mt::pow"};
   for (const ew::Row& r : unary_rows()) names.push_back(op_name(r));
+  return names;
+}
+
+// The ops of the op folders, each named by its folder's samples (no list to edit here).
+std::vector<std::string> op_folder_family() {
+  std::vector<std::string> names;
+  for (const ops::OpSamples& o : op_folder_samples()) names.push_back(o.op);
   return names;
 }
 
@@ -1205,7 +1194,8 @@ const std::map<std::string, std::vector<std::string>>& families() {
       {"copies", {"mt::clone", "mt::contiguous", "mt::to.dtype", "mt::to.device"}},
       {"reductions", {"mt::sum", "mt::mean", "mt::max", "mt::sum_to"}},
       {"max.dim", {"mt::max.dim"}},
-      {"nn", {"mt::matmul", "mt::mse_loss", "mt::softmax", "mt::log_softmax"}},
+      {"nn", {"mt::matmul", "mt::mse_loss"}},
+      {"op folders", op_folder_family()},
   };
   return *f;
 }
@@ -1227,7 +1217,8 @@ TEST_CASE("ops table: every registered mt:: op has samples, and every entry is a
     if (!registered.count(n)) stale.push_back(n);
   CHECK_MESSAGE(missing.empty(),
                 fmt::format("these mt:: ops have no samples in tests/test_ops.cpp: "
-                            "{}; add an entry to build_table()",
+                            "{}; add an entry to build_table(), or, for an op of an op folder, "
+                            "return its samples from the folder's NAME_samples()",
                             fmt::join(missing, ", ")));
   CHECK_MESSAGE(stale.empty(), fmt::format("these table entries name no registered op: {}",
                                            fmt::join(stale, ", ")));
@@ -1258,8 +1249,12 @@ TEST_CASE("ops reductions: values, opcheck and double backward") { check_family(
 TEST_CASE("ops max.dim: values and indices, opcheck and double backward") {
   check_family("max.dim");
 }
-TEST_CASE("ops matmul, mse_loss, softmax, log_softmax: values, opcheck and double backward") {
+TEST_CASE("ops matmul, mse_loss: values, opcheck and double backward") {
   check_family("nn");
+}
+TEST_CASE("ops of the op folders (kernels/ops/folders.def): values, opcheck and double backward") {
+  REQUIRE_FALSE(families().at("op folders").empty());
+  check_family("op folders");
 }
 
 TEST_CASE("ops on cuda (gpu): every op and sample against the float64 reference, and opcheck" *

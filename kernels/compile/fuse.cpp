@@ -13,9 +13,9 @@
 namespace mt {
 
 // Note [Pointwise fusion]
-// A node is fusable when it is a functional elementwise op with a formula below (the
-// elementwise table's unary, scalar and binary ops, silu_backward, and casts between
-// floating dtypes), reads and makes floating tensors, writes nothing and returns no view.
+// A node is fusable when it is a functional elementwise op with a formula (the
+// elementwise table's unary, scalar and binary ops, users' pointwise ops, an op folder's
+// elementwise op such as mt::silu_backward, and casts between floating dtypes), reads and makes floating tensors, writes nothing and returns no view.
 // Walking the nodes in order, a fusable node absorbs the group of each fusable producer
 // of its arguments whose output (the producer group's result) is used exactly once (by
 // it: not twice, not returned, not left as a .grad), so a group is a tree whose root is
@@ -33,8 +33,8 @@ namespace {
 
 using Formula = ops::PointwiseFormula;
 
-// The formulas of the fusable ops that are no elementwise row: silu's fused backward and
-// casts between floating dtypes (the kernel converts its inputs anyway).
+// The formula of the one fusable op that has none of its own: a cast between floating
+// dtypes (the kernel converts its inputs anyway).
 std::shared_ptr<const Formula> extra_formula(std::string_view op) {
   auto make = [](std::vector<std::string> in, const char* body) {
     auto f = std::make_shared<Formula>();
@@ -42,15 +42,13 @@ std::shared_ptr<const Formula> extra_formula(std::string_view op) {
     f->program = jit::expr::parse("fusion", body, std::move(in), {}, {"out"}, false);
     return std::shared_ptr<const Formula>(std::move(f));
   };
-  static const auto silu_backward = make({"g", "x"}, "t = sigmoid(x); g * t * (1 + x * (1 - t))");
   static const auto cast = make({"x"}, "x");
-  if (op == "mt::silu_backward") return silu_backward;
   if (op == "mt::to.dtype") return cast;
   return nullptr;
 }
 
-// The formula of a node: its op's, from the elementwise rows and users' pointwise ops
-// (ops::pointwise_formula), or the extras above; null for a factory (a fill, a literal)
+// The formula of a node: its op's, from the elementwise rows, users' pointwise ops and
+// the op folders (ops::pointwise_formula), or the cast above; null for a factory (a fill, a literal)
 // and for every other op.
 std::shared_ptr<const Formula> formula_of(const GraphNode& n) {
   if (n.is_factory()) return nullptr;

@@ -30,8 +30,6 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);
 // out = cond ? a : b, all three broadcast to out's shape.
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 
-// Fused, one pass: out = grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
-void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out);
 // mse_loss's elementwise piece: out = (a - b)^2.
 void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out);
 
@@ -54,10 +52,6 @@ void sum_to(const Tensor& grad, const Shape& shape, const Tensor& out);
 // float64 use cblas when the build found it (transposed views go in as trans flags),
 // else a cache-blocked kernel; float16/bfloat16 compute in float32; int64 is blocked.
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out);
-
-// Along `dim` (may be negative), numerically stable (the row's max is subtracted).
-void softmax(const Tensor& x, int64_t dim, const Tensor& out);
-void log_softmax(const Tensor& x, int64_t dim, const Tensor& out);
 
 // Whether matmul calls cblas: built with it and not turned off.
 bool have_blas();

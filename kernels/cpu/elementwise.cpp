@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Elementwise CPU kernels: the rows of kernels/elementwise_table.h (unary math, add/sub/
-// mul/div and their scalar forms, the mse_loss square), pow, where and the fused SiLU
-// backward. Each is one plain loop (Note [Elementwise loops]).
+// mul/div and their scalar forms, the mse_loss square), pow and where. Each is one plain
+// loop (Note [Elementwise loops]).
 #include <cmath>
 #include <type_traits>
 
@@ -30,14 +30,6 @@ void f32_row_loop(ew::Fn fn, float* o, const float* x, int64_t n) {
     case ew::Fn::Silu: return silu_f32_loop(o, x, n);
     case ew::Fn::Gelu: return gelu_f32_loop(o, x, n);
     default: return isa_f32_loop<F>(o, x, n);
-  }
-}
-
-// The float64 SiLU backward (float32 has silu_backward_f32_loop).
-inline void silu_backward_loop(double* o, const double* g, const double* x, int64_t n) {
-  MT_SIMD for (int64_t i = 0; i < n; ++i) {
-    double s = 1.0 / (1.0 + std::exp(-x[i]));
-    o[i] = g[i] * s * (1.0 + x[i] * (1.0 - s));
   }
 }
 
@@ -182,23 +174,6 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
       const C *c = in[0], *x = in[1], *y = in[2];
       for (int64_t i = 0; i < n; ++i) o[i] = c[i] != C(0) ? x[i] : y[i];
     });
-  });
-}
-
-void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out) {
-  check_floating_out("silu_backward", out);
-  Loop it = make_loop("silu_backward", out, {grad, x});
-  visit_compute(out.dtype(), [&](auto tag) {
-    using C = decltype(tag);
-    if constexpr (std::is_same_v<C, float>) {
-      for_each_block<C>(it, [&](C* o, const C* const* in, int64_t n) {
-        silu_backward_f32_loop(o, in[0], in[1], n);
-      });
-    } else if constexpr (std::is_floating_point_v<C>) {
-      for_each_block<C>(it, [&](C* o, const C* const* in, int64_t n) {
-        silu_backward_loop(o, in[0], in[1], n);
-      });
-    }
   });
 }
 

@@ -44,14 +44,6 @@ void max(const Tensor& x, std::span<const int64_t> dims, bool keepdim, const Ten
          const Tensor& indices_or_undefined);
 void sum_to(const Tensor& grad, const Shape& shape, const Tensor& out);
 
-// SiLU and its fused gradient (kernels/gpu/silu.cpp, kernels/cuda/silu.cu): floating
-// dtypes; grad is converted to x's dtype when they differ.
-void silu(const Tensor& x, const Tensor& out);
-void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out);
-
-void softmax(const Tensor& x, int64_t dim, const Tensor& out);
-void log_softmax(const Tensor& x, int64_t dim, const Tensor& out);
-
 // out[..., m, n] = a[..., m, k] @ b[..., k, n] through cuBLAS (libcublas opened with
 // dlopen on first use); batch dims broadcast. float32 computes in full float32 unless
 // set_allow_tf32(true); float16/bfloat16 accumulate in float32. int64 is refused.

@@ -34,9 +34,6 @@ std::string reduce_name_expression(ReduceKind kind, bool rows, DType in, DType o
                      kind == ReduceKind::Sum ? "SumR" : "MaxR", from_acc ? "true" : "false");
 }
 
-std::string softmax_name_expression(DType t, bool log) {
-  return fmt::format("softmax_rows<{}, {}>", jit::kernel_type_name(t), log ? "true" : "false");
-}
 
 std::string random_name_expression(DType t, bool normal) {
   return fmt::format("random_{}<{}>", normal ? "normal" : "uniform", jit::kernel_type_name(t));
@@ -44,8 +41,7 @@ std::string random_name_expression(DType t, bool normal) {
 
 std::vector<jit::EmbeddedKernelFile> all_kernel_files() {
   const DType floats[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
-  jit::EmbeddedKernelFile ew{"elementwise.cu", {}}, red{"reduce.cu", {}}, soft{"softmax.cu", {}},
-      rnd{"random.cu", {}};
+  jit::EmbeddedKernelFile ew{"elementwise.cu", {}}, red{"reduce.cu", {}}, rnd{"random.cu", {}};
   for (const ew::Row& r : ew::kRows)
     for (int t = 0; t < kNumDTypes; ++t) {
       if (!ew_has_kernel(r.fn, DType(t))) continue;
@@ -65,12 +61,10 @@ std::vector<jit::EmbeddedKernelFile> all_kernel_files() {
           red.name_expressions.push_back(
               reduce_name_expression(kind, rows, dt, reduce_out_dtype(kind, dt), from_acc));
     }
-  for (DType t : floats) {
-    for (bool log : {false, true}) soft.name_expressions.push_back(softmax_name_expression(t, log));
+  for (DType t : floats)
     for (bool normal : {false, true}) rnd.name_expressions.push_back(random_name_expression(t, normal));
-  }
   std::vector<jit::EmbeddedKernelFile> files = jit::embedded_kernels();
-  for (auto* f : {&ew, &red, &soft, &rnd}) files.push_back(std::move(*f));
+  for (auto* f : {&ew, &red, &rnd}) files.push_back(std::move(*f));
   return files;
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The name expressions of the GPU op kernels (kernels/cuda/elementwise.cu, reduce.cu,
-// softmax.cu, random.cu): what NVRTC instantiates, and the full lists the tests compile.
+// random.cu): what NVRTC instantiates, and the full lists the tests compile.
 #pragma once
 
 #include <string>
@@ -30,11 +30,11 @@ std::string reduce_name_expression(ReduceKind kind, bool rows, DType in, DType o
 // The result dtype of a reduction kernel over `in`: sum of bool is int64, else in.
 DType reduce_out_dtype(ReduceKind kind, DType in);
 
-std::string softmax_name_expression(DType t, bool log);
 std::string random_name_expression(DType t, bool normal);
 
 // Every embedded kernel file with all its name expressions: kernels/jit's own
-// (jit::embedded_kernels: silu.cu, copy.cu) and the four above. The tests compile them all.
+// (jit::embedded_kernels: copy.cu) and the three above; the op folders list theirs
+// (ops::OpFolder::kernel_files). The tests compile them all.
 std::vector<jit::EmbeddedKernelFile> all_kernel_files();
 
 }  // namespace mt::gpu

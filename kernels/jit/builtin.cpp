@@ -35,26 +35,6 @@ std::string_view kernel_type_name(DType t) {
   return "";
 }
 
-std::string silu_name_expression(SiluKernel k, DType t) {
-  const std::string_view ty = kernel_type_name(t);
-  switch (k) {
-    case SiluKernel::Fwd:
-      return fmt::format("silu_fwd<{}>", ty);
-    case SiluKernel::FwdVec:
-      return fmt::format("silu_fwd_vec<{}, {}>", ty, kSiluUnroll);
-    case SiluKernel::FwdStrided:
-      return fmt::format("silu_fwd_strided<{}>", ty);
-    case SiluKernel::Bwd:
-      return fmt::format("silu_bwd<{}>", ty);
-    case SiluKernel::BwdVec:
-      return fmt::format("silu_bwd_vec<{}, {}>", ty, kSiluUnroll);
-    case SiluKernel::BwdStrided:
-      return fmt::format("silu_bwd_strided<{}>", ty);
-  }
-  MT_ASSERT(false, "unknown SiluKernel {}", int(k));
-  return "";
-}
-
 std::string fill_name_expression(DType t, bool strided) {
   return fmt::format("{}<{}>", strided ? "fill_strided" : "fill", kernel_type_name(t));
 }
@@ -65,11 +45,7 @@ std::string copy_cast_name_expression(DType dst, DType src, bool strided) {
 }
 
 std::vector<EmbeddedKernelFile> embedded_kernels() {
-  EmbeddedKernelFile silu{"silu.cu", {}}, copy{"copy.cu", {}};
-  for (DType t : kSiluDTypes)
-    for (SiluKernel k : {SiluKernel::Fwd, SiluKernel::FwdVec, SiluKernel::FwdStrided,
-                         SiluKernel::Bwd, SiluKernel::BwdVec, SiluKernel::BwdStrided})
-      silu.name_expressions.push_back(silu_name_expression(k, t));
+  EmbeddedKernelFile copy{"copy.cu", {}};
   for (int i = 0; i < kNumDTypes; ++i) {
     copy.name_expressions.push_back(fill_name_expression(DType(i), false));
     copy.name_expressions.push_back(fill_name_expression(DType(i), true));
@@ -78,7 +54,7 @@ std::vector<EmbeddedKernelFile> embedded_kernels() {
     for (int s = 0; s < kNumDTypes; ++s)
       for (bool strided : {false, true})
         copy.name_expressions.push_back(copy_cast_name_expression(DType(d), DType(s), strided));
-  return {silu, copy};
+  return {copy};
 }
 
 KernelSpec builtin_spec(std::string_view file) {
@@ -150,7 +126,7 @@ LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count) {
 // SM, each thread loops over many packs and the float32 forward pass stayed well short of a
 // copy of the same bytes. One block per 256 work items, however many waves that makes (the
 // hardware hands a finished block's place to the next), so that each thread runs its loop
-// once, brought it to a copy's speed; 2 packs a thread (kSiluUnroll) did a little better
+// once, brought it to a copy's speed; 2 packs a thread (gpu::kSiluUnroll) did a little better
 // than 4, 1 was slower, and 128 threads a block matched 256. The generic elementwise
 // kernels keep the capped grid: uncapped, the sigmoid-then-multiply pair got slower.
 LaunchShape vec_launch_shape(int64_t work_items) {

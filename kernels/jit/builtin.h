@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The built-in device kernels (kernels/cuda/*.cu): their name expressions, the
 // layouts and launch shapes they take, and launchers on raw device pointers for the
-// runtime's copies and fills (kernels/gpu/device_hooks.cpp). SiLU's launchers are in
-// kernels/gpu/silu.h.
+// runtime's copies and fills (kernels/gpu/device_hooks.cpp). An op folder's kernels are
+// its own (kernels/ops/silu/silu.h).
 #pragma once
 
 #include <atomic>
@@ -23,21 +23,16 @@ namespace mt::jit {
 // "mt::BFloat16", "long long", "bool".
 std::string_view kernel_type_name(DType t);
 
-enum class SiluKernel { Fwd, FwdVec, FwdStrided, Bwd, BwdVec, BwdStrided };
-inline constexpr int kSiluUnroll = 2;  // 16-byte packs per thread per loop of the vec kernels
-inline constexpr DType kSiluDTypes[] = {DType::Float32, DType::Float64, DType::Float16,
-                                        DType::BFloat16};
-
-// "silu_fwd_vec<float, 2>", "copy_cast_strided<mt::Half, long long>", ...
-std::string silu_name_expression(SiluKernel k, DType t);
+// "fill_strided<float>", "copy_cast_strided<mt::Half, long long>", ...
 std::string fill_name_expression(DType t, bool strided);
 std::string copy_cast_name_expression(DType dst, DType src, bool strided);
 
-// The kernel files of the launchers here (silu.cu, copy.cu), each with every name
-// expression it is meant to be used with (all dtypes); gpu::all_kernel_files() adds the
-// op kernels' files, and the tests compile each list whole for several architectures.
+// The kernel files of the launchers here (copy.cu), each with every name expression it
+// is meant to be used with (all dtypes); gpu::all_kernel_files() adds the op kernels'
+// files, each op folder its own (ops::OpFolder::kernel_files), and the tests compile each
+// list whole for several architectures.
 struct EmbeddedKernelFile {
-  std::string file;  // "silu.cu"
+  std::string file;  // "copy.cu"
   std::vector<std::string> name_expressions;
 };
 std::vector<EmbeddedKernelFile> embedded_kernels();
@@ -59,9 +54,9 @@ struct LaunchShape {
   Dim3 grid, block;
 };
 LaunchShape elementwise_launch_shape(int64_t work_items, int sm_count);
-// Grid and block of SiLU's vec kernels: 256 threads a block and one block for every 256
-// work items (packs / kSiluUnroll), however many waves that makes, so a thread runs its
-// loop once. Note [SiLU's launch shape].
+// Grid and block of the vec kernels (SiLU's, jit::pointwise's): 256 threads a block and one
+// block for every 256 work items (packs / unroll), however many waves that makes, so a
+// thread runs its loop once. Note [SiLU's launch shape].
 LaunchShape vec_launch_shape(int64_t work_items);
 // True when every pointer is 16-byte aligned (the vec kernels' condition).
 bool aligned16(std::initializer_list<const void*> ptrs);

@@ -40,16 +40,15 @@ void register_everywhere(const char* name, const char* schema, F fn, Backward bw
 #define MT_BUILTIN_OP(name, Sig)                                                           \
   static const auto op = ::mt::dispatcher().find_or_throw(name).typed<Sig>()
 
-// The family registrations (one per file in kernels/ops/).
+// The family registrations (one per file in kernels/ops/; the op folders' are listed in
+// kernels/ops/folders.def).
 void register_binary();
 void register_unary();
-void register_silu();
 void register_views();
 void register_copy();
 void register_reduce();
 void register_matmul();
 void register_loss();
-void register_softmax();
 void register_foreach();
 
 // Helpers shared by op files.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The elementwise unary ops: each Unary row of kernels/elementwise_table.h (mt::neg, exp,
 // ..., gelu) registered here from its row, backward included, and given its public
-// function; and mt::pow (scalar exponent). mt::silu, a row with kernels of its own, registers in silu.cpp. Float-
+// function; and mt::pow (scalar exponent). mt::silu, a row with kernels of its own, registers in kernels/ops/silu/. Float-
 // valued ops give float32 for int64/bool inputs (as PyTorch); the kKeepDtype rows keep the
 // dtype. Backwards are dispatched ops, so they differentiate again.
 #include <cmath>

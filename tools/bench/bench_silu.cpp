@@ -26,9 +26,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kernels/gpu/silu.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
+#include "kernels/ops/silu/silu.h"
 #include "minitensor.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
@@ -195,9 +195,9 @@ HostCost measure_host_cost() {
   // launcher adds (context check, stream lookup, argument packing, launch shape).
   const jit::Kernel& bare =
       jit::get_kernel(0, jit::builtin_spec("silu.cu"),
-                      jit::silu_name_expression(jit::SiluKernel::FwdVec, DType::Float32));
+                      gpu::silu_name_expression(gpu::SiluKernel::FwdVec, DType::Float32));
   const jit::LaunchShape sh =
-      jit::vec_launch_shape((4096 / 4 + jit::kSiluUnroll - 1) / jit::kSiluUnroll);
+      jit::vec_launch_shape((4096 / 4 + gpu::kSiluUnroll - 1) / gpu::kSiluUnroll);
   const void* bare_x = hx.data_ptr();
   void* bare_y = hg.data_ptr();
   long long bare_n = 4096, zero_n = 0;

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ops/silu/silu.h"
+#include "kernels/ops/softmax/softmax.h"
 #include "tools/bench/timing.h"
 
 namespace mt::bench {

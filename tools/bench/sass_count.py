@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""SASS instruction counts of the SiLU vector kernels (kernels/cuda/silu.cu), per dtype.
+"""SASS instruction counts of the SiLU vector kernels (kernels/ops/silu/silu.cu), per dtype.
 
   tools/bench/sass_count.py [--arch sm_90]
 
@@ -47,6 +47,7 @@ def main():
                 f.write(f"template __global__ void {name}({params});\n")
         cubin = os.path.join(tmp, "inst.cubin")
         subprocess.run([tool("nvcc"), f"-arch={args.arch}", "-cubin", "-O3",
+                        "-I", os.path.join(root, "kernels", "ops", "silu"),
                         "-I", os.path.join(root, "kernels", "cuda"), "-o", cubin, src],
                        check=True)
         sass = subprocess.run([tool("cuobjdump"), "-sass", cubin], check=True,

@@ -10,12 +10,12 @@
 #include "kernels/cpu/vec_exp.h"
 
 #ifdef MT_HAVE_CUDA
-#include "kernels/gpu/silu.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
 #include "kernels/jit/pointwise.h"
 #include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"
+#include "kernels/ops/silu/silu.h"
 #include "runtime/cuda/driver.h"
 #endif
 

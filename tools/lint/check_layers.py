@@ -6,7 +6,11 @@ Includes: every #include "..." line against DESIGN's "may include" table. A file
 include headers of its own layer and of the layers below it, never of one above (the one
 hook that runs the top of the library from below is a declaration, Note [Library
 initialization] in runtime/init.h). tools/ and tests/ may include everything; examples/
-only the public API (minitensor.h) and their own headers.
+only the public API (minitensor.h) and their own headers. An op folder, kernels/ops/NAME/
+(Note [One folder an op] in kernels/ops/folders.cpp), is the op's alone: no library file
+outside it includes one of its files (the library reaches it through kernels/ops/folders.def),
+and every folder of kernels/ops/ is listed in folders.def (the build compiles only the listed
+ones, so an unlisted folder would be left out without a word).
 
 Links (--link): the same order over the built objects. The library is one static library a
 layer, linked whole (Note [One static library a layer] in meson.build): the objects of
@@ -39,6 +43,7 @@ MAY_INCLUDE = {layer: set(LIBRARY[: i + 1]) for i, layer in enumerate(LIBRARY)}
 MAY_INCLUDE.update({"tools": None, "tests": None, "": None, "examples": {"", "examples"}})
 SOURCE_EXTS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+OP_FOLDER = re.compile(r"^kernels/ops/([^/]+)/")
 
 
 def layer_of(rel):
@@ -73,8 +78,30 @@ def resolve(root, rel, target):
     return None  # not in this tree (a system or toolkit header)
 
 
+OP_FOLDER_LINE = re.compile(r"^\s*MT_OP_FOLDER\(\s*(\w+)\s*\)")
+
+
+def op_folder_problems(root):
+    """The folders of kernels/ops/ against the list in kernels/ops/folders.def."""
+    ops = os.path.join(root, "kernels", "ops")
+    if not os.path.isdir(ops):
+        return []
+    listed = []
+    deffile = os.path.join(ops, "folders.def")
+    if os.path.isfile(deffile):
+        with open(deffile, encoding="utf-8") as f:
+            listed = [m.group(1) for m in map(OP_FOLDER_LINE.match, f) if m]
+    present = sorted(d for d in os.listdir(ops) if os.path.isdir(os.path.join(ops, d)))
+    bad = [f"kernels/ops/{d}/: an op folder that kernels/ops/folders.def does not list, so the "
+           f"build leaves it out; add the line MT_OP_FOLDER({d}) there" for d in present
+           if d not in listed]
+    bad += [f"kernels/ops/folders.def: MT_OP_FOLDER({d}) names no folder kernels/ops/{d}/"
+            for d in listed if d not in present]
+    return bad
+
+
 def check(root):
-    bad = []
+    bad = op_folder_problems(root)
     checked = 0
     for rel in sources(root):
         allowed = MAY_INCLUDE[layer_of(rel)]
@@ -93,6 +120,12 @@ def check(root):
                         ", ".join(sorted(allowed))
                     bad.append(f"{rel}:{n}: {line.strip()}  ({layer_of(rel) or 'top level'}/ may "
                                f"include only {what}; {target} is in {to or 'the top level'}/)")
+                    continue
+                folder = OP_FOLDER.match(target)
+                if folder and not rel.startswith(folder.group(0)):
+                    bad.append(f"{rel}:{n}: {line.strip()}  (an op folder's files are its own: "
+                               f"only {folder.group(0)} includes {target}; reach the op through "
+                               "the dispatcher, or move the code into the folder)")
     return bad, checked
 
 
@@ -104,6 +137,14 @@ def self_test():
         "kernels/d.cuh": "",
         "examples/e.cpp": '#include "minitensor.h"\n#include "runtime/a.h"\n',
         "minitensor.h": '#include "kernels/b.h"\n',
+        # an op folder: its own files and the tests include its header, another file not
+        "kernels/ops/f/f.h": "",
+        "kernels/ops/f/f.cpp": '#include "kernels/ops/f/f.h"\n',
+        "kernels/g.cpp": '#include "kernels/ops/f/f.h"\n',
+        "tests/t.cpp": '#include "kernels/ops/f/f.h"\n',
+        # the list names f and a folder that is gone; folder h is not on it
+        "kernels/ops/folders.def": "// MT_OP_FOLDER(NAME) a line\nMT_OP_FOLDER(f)\nMT_OP_FOLDER(gone)\n",
+        "kernels/ops/h/h.cpp": "",
     }
     with tempfile.TemporaryDirectory() as root:
         for rel, text in files.items():
@@ -112,11 +153,14 @@ def self_test():
                 f.write(text)
         bad, checked = check(root)
     found = sorted(b.split(": ")[0] for b in bad)
-    want = ["examples/e.cpp:2", "runtime/a.h:1"]
-    if checked != 7 or found != want:
-        print(f"check_layers --self-test: flagged {found} of {checked} lines, expected {want} of 7")
+    want = ["examples/e.cpp:2", "kernels/g.cpp:1", "kernels/ops/folders.def", "kernels/ops/h/",
+            "runtime/a.h:1"]
+    if checked != 10 or found != want:
+        print(f"check_layers --self-test: flagged {found} of {checked} lines, expected {want} of 10")
         return 1
-    print("check_layers --self-test: the upward includes are flagged, the others pass")
+    print("check_layers --self-test: the upward includes, the one into an op folder from "
+          "outside it, an unlisted op folder and a listed one that is gone are flagged, the "
+          "others pass")
     return 0
 
 
@@ -287,11 +331,14 @@ def main():
     for b in bad:
         print(b)
     if bad:
-        print(f"check_layers: {len(bad)} include(s) of a layer above the includer (the layers, "
-              "lowest first: runtime < dispatcher < autograd < kernels); move the code down, or "
-              "reach the op through the dispatcher (mt::call, a typed handle)")
+        print(f"check_layers: {len(bad)} problem(s): includes of a layer above the includer (the "
+              "layers, lowest first: runtime < dispatcher < autograd < kernels) or of an op "
+              "folder from outside it (move the code down or into the folder, or reach the op "
+              "through the dispatcher: mt::call, a typed handle), or op folders and "
+              "kernels/ops/folders.def that disagree")
         return 1
-    print(f"check_layers: {checked} #include lines, none reaches a layer above its file")
+    print(f"check_layers: {checked} #include lines, none reaches a layer above its file or an op "
+          "folder from outside it")
     return 0
 
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // mt::softmax and mt::log_softmax along one dim, numerically stable (the kernel
 // subtracts the row's max). Integer inputs give float32. Backwards, with y the output
-// (recomputed from the saved input, as in Note [Saved inputs, not outputs] in unary.cpp):
+// (recomputed from the saved input, as in Note [Saved inputs, not outputs] in
+// kernels/ops/unary.cpp):
 // softmax: y * (g - sum(g * y)), log_softmax: g - exp(y) * sum(g), sums along dim.
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/registry.h"
+#include "kernels/ops/softmax/softmax.h"
 
 namespace mt {
 namespace ops {

@@ -1,14 +1,36 @@
 // SPDX-License-Identifier: MIT
 // SiLU on the GPU: gpu::silu and gpu::silu_backward (the CUDA kernels of mt::silu and
-// mt::silu_backward, registered in kernels/ops/silu.cpp) and their launchers.
-#include "kernels/gpu/silu.h"
+// mt::silu_backward, registered in silu.cpp), their launchers and the name expressions of
+// their device code, silu.cu.
+#include <fmt/format.h>
 
-#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/gpu/launch.h"
 #include "kernels/jit/builtin.h"
+#include "kernels/ops/silu/silu.h"
 #include "runtime/error.h"
 
 namespace mt::gpu {
+
+std::string silu_name_expression(SiluKernel k, DType t) {
+  const std::string_view ty = jit::kernel_type_name(t);
+  switch (k) {
+    case SiluKernel::Fwd:
+      return fmt::format("silu_fwd<{}>", ty);
+    case SiluKernel::FwdVec:
+      return fmt::format("silu_fwd_vec<{}, {}>", ty, kSiluUnroll);
+    case SiluKernel::FwdStrided:
+      return fmt::format("silu_fwd_strided<{}>", ty);
+    case SiluKernel::Bwd:
+      return fmt::format("silu_bwd<{}>", ty);
+    case SiluKernel::BwdVec:
+      return fmt::format("silu_bwd_vec<{}, {}>", ty, kSiluUnroll);
+    case SiluKernel::BwdStrided:
+      return fmt::format("silu_bwd_strided<{}>", ty);
+  }
+  MT_ASSERT(false, "unknown SiluKernel {}", int(k));
+  return "";
+}
+
 namespace {
 
 constexpr int kNumSiluKernels = 6;
@@ -21,23 +43,22 @@ void check_silu_dtype(DType t) {
            t);
 }
 
-const jit::Kernel& silu_kernel(int device, jit::SiluKernel k, DType t) {
+const jit::Kernel& silu_kernel(int device, SiluKernel k, DType t) {
   return g_silu.get(device, int(k) * kNumDTypes + int(t), "silu.cu",
-                    [&] { return jit::silu_name_expression(k, t); });
+                    [&] { return silu_name_expression(k, t); });
 }
 
 // The grid of the contiguous kernels: the vec kernel's (Note [SiLU's launch shape]) when
 // every pointer is 16-byte aligned, else the generic elementwise one.
 jit::LaunchShape vec_shape(DType t, int64_t n) {
   const int64_t packs = n / int64_t(16 / dtype_size(t));
-  return jit::vec_launch_shape((packs + jit::kSiluUnroll - 1) / jit::kSiluUnroll);
+  return jit::vec_launch_shape((packs + kSiluUnroll - 1) / kSiluUnroll);
 }
 
 }  // namespace
 
 void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, void* y, int64_t n,
                      const StridedLayout* layout) {
-  using jit::SiluKernel;
   check_silu_dtype(t);
   if (n <= 0) return;
   long long count = n;
@@ -59,7 +80,6 @@ void launch_silu_fwd(int device, CUstream_st* stream, DType t, const void* x, vo
 
 void launch_silu_bwd(int device, CUstream_st* stream, DType t, const void* grad, const void* x,
                      void* grad_in, int64_t n, const StridedLayout* layout) {
-  using jit::SiluKernel;
   check_silu_dtype(t);
   if (n <= 0) return;
   long long count = n;
@@ -125,3 +145,17 @@ void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out) {
 }
 
 }  // namespace mt::gpu
+
+namespace mt::ops {
+
+std::vector<jit::EmbeddedKernelFile> silu_kernel_files() {
+  jit::EmbeddedKernelFile silu{"silu.cu", {}};
+  for (DType t : gpu::kSiluDTypes)
+    for (gpu::SiluKernel k : {gpu::SiluKernel::Fwd, gpu::SiluKernel::FwdVec,
+                              gpu::SiluKernel::FwdStrided, gpu::SiluKernel::Bwd,
+                              gpu::SiluKernel::BwdVec, gpu::SiluKernel::BwdStrided})
+      silu.name_expressions.push_back(gpu::silu_name_expression(k, t));
+  return {silu};
+}
+
+}  // namespace mt::ops

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/math.h"
+#include "kernels/ops/softmax/softmax.h"
 
 namespace mt::cpu {
 namespace {

@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: MIT
-// softmax and log_softmax on the GPU (kernels/cuda/softmax.cu, rows along the last dim):
-// another dim is moved last by a copy, and the result copied back into out's layout.
+// softmax and log_softmax on the GPU (softmax.cu, rows along the last dim): another dim
+// is moved last by a copy, and the result copied back into out's layout.
+#include <fmt/format.h>
+
 #include <algorithm>
 
-#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/gpu/launch.h"
-#include "kernels/gpu/names.h"
 #include "kernels/jit/builtin.h"
+#include "kernels/ops/softmax/softmax.h"
 #include "runtime/view.h"
 
 namespace mt::gpu {
+
+std::string softmax_name_expression(DType t, bool log) {
+  return fmt::format("softmax_rows<{}, {}>", jit::kernel_type_name(t), log ? "true" : "false");
+}
+
 namespace {
 
 jit::KernelTable<kNumDTypes * 2> g_softmax_kernels;
@@ -52,3 +58,15 @@ void softmax(const Tensor& x, int64_t dim, const Tensor& out) { softmax_impl(x, 
 void log_softmax(const Tensor& x, int64_t dim, const Tensor& out) { softmax_impl(x, dim, out, true); }
 
 }  // namespace mt::gpu
+
+namespace mt::ops {
+
+std::vector<jit::EmbeddedKernelFile> softmax_kernel_files() {
+  jit::EmbeddedKernelFile soft{"softmax.cu", {}};
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (bool log : {false, true})
+      soft.name_expressions.push_back(gpu::softmax_name_expression(t, log));
+  return {soft};
+}
+
+}  // namespace mt::ops

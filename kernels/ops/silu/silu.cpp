@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
 // mt::silu: y = x * sigmoid(x), and mt::silu_backward, its fused gradient
 // grad * s * (1 + x * (1 - s)) in one pass over x and grad. Every key registers here,
-// through one custom_op handle per op: CPU (kernels/cpu), CUDA (kernels/gpu/silu.cpp, whose
-// device code is kernels/cuda/silu.cu), Fake and Autograd.
+// through one custom_op handle per op: CPU (the forward through its row's loop in
+// kernels/cpu, the backward in cpu.cpp), CUDA (cuda.cpp, whose device code is silu.cu),
+// Fake and Autograd.
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/gpu/gpu_kernels.h"
+#include "kernels/jit/expr.h"
+#include "kernels/ops/pointwise_eval.h"
 #include "kernels/ops/registry.h"
+#include "kernels/ops/silu/silu.h"
 
 namespace mt {
 namespace ops {
@@ -81,6 +84,15 @@ void register_silu() {
         ctx.save_for_backward({grad, x});
       });
   keep(bwd_op);
+
+  // mt::compile fuses mt::silu_backward with the elementwise ops around it (Note [Pointwise
+  // fusion] in kernels/compile/fuse.cpp) through this formula; mt::silu has its row's.
+  auto formula = std::make_shared<PointwiseFormula>();
+  formula->tensors = 2;
+  formula->program = jit::expr::parse("mt::silu_backward",
+                                      "t = sigmoid(x); g * t * (1 + x * (1 - t))", {"g", "x"},
+                                      {}, {"out"}, false);
+  set_pointwise_formula("mt::silu_backward", std::move(formula));
 }
 
 }  // namespace ops

@@ -7,7 +7,11 @@
 // chosen by the launcher), and strided (up to 8 dims, operand 0 is the output).
 // All loops are grid-stride, so any grid size is correct; exact in-place
 // (y == x, grad_in == grad) is fine: each element is read, then written, by one thread.
-#include "common.cuh"
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#include "common.cuh"  // kernels/cuda/common.cuh, embedded by its file name like this one
+#else
+#include "kernels/cuda/common.cuh"  // the tests' CPU emulation compiles this file as host C++
+#endif
 
 namespace mt {
 

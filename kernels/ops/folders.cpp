@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// The list of the ops with kernels of their own (kernels/ops/folders.def) as an array.
+#include "kernels/ops/folders.h"
+
+#include <cmath>
+#include <iterator>
+#include <random>
+
+#include "kernels/ops/op_folder_count.h"  // MT_NUM_OP_FOLDERS, written by kernels/ops/meson.build
+
+#define MT_OP_FOLDER(name)                                    \
+  namespace mt::ops {                                         \
+  void register_##name();                                     \
+  std::vector<jit::EmbeddedKernelFile> name##_kernel_files(); \
+  std::vector<OpSamples> name##_samples();                    \
+  }
+#include "kernels/ops/folders.def"
+#undef MT_OP_FOLDER
+
+namespace mt::ops {
+
+// Note [One folder an op]
+// An op with kernels of its own (a fused forward and backward, a reduction, a stencil)
+// lives in one folder, kernels/ops/NAME/: its registration (register_NAME: every key
+// through one custom_op handle), its CPU kernel, its CUDA launcher and device code
+// (NAME.cu, embedded for NVRTC), and its samples for the op harness. Everything else finds
+// the folder through its one line in kernels/ops/folders.def: the library's initialization
+// calls register_NAME, the build compiles the folder (kernels/ops/meson.build reads the
+// same file, and passes the count it read as MT_NUM_OP_FOLDERS), the CUBIN tests compile
+// its kernel files, and the op harness runs its samples. What several ops share (the
+// CPU loops, the AVX-512 exp, the launch helpers, the elementwise row an op may also have)
+// stays in kernels/cpu, kernels/gpu and kernels/jit.
+namespace {
+constexpr OpFolder kOpFolders[] = {
+#define MT_OP_FOLDER(name) {#name, register_##name, name##_kernel_files, name##_samples},
+#include "kernels/ops/folders.def"
+#undef MT_OP_FOLDER
+};
+}  // namespace
+
+// The build and the preprocessor read folders.def alike: a folder the build did not compile
+// (or one it compiled that is not in the array) fails here, not at link or run time.
+static_assert(std::size(kOpFolders) == MT_NUM_OP_FOLDERS,
+              "kernels/ops/meson.build and kernels/ops/folders.cpp read a different number of "
+              "entries from kernels/ops/folders.def: write each MT_OP_FOLDER(NAME) on a line "
+              "of its own");
+
+std::span<const OpFolder> op_folders() { return kOpFolders; }
+
+Tensor sample_tensor(const Shape& shape, DType t, uint64_t seed, double lo, double hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = is_floating(t) ? dist(rng) : std::round(dist(rng));
+  return from_vector(v, shape).to(t);
+}
+
+}  // namespace mt::ops

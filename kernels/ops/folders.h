@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// The ops with kernels of their own: one folder each under kernels/ops/ (registration, CPU
+// and CUDA kernels, device code, the op harness's samples), listed once in
+// kernels/ops/folders.def (Note [One folder an op]).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dispatcher/value.h"
+#include "kernels/jit/builtin.h"
+
+namespace mt::ops {
+
+// One sample of an op for the op harness (tests/test_ops.cpp): the arguments, and whether
+// gradcheck runs on it (false: values only, for kinks, ties and huge inputs).
+struct OpSample {
+  std::string label;
+  Stack args;
+  bool grad = true;
+};
+
+// An op's samples and its float64 reference: `reference` gets the sample's arguments with
+// every tensor made a contiguous float64 CPU copy, and returns the op's outputs in float64,
+// computed with plain loops.
+struct OpSamples {
+  std::string op;  // "mt::silu_backward"
+  std::vector<OpSample> samples;
+  std::function<std::vector<Tensor>(const Stack& f64_args)> reference;
+  bool double_backward = true;
+};
+
+// A sample's tensor: values uniform in [lo, hi), the same for the same seed, in dtype t
+// (rounded for integers).
+Tensor sample_tensor(const Shape& shape, DType t, uint64_t seed, double lo = -2, double hi = 2);
+
+// A folder's entry points, named after it: register_NAME(), NAME_kernel_files(),
+// NAME_samples() (declared in its header, kernels/ops/NAME/NAME.h).
+struct OpFolder {
+  const char* name;  // "silu": kernels/ops/silu/
+  void (*register_ops)();
+  std::vector<jit::EmbeddedKernelFile> (*kernel_files)();  // its .cu files, for the tests
+  std::vector<OpSamples> (*samples)();
+};
+
+// Every folder of kernels/ops/folders.def, in its order.
+std::span<const OpFolder> op_folders();
+
+}  // namespace mt::ops
