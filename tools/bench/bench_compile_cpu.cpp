@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // CPU fusion, measured side by side in one run: pointwise chains eager, compiled without
-// fusion and compiled with fused groups (jit::pointwise's tile evaluator), and the
-// pointwise builder's SiLU against the hand-written mt::silu loop. Medians of REPS runs
-// each, the forms alternating. Usage: bench_compile_cpu [REPS] (default 15); set
-// MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count.
+// fusion, compiled with fused groups (jit::pointwise's tile evaluator) and compiled as a
+// plan decides by default (Note [CPU fusion]'s size threshold), and the pointwise
+// builder's SiLU against the hand-written mt::silu loop. Medians of REPS runs each, the
+// forms alternating. Usage: bench_compile_cpu [REPS] (default 15); set MT_NUM_THREADS (or
+// OMP_NUM_THREADS) to fix the thread count.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,19 +54,22 @@ std::vector<Tensor> chain(const std::vector<Tensor>& in, int n) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 15;
   std::printf("CPU fusion (median of %d runs each, forms alternating)\n\n", reps);
-  std::printf("| function (float32) | eager ms | compiled, unfused ms | compiled, fused ms | eager / fused |\n");
-  std::printf("|---|---|---|---|---|\n");
+  std::printf("| function (float32) | eager ms | compiled, unfused ms | compiled, fused ms | "
+              "compiled, default ms | eager / default | eager / fused |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (int ops : {4, 16}) {
-    for (int log2n : {8, 10, 12, 14, 16, 22}) {
-      if (ops == 16 && log2n < 16) continue;
+    for (int log2n : {8, 10, 12, 13, 14, 16, 22, 24}) {
+      if (ops == 16 && (log2n < 16 || log2n > 22)) continue;
       Tensor x = randn({int64_t(1) << log2n});
       auto f = [ops](const std::vector<Tensor>& in) { return chain(in, ops); };
       Compiled plain = mt::compile(f, {.fuse = false});
       Compiled fused = mt::compile(f, {.fuse = true});
+      Compiled plan = mt::compile(f);
       const int reps_here = log2n >= 20 ? reps : reps * 20;  // small sizes: more, shorter runs
-      auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }}, reps_here);
-      std::printf("| chain of %d ops, 2^%d | %.3f | %.3f | %.3f | %.2fx |\n", ops, log2n,
-                  m[0], m[1], m[2], m[0] / m[2]);
+      auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }},
+                       reps_here);
+      std::printf("| chain of %d ops, 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", ops,
+                  log2n, m[0], m[1], m[2], m[3], m[0] / m[3], m[0] / m[2]);
     }
   }
   std::printf("\n| SiLU (float32) | mt::silu ms | jit::pointwise ms | pointwise / silu |\n");
