@@ -632,12 +632,13 @@ std::string cuda_body(const Program& p) {
 //    the exp's, whose arithmetic hides the wait for memory. Bitwise the same values.
 //  - Every other node gets a tile buffer, but buffers are shared: a node's buffer is free
 //    again after the last node that reads it (which may write its result into it: every
-//    loop is elementwise), so a chain of any length uses two or three buffers that stay
-//    in L1, not one a node.
+//    loop is elementwise), so a chain of any length runs in one or two buffers that stay
+//    in L1, not one a node (4 KiB each: a chain of 16 ops would fill L1 several times).
 // The loops are plain (`omp simd`: the compiler vectorizes them), the function calls
 // switch once per tile, not per element, and float exp and sigmoid use the library's
-// vector loops (kernels/cpu/vec_exp.h, AVX-512 where the CPU has it). Results are those
-// of evaluating the nodes one by one in C, bitwise: nothing is reordered or contracted.
+// vector loops (kernels/cpu/vec_exp.h, AVX-512 where the CPU has it). The values are
+// bitwise those of running each node's loop on its own: nothing is reordered, contracted
+// or rewritten (x / (1 + exp(-x)) stays three loops, not the SiLU loop, whose exp differs).
 
 #define MT_EXPR_SIMD _Pragma("omp simd")
 

@@ -9,7 +9,8 @@ per-round ratios (rows and columns matched by name; those only one build prints 
 out). The ratio columns (eager / fused, pointwise / silu) are within one run, so a noisy
 host moves them less than the times:
 
-  compile_cpu_ab.py A_BENCH B_BENCH [--rounds N] [--reps R] [--json OUT] [--label-b NAME]
+  compile_cpu_ab.py A_BENCH B_BENCH [--rounds N] [--reps R] [--thread-time] [--json OUT]
+                    [--label-b NAME]
 
 Set MT_NUM_THREADS=1 for one thread; run on a host as quiet as you have.
 """
@@ -21,9 +22,10 @@ import subprocess
 import sys
 
 
-def run(exe, reps):
-    """{row label: [numbers of the row's columns]} from one run's markdown tables."""
-    out = subprocess.run([exe, str(reps)], check=True, capture_output=True, text=True).stdout
+def run(exe, reps, extra):
+    """{row label: {column: number}} from one run's markdown tables."""
+    out = subprocess.run([exe, str(reps)] + extra, check=True, capture_output=True,
+                         text=True).stdout
     rows, header = {}, None
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -46,18 +48,22 @@ def main():
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", default="")
     ap.add_argument("--label-b", default="before")
+    ap.add_argument("--thread-time", action="store_true",
+                    help="pass --thread-time: the calling thread's CPU clock (one thread)")
     args = ap.parse_args()
+    extra = ["--thread-time"] if args.thread_time else []
     runs_a, runs_b = [], []
     for r in range(args.rounds):
         # Alternate which side goes first, so a drift over the run weighs on both alike.
         first, second = (args.a, args.b) if r % 2 == 0 else (args.b, args.a)
-        x, y = run(first, args.reps), run(second, args.reps)
+        x, y = run(first, args.reps, extra), run(second, args.reps, extra)
         a, b = (x, y) if r % 2 == 0 else (y, x)
         runs_a.append(a)
         runs_b.append(b)
         print(f"[compile_cpu_ab] round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"bench_compile_cpu: median of {args.rounds} alternating rounds a side "
-          f"(each a median of {args.reps} or more calls)")
+          f"(each a median of {args.reps} or more calls; "
+          f"{'thread CPU time' if args.thread_time else 'wall clock'})")
     print(f"| row | column | this tree | {args.label_b} | this / {args.label_b} | "
           "per-round ratio range |")
     print("|---|---|---|---|---|---|")
