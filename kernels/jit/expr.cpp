@@ -642,15 +642,17 @@ std::string cuda_body(const Program& p) {
 
 #define MT_EXPR_SIMD _Pragma("omp simd")
 
-namespace {
-
+// Where a step reads or writes. Not in an anonymous namespace: TileEvaluator<C>::Plan holds
+// them, and a unity build would then warn (-Wsubobject-linkage).
+namespace tile_plan {
 enum class RefKind : uint8_t { None, Input, Buffer, Uniform, Output };
 struct Ref {
   RefKind kind = RefKind::None;
   int index = -1;  // the input, buffer, node (Uniform) or output
 };
-
-}  // namespace
+}  // namespace tile_plan
+using tile_plan::Ref;
+using tile_plan::RefKind;
 
 template <typename C>
 struct TileEvaluator<C>::Plan {
