@@ -211,14 +211,19 @@ TEST_SUITE("cpu threads") {
   }
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  // The pointwise builder's CPU evaluation allocates its scratch (1 KiB a node) inside the
-  // parallel loop; with a 16 MiB address-space margin, a 100000-node expression's scratch
-  // does not fit. Before the loop went through cpu::parallel_for, std::bad_alloc left an
+  // The pointwise builder's CPU evaluation allocates its tile buffers (4 KiB for each value
+  // alive at once) inside the parallel loop; with a 16 MiB address-space margin, those of an
+  // expression with 100000 values alive together (400 MB) do not fit, even where earlier
+  // cases left freed memory in the heap. Before the loop went through cpu::parallel_for, std::bad_alloc left an
   // OpenMP region and the process was terminated (SIGABRT). Not under ASan or TSan, whose
   // shadow memory needs the address space.
   TEST_CASE("cpu threads: out of memory inside the pointwise builder's CPU loop is an mt::Error") {
-    std::string body = "x";
-    for (int i = 0; i < 100000; ++i) body += " + x";
+    std::string body, sum = "x";
+    for (int i = 0; i < 100000; ++i) {
+      body += fmt::format("t{} = x * {}.5;\n", i, i);
+      sum += fmt::format(" + t{}", i);
+    }
+    body += sum;
     const jit::Pointwise big = jit::pointwise("many_nodes", body);
     Tensor x = randn({1 << 16});
     Threads th(2);

@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "kernels/compile/compile.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_exp.h"
 #include "kernels/elementwise_rows.h"
 #include "kernels/jit/derive.h"
 #include "kernels/ops/pointwise_eval.h"
@@ -317,5 +319,143 @@ TEST_SUITE("tile evaluator") {
       CHECK(b[i] == x[i] * 2 * x[i] * 2);
       CHECK(c[i] == x[i]);
     }
+  }
+
+  // Note [Tile evaluation]'s schedule: the cases below would pass with one buffer a node
+  // too; num_buffers() shows the sharing, the values show it changed nothing.
+  TEST_CASE("tile evaluator: exp(-x) runs as one loop, bitwise the exp of the negation") {
+    // every exponent's edges, subnormals, zeros, +-inf and NaN, both signs
+    std::vector<float> xs;
+    for (int e = -149; e <= 128; ++e)
+      for (float m : {1.0f, 1.3f, 1.999f}) xs.push_back(std::ldexp(m, e)), xs.push_back(-std::ldexp(m, e));
+    for (float v : {0.0f, -0.0f, 88.7f, -88.7f, 103.9f, -103.9f, INFINITY, -INFINITY, NAN, -NAN})
+      xs.push_back(v);
+    const auto n = int64_t(xs.size());
+    std::vector<float> neg(xs.size()), want(xs.size()), got(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) neg[i] = -xs[i];
+    const ex::Program fused = parse1("exp(-x)", {"x"});
+    const ex::Program plain = parse1("exp(t)", {"t"});
+    const bool had = cpu::set_vec_exp_enabled(true);
+    for (bool vec : {true, false}) {
+      cpu::set_vec_exp_enabled(vec);
+      if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here
+      CAPTURE(vec);
+      cpu::exp_f32_loop(want.data(), neg.data(), n);
+      cpu::exp_neg_f32_loop(got.data(), xs.data(), n);
+      CHECK(std::memcmp(got.data(), want.data(), xs.size() * sizeof(float)) == 0);
+      ex::TileEvaluator<float> ef(fused, nullptr), ep(plain, nullptr);
+      CHECK(ef.num_buffers() == 0);  // no pass for -x: the exp reads x, writes the output
+      for (int64_t at = 0; at < n; at += ex::kChunk) {
+        const int64_t len = std::min(ex::kChunk, n - at);
+        const float* in_f[] = {xs.data() + at};
+        const float* in_p[] = {neg.data() + at};
+        float* out_f[] = {got.data() + at};
+        float* out_p[] = {want.data() + at};
+        ef.run(in_f, out_f, len);
+        ep.run(in_p, out_p, len);
+      }
+      CHECK(std::memcmp(got.data(), want.data(), xs.size() * sizeof(float)) == 0);
+    }
+    cpu::set_vec_exp_enabled(had);
+    // float64, and a negation something else reads too (then it is a node of its own)
+    const ex::Program both = ex::parse("t", "t = -x; a = exp(t); b = t * 2;", {"x"}, {}, {"a", "b"}, false);
+    ex::TileEvaluator<double> ed(both, nullptr);
+    CHECK(ed.num_buffers() == 1);
+    const double x[] = {-1.5, 0.0, 2.25, 700.0};
+    double a[4], b[4];
+    const double* in[] = {x};
+    double* out[] = {a, b};
+    ed.run(in, out, 4);
+    for (size_t i = 0; i < 4; ++i) {
+      CHECK(a[i] == std::exp(-x[i]));
+      CHECK(b[i] == -x[i] * 2);
+    }
+  }
+
+  TEST_CASE("tile evaluator: a chain of any length runs in one buffer, over many tiles") {
+    // 40 statements reassigning one temporary: 40 nodes alive one after another
+    std::string body = "t = x;\n";
+    for (int i = 0; i < 40; ++i) body += i % 2 ? "t = sigmoid(t) * y;\n" : "t = t * 1.0001 + y;\n";
+    body += "out = t - x;";
+    const ex::Program p = ex::parse("chain", body, {"x", "y"}, {}, {"out"}, false);
+    ex::TileEvaluator<float> ev(p, nullptr);
+    CHECK(ev.num_buffers() == 1);  // each step writes over the value it reads last
+    const int64_t n = 3 * ex::kChunk + 5;
+    std::vector<float> x(static_cast<size_t>(n)), y(x.size()), got(x.size());
+    for (int64_t i = 0; i < n; ++i) {
+      x[size_t(i)] = 0.01f * float(i % 301) - 1.5f;
+      y[size_t(i)] = 0.5f + 0.001f * float(i % 7);
+    }
+    for (int64_t at = 0; at < n; at += ex::kChunk) {  // one evaluator, tile after tile
+      const float* in[] = {x.data() + at, y.data() + at};
+      float* out[] = {got.data() + at};
+      ev.run(in, out, std::min(ex::kChunk, n - at));
+    }
+    for (int64_t i = 0; i < n; ++i) {  // the same nodes one element at a time, in float
+      float t = x[size_t(i)];
+      for (int k = 0; k < 40; ++k) {
+        const float yi = y[size_t(i)];
+        if (k % 2) {
+          const float sg = 1.0f / (1.0f + std::exp(-t));
+          t = sg * yi;
+        } else {
+          const float m = t * 1.0001f;
+          t = m + yi;
+        }
+      }
+      CHECK(close(double(got[size_t(i)]), double(t - x[size_t(i)]), 1e-5));
+    }
+  }
+
+  TEST_CASE("tile evaluator: uniform nodes once, a scalar on either side, uniform branches and "
+            "outputs, nodes no output needs") {
+    const ex::Program p = ex::parse(
+        "t", "k = exp(s) * -2.0; dead = log(x); a = k - x; b = x / k; c = x > 0 ? s : -1.0; d = s * 3;",
+        {"x"}, {"s"}, {"a", "b", "c", "d"}, false);
+    for (double s : {0.5, -1.25}) {
+      CAPTURE(s);
+      const double sd[] = {s};
+      const float sf[] = {float(s)};
+      ex::TileEvaluator<double> ed(p, sd);
+      ex::TileEvaluator<float> ef(p, sf);
+      CHECK(ed.num_buffers() == 3);  // ?:'s condition and its uniform branches (filled once)
+      const std::vector<double> x = {-2.0, -0.0, 0.0, 0.75, 3.0};
+      const std::vector<float> xf(x.begin(), x.end());
+      std::vector<double> a(5), b(5), c(5), d(5);
+      std::vector<float> af(5), bf(5), cf(5), df(5);
+      const double* ind[] = {x.data()};
+      double* outd[] = {a.data(), b.data(), c.data(), d.data()};
+      const float* inf[] = {xf.data()};
+      float* outf[] = {af.data(), bf.data(), cf.data(), df.data()};
+      for (int tile = 0; tile < 2; ++tile) {  // the filled branches outlive a tile
+        ed.run(ind, outd, 5);
+        ef.run(inf, outf, 5);
+      }
+      const double k = std::exp(s) * -2.0;
+      const float kf = std::exp(float(s)) * -2.0f;
+      for (size_t i = 0; i < 5; ++i) {
+        CHECK(a[i] == k - x[i]);
+        CHECK(b[i] == x[i] / k);
+        CHECK(c[i] == (x[i] > 0 ? s : -1.0));
+        CHECK(d[i] == s * 3);
+        CHECK(close(double(af[i]), double(kf - xf[i]), 1e-6));
+        CHECK(close(double(bf[i]), double(xf[i] / kf), 1e-6));
+        CHECK(cf[i] == (xf[i] > 0 ? float(s) : -1.0f));
+        CHECK(df[i] == float(s) * 3);
+      }
+    }
+  }
+
+  TEST_CASE("tile evaluator: jit::pointwise on several threads gives one thread's values") {
+    const jit::Pointwise f = jit::pointwise("tile_threads", "x / (1.0f + expf(-x)) + y * 0.5");
+    const Tensor x = randn({(1 << 18) + 77}), y = randn({(1 << 18) + 77});
+    const int threads = cpu::num_threads();
+    cpu::set_num_threads(1);
+    const Tensor one = f(x, y);
+    cpu::set_num_threads(2);
+    const Tensor two = f(x, y);
+    cpu::set_num_threads(threads);
+    CHECK(max_diff(one, two) == 0);
+    CHECK(max_diff(one, mt::silu(x) + y * 0.5) < 1e-5);
   }
 }

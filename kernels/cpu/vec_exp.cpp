@@ -26,6 +26,9 @@ namespace {
 MT_ISA_CLONES void exp_portable(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = exp_f32(x[i]);
 }
+MT_ISA_CLONES void exp_neg_portable(float* o, const float* x, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = exp_f32(-x[i]);
+}
 MT_ISA_CLONES void sigmoid_portable(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = sigmoid_of(x[i]);
 }
@@ -273,6 +276,8 @@ template <typename F>
 }
 
 void exp_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, exp16); }
+[[gnu::always_inline]] inline V exp_neg16(V x) { return exp16(_mm512_xor_ps(x, vset(-0.0f))); }
+void exp_neg_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, exp_neg16); }
 void gelu_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, gelu16); }
 // Runs f(v, tab) over U vectors at a time, then one vector at a time, the tail under a mask.
 template <int U, typename F>
@@ -350,6 +355,9 @@ bool set_vec_exp_enabled(bool enabled) { return g_enabled.exchange(enabled); }
 
 void exp_f32_loop(float* o, const float* x, int64_t n) {
   MT_VEC_OR_PORTABLE(exp_avx512, exp_portable, o, x, n);
+}
+void exp_neg_f32_loop(float* o, const float* x, int64_t n) {
+  MT_VEC_OR_PORTABLE(exp_neg_avx512, exp_neg_portable, o, x, n);
 }
 void sigmoid_f32_loop(float* o, const float* x, int64_t n) {
   MT_VEC_OR_PORTABLE(sigmoid_avx512, sigmoid_portable, o, x, n);

@@ -18,6 +18,8 @@ bool set_vec_exp_enabled(bool enabled);
 // The loops behind cpu::unary's float32 exp, sigmoid and silu and cpu::silu_backward:
 // the AVX-512 ones when vec_exp_active(), else the portable ones.
 void exp_f32_loop(float* o, const float* x, int64_t n);
+// e^-x, bitwise what exp_f32_loop gives for -x (the tile evaluator's exp(-x) in one pass).
+void exp_neg_f32_loop(float* o, const float* x, int64_t n);
 void sigmoid_f32_loop(float* o, const float* x, int64_t n);
 void silu_f32_loop(float* o, const float* x, int64_t n);
 void gelu_f32_loop(float* o, const float* x, int64_t n);

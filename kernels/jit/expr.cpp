@@ -618,130 +618,304 @@ std::string cuda_body(const Program& p) {
 
 // Note [Tile evaluation]
 // On the CPU a program runs tile by tile (kChunk elements): each node is one tight loop
-// over the tile into a buffer of its own that stays in cache, so a chain of ops makes one
-// pass over memory instead of one a op. Constants and scalars are filled once per
-// evaluator, not per tile; an input is read in place; a node that only an output reads is
-// computed straight into that output. The loops are plain (`omp simd`: the compiler
-// vectorizes them), the function calls switch once per tile, not per element, and float
-// exp and sigmoid use the library's vector loops (kernels/cpu/vec_exp.h, AVX-512 where the
-// CPU has it). TileEvaluator is per thread: it owns its buffers.
+// over the tile, so a chain of ops makes one pass over memory instead of one an op. The
+// evaluator works out a schedule once (per thread, as it owns its buffers):
+//  - Uniform nodes: constants, scalars, and every node whose operands are all uniform
+//    (`-1.0`, `2 * s`, `exp(s)`) get one value, computed once by the same loops on a tile
+//    of one element. An arithmetic op, comparison, max, min or pow with a uniform operand
+//    reads it as a register (no buffer is filled, no second stream is loaded); ?: reads a
+//    uniform branch from a buffer filled once.
+//  - Inputs are read in place; a node that only an output reads is computed straight into
+//    that output; a node no output needs is not run.
+//  - exp(-a), where only the exp reads the negation, is one loop (cpu::exp_neg_f32_loop):
+//    the negation's pass, and with it the first read of a tile's input, is folded into
+//    the exp's, whose arithmetic hides the wait for memory. Bitwise the same values.
+//  - Every other node gets a tile buffer, but buffers are shared: a node's buffer is free
+//    again after the last node that reads it (which may write its result into it: every
+//    loop is elementwise), so a chain of any length runs in one or two buffers that stay
+//    in L1, not one a node (4 KiB each: a chain of 16 ops would fill L1 several times).
+// The loops are plain (`omp simd`: the compiler vectorizes them), the function calls
+// switch once per tile, not per element, and float exp and sigmoid use the library's
+// vector loops (kernels/cpu/vec_exp.h, AVX-512 where the CPU has it). The values are
+// bitwise those of running each node's loop on its own: nothing is reordered, contracted
+// or rewritten (x / (1 + exp(-x)) stays three loops, not the SiLU loop, whose exp differs).
 
 #define MT_EXPR_SIMD _Pragma("omp simd")
 
+// Where a step reads or writes. Not in an anonymous namespace: TileEvaluator<C>::Plan holds
+// them, and a unity build would then warn (-Wsubobject-linkage).
+namespace tile_plan {
+enum class RefKind : uint8_t { None, Input, Buffer, Uniform, Output };
+struct Ref {
+  RefKind kind = RefKind::None;
+  int index = -1;  // the input, buffer, node (Uniform) or output
+};
+}  // namespace tile_plan
+using tile_plan::Ref;
+using tile_plan::RefKind;
+
 template <typename C>
-TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) : p_(&p) {
-  const size_t nodes = p.nodes.size();
-  std::vector<int> uses(nodes, 0);
-  for (const Node& nd : p.nodes)
-    for (int k : {nd.a, nd.b, nd.c})
-      if (k >= 0) ++uses[size_t(k)];
-  out_of_.assign(nodes, -1);
-  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
-    const int o = p.output_nodes[k];
-    const Op op = p.nodes[size_t(o)].op;
-    const bool leaf = op == Op::Const || op == Op::Input || op == Op::Scalar;
-    // straight into the output when nothing else reads the node and no other output is it
-    if (!leaf && uses[size_t(o)] == 0 &&
-        std::count(p.output_nodes.begin(), p.output_nodes.end(), o) == 1)
-      out_of_[size_t(o)] = int(k);
-  }
-  buf_.assign(nodes * size_t(kChunk), C(0));
-  val_.assign(nodes, nullptr);
-  for (size_t i = 0; i < nodes; ++i) {
-    const Node& nd = p.nodes[i];
-    C* r = buf_.data() + i * size_t(kChunk);
-    if (nd.op == Op::Const) std::fill(r, r + kChunk, C(nd.value));
-    if (nd.op == Op::Scalar) std::fill(r, r + kChunk, s[nd.index]);
-  }
-}
+struct TileEvaluator<C>::Plan {
+  struct Step {
+    Op op;
+    Fn fn;
+    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a) (Note [Tile evaluation])
+    Ref r, a, b, c;
+  };
+  std::vector<Step> steps;
+  std::vector<Ref> outputs;   // where output k's values are, if not written by a step
+  std::vector<C> uniform;     // each uniform node's value (by node)
+  int buffers = 0;
+};
 
 // One node over a tile: the loops of Note [Tile evaluation], compiled once a type for each
 // instruction set of Note [ISA clones] (kernels/cpu/loops.h), so that the plain loops are
-// as wide as the CPU's vectors (the baseline build is SSE2's four float lanes).
+// as wide as the CPU's vectors (the baseline build is SSE2's four float lanes). SA / SB: a
+// or b is one value (a uniform node), read as a register.
 #define MT_EXPR_LOOP(expr) MT_EXPR_SIMD for (int64_t j = 0; j < n; ++j) r[j] = (expr);
-template <typename C>
+#define MT_A (SA ? a0 : a[j])
+#define MT_B (SB ? b0 : b[j])
+template <typename C, bool SA, bool SB>
 [[gnu::always_inline]] inline void tile_node(Op op, Fn fn, C* r, const C* a, const C* b, const C* c,
                                              int64_t n) {
+  const C a0 = SA ? *a : C(0), b0 = SB ? *b : C(0);
   switch (op) {
-    case Op::Const: case Op::Scalar: case Op::Input: break;  // filled once, or read in place
-    case Op::Neg: MT_EXPR_LOOP(C(-a[j])); break;
-    case Op::Not: MT_EXPR_LOOP(C(a[j] == C(0))); break;
-    case Op::Add: MT_EXPR_LOOP(C(a[j] + b[j])); break;
-    case Op::Sub: MT_EXPR_LOOP(C(a[j] - b[j])); break;
-    case Op::Mul: MT_EXPR_LOOP(C(a[j] * b[j])); break;
-    case Op::Div: MT_EXPR_LOOP(C(a[j] / b[j])); break;
-    case Op::Lt: MT_EXPR_LOOP(C(a[j] < b[j])); break;
-    case Op::Le: MT_EXPR_LOOP(C(a[j] <= b[j])); break;
-    case Op::Gt: MT_EXPR_LOOP(C(a[j] > b[j])); break;
-    case Op::Ge: MT_EXPR_LOOP(C(a[j] >= b[j])); break;
-    case Op::Eq: MT_EXPR_LOOP(C(a[j] == b[j])); break;
-    case Op::Ne: MT_EXPR_LOOP(C(a[j] != b[j])); break;
-    case Op::And: MT_EXPR_LOOP(C(a[j] != C(0) && b[j] != C(0))); break;
-    case Op::Or: MT_EXPR_LOOP(C(a[j] != C(0) || b[j] != C(0))); break;
-    case Op::Select: MT_EXPR_LOOP(a[j] != C(0) ? b[j] : c[j]); break;
+    case Op::Const: case Op::Scalar: case Op::Input: break;  // uniform, or read in place
+    case Op::Neg: MT_EXPR_LOOP(C(-MT_A)); break;
+    case Op::Not: MT_EXPR_LOOP(C(MT_A == C(0))); break;
+    case Op::Add: MT_EXPR_LOOP(C(MT_A + MT_B)); break;
+    case Op::Sub: MT_EXPR_LOOP(C(MT_A - MT_B)); break;
+    case Op::Mul: MT_EXPR_LOOP(C(MT_A * MT_B)); break;
+    case Op::Div: MT_EXPR_LOOP(C(MT_A / MT_B)); break;
+    case Op::Lt: MT_EXPR_LOOP(C(MT_A < MT_B)); break;
+    case Op::Le: MT_EXPR_LOOP(C(MT_A <= MT_B)); break;
+    case Op::Gt: MT_EXPR_LOOP(C(MT_A > MT_B)); break;
+    case Op::Ge: MT_EXPR_LOOP(C(MT_A >= MT_B)); break;
+    case Op::Eq: MT_EXPR_LOOP(C(MT_A == MT_B)); break;
+    case Op::Ne: MT_EXPR_LOOP(C(MT_A != MT_B)); break;
+    case Op::And: MT_EXPR_LOOP(C(MT_A != C(0) && MT_B != C(0))); break;
+    case Op::Or: MT_EXPR_LOOP(C(MT_A != C(0) || MT_B != C(0))); break;
+    case Op::Select: MT_EXPR_LOOP(MT_A != C(0) ? MT_B : c[j]); break;
     case Op::Call:
       switch (fn) {
         case Fn::Exp:
-          if constexpr (std::is_same_v<C, float>) cpu::exp_f32_loop(r, a, n);
-          else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(a[j]);
+          if constexpr (std::is_same_v<C, float> && !SA) cpu::exp_f32_loop(r, a, n);
+          else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(MT_A);
           break;
         case Fn::Sigmoid:
-          if constexpr (std::is_same_v<C, float>) cpu::sigmoid_f32_loop(r, a, n);
-          else for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-a[j]));
+          if constexpr (std::is_same_v<C, float> && !SA) cpu::sigmoid_f32_loop(r, a, n);
+          else for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-MT_A));
           break;
-        case Fn::Log: for (int64_t j = 0; j < n; ++j) r[j] = std::log(a[j]); break;
-        case Fn::Sqrt: MT_EXPR_LOOP(std::sqrt(a[j])); break;
-        case Fn::Rsqrt: MT_EXPR_LOOP(C(1) / std::sqrt(a[j])); break;
-        case Fn::Tanh: for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(a[j]); break;
-        case Fn::Sin: for (int64_t j = 0; j < n; ++j) r[j] = std::sin(a[j]); break;
-        case Fn::Cos: for (int64_t j = 0; j < n; ++j) r[j] = std::cos(a[j]); break;
-        case Fn::Abs: MT_EXPR_LOOP(std::fabs(a[j])); break;
-        case Fn::Erf: for (int64_t j = 0; j < n; ++j) r[j] = std::erf(a[j]); break;
-        case Fn::Floor: MT_EXPR_LOOP(std::floor(a[j])); break;
-        case Fn::Ceil: MT_EXPR_LOOP(std::ceil(a[j])); break;
-        case Fn::Log1p: for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(a[j]); break;
-        case Fn::Expm1: for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(a[j]); break;
-        case Fn::Max: MT_EXPR_LOOP(std::fmax(a[j], b[j])); break;
-        case Fn::Min: MT_EXPR_LOOP(std::fmin(a[j], b[j])); break;
-        case Fn::Pow: for (int64_t j = 0; j < n; ++j) r[j] = std::pow(a[j], b[j]); break;
+        case Fn::Log: for (int64_t j = 0; j < n; ++j) r[j] = std::log(MT_A); break;
+        case Fn::Sqrt: MT_EXPR_LOOP(std::sqrt(MT_A)); break;
+        case Fn::Rsqrt: MT_EXPR_LOOP(C(1) / std::sqrt(MT_A)); break;
+        case Fn::Tanh: for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(MT_A); break;
+        case Fn::Sin: for (int64_t j = 0; j < n; ++j) r[j] = std::sin(MT_A); break;
+        case Fn::Cos: for (int64_t j = 0; j < n; ++j) r[j] = std::cos(MT_A); break;
+        case Fn::Abs: MT_EXPR_LOOP(std::fabs(MT_A)); break;
+        case Fn::Erf: for (int64_t j = 0; j < n; ++j) r[j] = std::erf(MT_A); break;
+        case Fn::Floor: MT_EXPR_LOOP(std::floor(MT_A)); break;
+        case Fn::Ceil: MT_EXPR_LOOP(std::ceil(MT_A)); break;
+        case Fn::Log1p: for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(MT_A); break;
+        case Fn::Expm1: for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(MT_A); break;
+        case Fn::Max: MT_EXPR_LOOP(std::fmax(MT_A, MT_B)); break;
+        case Fn::Min: MT_EXPR_LOOP(std::fmin(MT_A, MT_B)); break;
+        case Fn::Pow: for (int64_t j = 0; j < n; ++j) r[j] = std::pow(MT_A, MT_B); break;
         case Fn::Sign:
-          MT_EXPR_LOOP(a[j] > C(0) ? C(1) : a[j] < C(0) ? C(-1) : C(a[j] * C(0)));
+          MT_EXPR_LOOP(MT_A > C(0) ? C(1) : MT_A < C(0) ? C(-1) : C(MT_A * C(0)));
           break;
-        case Fn::Relu: MT_EXPR_LOOP(a[j] < C(0) ? C(0) : a[j]); break;
+        case Fn::Relu: MT_EXPR_LOOP(MT_A < C(0) ? C(0) : MT_A); break;
       }
       break;
   }
 }
+#undef MT_A
+#undef MT_B
 #undef MT_EXPR_LOOP
 
-MT_ISA_CLONES void tile_node_f32(Op op, Fn fn, float* r, const float* a, const float* b,
-                                 const float* c, int64_t n) {
-  tile_node<float>(op, fn, r, a, b, c, n);
+// exp(-a), the negation folded in (mode 3): bitwise what the two nodes give.
+template <typename C>
+[[gnu::always_inline]] inline void tile_exp_neg(C* r, const C* a, int64_t n) {
+  if constexpr (std::is_same_v<C, float>) cpu::exp_neg_f32_loop(r, a, n);
+  else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(C(-a[j]));
 }
-MT_ISA_CLONES void tile_node_f64(Op op, Fn fn, double* r, const double* a, const double* b,
-                                 const double* c, int64_t n) {
-  tile_node<double>(op, fn, r, a, b, c, n);
+
+#define MT_TILE_NODE_MODES(C)                                          \
+  switch (mode) {                                                      \
+    case 0: return tile_node<C, false, false>(op, fn, r, a, b, c, n);  \
+    case 1: return tile_node<C, true, false>(op, fn, r, a, b, c, n);   \
+    case 2: return tile_node<C, false, true>(op, fn, r, a, b, c, n);   \
+    default: return tile_exp_neg<C>(r, a, n);                          \
+  }
+MT_ISA_CLONES void tile_node_f32(Op op, Fn fn, int mode, float* r, const float* a, const float* b,
+                                 const float* c, int64_t n) {
+  MT_TILE_NODE_MODES(float)
+}
+MT_ISA_CLONES void tile_node_f64(Op op, Fn fn, int mode, double* r, const double* a,
+                                 const double* b, const double* c, int64_t n) {
+  MT_TILE_NODE_MODES(double)
+}
+#undef MT_TILE_NODE_MODES
+
+template <typename C>
+void run_node(Op op, Fn fn, int mode, C* r, const C* a, const C* b, const C* c, int64_t n) {
+  if constexpr (std::is_same_v<C, float>) tile_node_f32(op, fn, mode, r, a, b, c, n);
+  else tile_node_f64(op, fn, mode, r, a, b, c, n);
+}
+
+template <typename C>
+TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
+  auto plan = std::make_shared<Plan>();
+  const size_t nodes = p.nodes.size();
+  const auto end = int(nodes);  // "read at the end": outputs that a step does not write
+  // Uniform nodes and their values, in node order (operands come first).
+  std::vector<char> uniform(nodes, 0);
+  plan->uniform.assign(nodes, C(0));
+  std::vector<C>& u = plan->uniform;
+  for (size_t i = 0; i < nodes; ++i) {
+    const Node& nd = p.nodes[i];
+    if (nd.op == Op::Input) continue;
+    if (nd.op == Op::Const || nd.op == Op::Scalar) {
+      u[i] = nd.op == Op::Const ? C(nd.value) : s[nd.index];
+      uniform[i] = 1;
+      continue;
+    }
+    bool all = true;
+    for (int k : {nd.a, nd.b, nd.c}) all = all && (k < 0 || uniform[size_t(k)]);
+    if (!all) continue;
+    auto at = [&](int k) { return k >= 0 ? &u[size_t(k)] : nullptr; };
+    run_node<C>(nd.op, nd.fn, 0, &u[i], at(nd.a), at(nd.b), at(nd.c), 1);
+    uniform[i] = 1;
+  }
+  // The nodes an output needs (others are never run), and where each is last read: by a
+  // later node, or at the end (an output not written straight by its step).
+  std::vector<char> live(nodes, 0);
+  for (int o : p.output_nodes) live[size_t(o)] = 1;
+  for (size_t i = nodes; i-- > 0;)
+    if (live[i])
+      for (int k : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})
+        if (k >= 0) live[size_t(k)] = 1;
+  std::vector<int> uses(nodes, 0);
+  for (size_t i = 0; i < nodes; ++i)
+    if (live[i])
+      for (int k : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})
+        if (k >= 0) ++uses[size_t(k)];
+  // exp(-a): a negation that only an exp reads (and no output) is not run; the exp reads a.
+  std::vector<char> folded(nodes, 0);
+  for (size_t i = 0; i < nodes; ++i) {
+    const Node& nd = p.nodes[i];
+    if (!live[i] || uniform[i] || nd.op != Op::Call || nd.fn != Fn::Exp) continue;
+    const auto k = size_t(nd.a);
+    if (p.nodes[k].op == Op::Neg && !uniform[k] && uses[k] == 1 &&
+        std::find(p.output_nodes.begin(), p.output_nodes.end(), int(k)) == p.output_nodes.end())
+      folded[k] = 1;
+  }
+  auto operand = [&](int k) { return k >= 0 && folded[size_t(k)] ? p.nodes[size_t(k)].a : k; };
+  std::vector<int> last(nodes, -1);
+  for (size_t i = 0; i < nodes; ++i)
+    if (live[i] && !folded[i])
+      for (int k : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})
+        if (k >= 0) last[size_t(operand(k))] = int(i);
+  std::vector<int> out_of(nodes, -1);
+  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
+    const int o = p.output_nodes[k];
+    // straight into the output when nothing else reads the node and no other output is it
+    if (p.nodes[size_t(o)].op != Op::Input && !uniform[size_t(o)] && uses[size_t(o)] == 0 &&
+        std::count(p.output_nodes.begin(), p.output_nodes.end(), o) == 1)
+      out_of[size_t(o)] = int(k);
+    else
+      last[size_t(o)] = end;
+  }
+  // Buffers: taken by a node's step, given back after its last reader's step has taken its
+  // own (a step may write over an operand it reads last), most recently freed first.
+  std::vector<Ref> where(nodes);
+  std::vector<int> free_buffers;
+  std::vector<int> broadcast;  // (?: reads a uniform branch from a buffer) node, buffer pairs
+  auto take = [&] {
+    if (free_buffers.empty()) return plan->buffers++;
+    const int b = free_buffers.back();
+    free_buffers.pop_back();
+    return b;
+  };
+  for (size_t i = 0; i < nodes; ++i) {
+    const Node& nd = p.nodes[i];
+    if (nd.op == Op::Input) {
+      where[i] = {RefKind::Input, nd.index};
+      continue;
+    }
+    if (uniform[i]) {
+      where[i] = {RefKind::Uniform, int(i)};
+      continue;
+    }
+    if (!live[i] || folded[i]) continue;
+    typename Plan::Step st{.op = nd.op, .fn = nd.fn, .mode = 0, .r = {}, .a = {}, .b = {}, .c = {}};
+    Ref* ops[3] = {&st.a, &st.b, &st.c};
+    const int idx[3] = {operand(nd.a), nd.b, nd.c};
+    if (idx[0] != nd.a) st.mode = 3;
+    for (int o = 0; o < 3; ++o) {
+      if (idx[o] < 0) continue;
+      *ops[o] = where[size_t(idx[o])];
+      if (ops[o]->kind != RefKind::Uniform) continue;
+      if (nd.op == Op::Select) {  // a buffer of its own, filled once with the value
+        const int b = plan->buffers++;
+        broadcast.push_back(idx[o]), broadcast.push_back(b);
+        *ops[o] = {RefKind::Buffer, b};
+      } else {
+        st.mode = o == 0 ? 1 : 2;  // one at most: a node of two uniform operands is uniform
+      }
+    }
+    // operands read for the last time here give their buffers back first
+    for (int o = 0; o < 3; ++o)
+      if (idx[o] >= 0 && where[size_t(idx[o])].kind == RefKind::Buffer &&
+          last[size_t(idx[o])] == int(i) &&
+          std::find(idx, idx + o, idx[o]) == idx + o)  // once for a == b
+        free_buffers.push_back(where[size_t(idx[o])].index);
+    st.r = out_of[i] >= 0 ? Ref{RefKind::Output, out_of[i]} : Ref{RefKind::Buffer, take()};
+    where[i] = st.r;
+    plan->steps.push_back(st);
+  }
+  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
+    const Ref w = where[size_t(p.output_nodes[k])];
+    plan->outputs.push_back(w.kind == RefKind::Output ? Ref{} : w);
+  }
+  buf_.resize(size_t(plan->buffers) * size_t(kChunk));
+  for (size_t k = 0; k < broadcast.size(); k += 2) {
+    C* r = buf_.data() + size_t(broadcast[k + 1]) * size_t(kChunk);
+    std::fill(r, r + kChunk, u[size_t(broadcast[k])]);
+  }
+  plan_ = std::move(plan);
+}
+
+template <typename C>
+int TileEvaluator<C>::num_buffers() const {
+  return plan_->buffers;
 }
 
 template <typename C>
 void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
   MT_ASSERT(n >= 0 && n <= kChunk, "[jit] a tile of {} elements; at most {}", n, kChunk);
-  const Program& p = *p_;
-  const size_t nodes = p.nodes.size();
-  for (size_t i = 0; i < nodes; ++i) {
-    const Node& nd = p.nodes[i];
-    C* r = out_of_[i] >= 0 ? out[out_of_[i]] : buf_.data() + i * size_t(kChunk);
-    val_[i] = r;
-    if (nd.op == Op::Input) val_[i] = in[nd.index];
-    const C* a = nd.a >= 0 ? val_[size_t(nd.a)] : nullptr;
-    const C* b = nd.b >= 0 ? val_[size_t(nd.b)] : nullptr;
-    const C* c = nd.c >= 0 ? val_[size_t(nd.c)] : nullptr;
-    if constexpr (std::is_same_v<C, float>) tile_node_f32(nd.op, nd.fn, r, a, b, c, n);
-    else tile_node_f64(nd.op, nd.fn, r, a, b, c, n);
-  }
-  for (size_t k = 0; k < p.output_nodes.size(); ++k) {
-    const C* r = val_[size_t(p.output_nodes[k])];
-    if (r != out[k]) std::copy(r, r + n, out[k]);
+  const Plan& plan = *plan_;
+  C* const buf = buf_.data();
+  auto ptr = [&](const Ref& r) -> C* {
+    switch (r.kind) {
+      case RefKind::Input: return const_cast<C*>(in[r.index]);
+      case RefKind::Buffer: return buf + size_t(r.index) * size_t(kChunk);
+      case RefKind::Uniform: return const_cast<C*>(&plan.uniform[size_t(r.index)]);
+      case RefKind::Output: return out[r.index];
+      case RefKind::None: break;
+    }
+    return nullptr;
+  };
+  for (const auto& st : plan.steps)
+    run_node<C>(st.op, st.fn, st.mode, ptr(st.r), ptr(st.a), ptr(st.b), ptr(st.c), n);
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    const Ref& w = plan.outputs[k];
+    if (w.kind == RefKind::Uniform) {
+      std::fill(out[k], out[k] + n, plan.uniform[size_t(w.index)]);
+    } else if (w.kind != RefKind::None) {
+      const C* r = ptr(w);
+      if (r != out[k]) std::copy(r, r + n, out[k]);
+    }
   }
 }
 

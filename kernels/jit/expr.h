@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,20 +63,21 @@ template <typename C>
 void eval_chunk(const Program& p, const C* const* in, C* const* out, const C* s, int64_t n,
                 std::vector<C>& scratch);
 
-// The same, for many tiles: made once per thread (constants and scalars filled once, the
-// tile buffers its own), then run(in, out, n) per tile of n <= kChunk elements.
+// The same, for many tiles: made once per thread (uniform values and the schedule worked
+// out once), then run(in, out, n) per tile of n <= kChunk elements.
 // Note [Tile evaluation] in expr.cpp.
 template <typename C>
 class TileEvaluator {
  public:
   TileEvaluator(const Program& p, const C* s);
   void run(const C* const* in, C* const* out, int64_t n);
+  // The tile buffers run uses: nodes whose values are not needed at the same time share one.
+  int num_buffers() const;
 
  private:
-  const Program* p_;
-  std::vector<C> buf_;        // kChunk values a node
-  std::vector<const C*> val_; // each node's values in the current tile
-  std::vector<int> out_of_;   // the output a node is written into directly, or -1
+  struct Plan;  // the schedule, in expr.cpp
+  std::shared_ptr<const Plan> plan_;
+  std::vector<C> buf_;  // num_buffers() tiles of kChunk values
 };
 
 }  // namespace mt::jit::expr

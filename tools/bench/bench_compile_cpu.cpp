@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: MIT
 // CPU fusion, measured side by side in one run: pointwise chains eager, compiled without
-// fusion and compiled with fused groups (jit::pointwise's tile evaluator), and the
-// pointwise builder's SiLU against the hand-written mt::silu loop. Medians of REPS runs
-// each, the forms alternating. Usage: bench_compile_cpu [REPS] (default 15); set
-// MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count.
+// fusion, compiled with fused groups (jit::pointwise's tile evaluator) and compiled as a
+// plan decides by default (Note [CPU fusion]'s size threshold), and the pointwise
+// builder's SiLU against the hand-written mt::silu loop. Medians of REPS runs each, the
+// forms alternating. Usage: bench_compile_cpu [REPS] [--thread-time] (REPS default 15); set
+// MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count. --thread-time times with the
+// calling thread's CPU clock instead of the wall clock: with MT_NUM_THREADS=1 every loop runs
+// on that thread, and on a shared host the time other processes hold the core is left out.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <functional>
 #include <vector>
 
@@ -18,7 +23,20 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+bool g_thread_time = false;  // --thread-time
+
+double thread_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e3 + double(t.tv_nsec) * 1e-6;
+}
+
 double ms_of(const std::function<void()>& f) {
+  if (g_thread_time) {
+    const double t0 = thread_ms();
+    f();
+    return thread_ms() - t0;
+  }
   const auto t0 = Clock::now();
   f();
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -52,20 +70,25 @@ std::vector<Tensor> chain(const std::vector<Tensor>& in, int n) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 15;
-  std::printf("CPU fusion (median of %d runs each, forms alternating)\n\n", reps);
-  std::printf("| function (float32) | eager ms | compiled, unfused ms | compiled, fused ms | eager / fused |\n");
-  std::printf("|---|---|---|---|---|\n");
+  g_thread_time = argc > 2 && std::strcmp(argv[2], "--thread-time") == 0;
+  std::printf("CPU fusion (median of %d runs each, forms alternating; %s)\n\n", reps,
+              g_thread_time ? "the calling thread's CPU time" : "wall-clock time");
+  std::printf("| function (float32) | eager ms | compiled, unfused ms | compiled, fused ms | "
+              "compiled, default ms | eager / default | eager / fused |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (int ops : {4, 16}) {
-    for (int log2n : {8, 10, 12, 14, 16, 22}) {
-      if (ops == 16 && log2n < 16) continue;
+    for (int log2n : {8, 10, 12, 13, 14, 16, 22, 24}) {
+      if (ops == 16 && (log2n < 16 || log2n > 22)) continue;
       Tensor x = randn({int64_t(1) << log2n});
       auto f = [ops](const std::vector<Tensor>& in) { return chain(in, ops); };
       Compiled plain = mt::compile(f, {.fuse = false});
       Compiled fused = mt::compile(f, {.fuse = true});
+      Compiled plan = mt::compile(f);
       const int reps_here = log2n >= 20 ? reps : reps * 20;  // small sizes: more, shorter runs
-      auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }}, reps_here);
-      std::printf("| chain of %d ops, 2^%d | %.3f | %.3f | %.3f | %.2fx |\n", ops, log2n,
-                  m[0], m[1], m[2], m[0] / m[2]);
+      auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }},
+                       reps_here);
+      std::printf("| chain of %d ops, 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", ops,
+                  log2n, m[0], m[1], m[2], m[3], m[0] / m[3], m[0] / m[2]);
     }
   }
   std::printf("\n| SiLU (float32) | mt::silu ms | jit::pointwise ms | pointwise / silu |\n");
