@@ -130,6 +130,15 @@ TEST_SUITE("reduction") {
     const int64_t d0[] = {-1};
     CHECK(sumsq(s).item<double>() == 9);
     CHECK(sumsq.call({&s, 1}, d0, true).sizes() == Shape{});
+    // columns read in place (dim 0 of a matrix): many rows a run, a tile of a long row a
+    // run, past the blocks of 128 rows
+    for (const Shape& s2 : {Shape{300, 7}, Shape{130, 1100}, Shape{3, 260, 2, 5}}) {
+      CAPTURE(s2);
+      const Tensor x = randn(s2, {.dtype = DType::Float64});
+      const int64_t d0[] = {0}, d1[] = {1};
+      CHECK(near(sumsq.call({&x, 1}, d0), sum(x * x, {0}), 1e-12));
+      CHECK(near(mx.call({&x, 1}, d1, true), fold_reference(x, {1}, true, fmax_nan, -INFINITY), 0));
+    }
     // lengths around the tile and the blocked order's eight lanes
     for (int64_t n : {1, 7, 8, 9, 1023, 1024, 1025, 4097}) {
       CAPTURE(n);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "autograd/grad_mode.h"
 #include "kernels/cpu/loops.h"
@@ -28,7 +29,9 @@ namespace mt::jit {
 // see the reduced dims as the inner part of a [rows, len] layout: the inputs are permuted
 // (kept dims first, reduced dims last) and made contiguous, which costs nothing when the
 // reduced dims already are the last ones, as in a full reduction or a reduction over the
-// trailing dims, and one copy otherwise.
+// trailing dims, and one copy otherwise; except on the CPU, where reduced dims that form
+// one block before kept ones (a column sum, dim 0 of a matrix) are read in place as
+// [outer, len, inner], each output's values combined in blocks of 128 rows.
 // CPU: the map runs through the tile evaluator (Note [Tile evaluation]) a tile at a time;
 // a tile's values are combined in eight running values (a blocked order, which keeps a
 // float32 sum accurate and lets the compiler vectorize), and the tiles of a long row are
@@ -527,6 +530,67 @@ void post_cpu(const expr::Program& post, const C* acc, int64_t rows, int64_t len
   });
 }
 
+// The map over inputs laid out [outer, len, inner] (contiguous), reduced over len into
+// acc[outer * inner]: a column reduction, read in place. Rows of the slab go through the
+// evaluator several at a time (or a tile of a long row at a time), each output's values
+// combined in blocks of 128 rows, the blocks in order.
+template <ReduceOp R, typename C>
+void reduce_outer_cpu(const expr::Program& map, const std::vector<const C*>& in, int64_t outer,
+                      int64_t len, int64_t inner, C ident, C* acc) {
+  constexpr int64_t kTile = expr::kChunk, kBlock = 128;
+  const C no_scalars[1] = {C(0)};
+  const int64_t width = std::min(inner, kTile), cols = (inner + width - 1) / width;
+  const int64_t per = std::max<int64_t>(1, kTile / inner);  // rows a run when inner < kTile
+  cpu::parallel_for(outer * cols, std::max<int64_t>(1, cpu::kGrainSize / std::max<int64_t>(1, len * width)),
+                    [&](int64_t b, int64_t e) {
+    expr::TileEvaluator<C> ev(map, no_scalars);
+    std::vector<C> buf(static_cast<size_t>(kTile)), block(static_cast<size_t>(width)),
+        total(static_cast<size_t>(width));
+    C* out[1] = {buf.data()};
+    std::vector<const C*> ic(in.size());
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t a = item / cols, c0 = (item % cols) * width, w = std::min(width, inner - c0);
+      std::fill(total.begin(), total.end(), ident);
+      std::fill(block.begin(), block.end(), ident);
+      int64_t in_block = 0;
+      for (int64_t r = 0; r < len;) {
+        const int64_t g = inner <= kTile ? std::min(per, len - r) : 1;  // rows this run
+        for (size_t k = 0; k < in.size(); ++k) ic[k] = in[k] + (a * len + r) * inner + c0;
+        ev.run(ic.data(), out, inner <= kTile ? g * inner : w);
+        for (int64_t q = 0; q < g; ++q)
+          for (int64_t j = 0; j < w; ++j) block[size_t(j)] = combine<R>(block[size_t(j)], buf[size_t(q * inner + j)]);
+        r += g, in_block += g;
+        if (in_block >= kBlock || r == len) {
+          for (int64_t j = 0; j < w; ++j) {
+            total[size_t(j)] = combine<R>(total[size_t(j)], block[size_t(j)]);
+            block[size_t(j)] = ident;
+          }
+          in_block = 0;
+        }
+      }
+      std::copy(total.begin(), total.begin() + w, acc + a * inner + c0);
+    }
+  });
+}
+
+// When the reduced dims of shape (size-1 dims aside) are one block followed by kept dims,
+// the sizes of the kept dims before it, the block and the kept dims after it.
+std::optional<std::array<int64_t, 3>> outer_layout(const Shape& shape,
+                                                   const std::vector<int64_t>& dims) {
+  std::array<int64_t, 3> sizes = {1, 1, 1};
+  int part = 0;  // 0: kept before the block, 1: the block, 2: kept after it
+  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+    if (shape[size_t(d)] == 1) continue;
+    const bool red = reduced(dims, d);
+    if (red && part == 2) return std::nullopt;
+    if (red) part = 1;
+    else if (part == 1) part = 2;
+    sizes[size_t(part)] *= shape[size_t(d)];
+  }
+  if (part != 2) return std::nullopt;
+  return sizes;
+}
+
 // Kept dims first, reduced dims last.
 std::vector<int64_t> rows_permutation(size_t ndim, const std::vector<int64_t>& dims) {
   std::vector<int64_t> perm;
@@ -578,9 +642,13 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
   const std::vector<int64_t> perm = rows_permutation(shape.size(), dims);
   const DType ct = t == DType::Float64 ? DType::Float64 : DType::Float32;
   const DType load_t = dev.is_cpu() ? ct : t;
-  std::vector<Tensor> in;  // [rows, len] contiguous, of load_t
-  for (const Tensor& x : inputs)
-    in.push_back(x.to(load_t).expand(shape).permute(Shape(perm)).contiguous());
+  // On the CPU a block of reduced dims before kept ones is read in place, as columns.
+  const auto outer = dev.is_cpu() && len > 0 ? outer_layout(shape, dims) : std::nullopt;
+  std::vector<Tensor> in;  // [rows, len] (or [outer, len, inner]) contiguous, of load_t
+  for (const Tensor& x : inputs) {
+    const Tensor full = x.to(load_t).expand(shape);
+    in.push_back(outer ? full.contiguous() : full.permute(Shape(perm)).contiguous());
+  }
 
   if (dev.is_cpu()) {
     Tensor out = empty(out_shape, {.dtype = ct});
@@ -591,11 +659,17 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
         for (const Tensor& x : in) ip.push_back(x.data_ptr<C>());
         std::vector<C> acc(static_cast<size_t>(rows));
         const C ident = C(st.identity);
+        auto run = [&]<ReduceOp R>() {
+          if (outer)
+            reduce_outer_cpu<R>(p, ip, (*outer)[0], (*outer)[1], (*outer)[2], ident, acc.data());
+          else
+            reduce_cpu<R>(p, ip, rows, len, ident, acc.data());
+        };
         switch (st.op) {
-          case ReduceOp::Sum: reduce_cpu<ReduceOp::Sum>(p, ip, rows, len, ident, acc.data()); break;
-          case ReduceOp::Prod: reduce_cpu<ReduceOp::Prod>(p, ip, rows, len, ident, acc.data()); break;
-          case ReduceOp::Max: reduce_cpu<ReduceOp::Max>(p, ip, rows, len, ident, acc.data()); break;
-          case ReduceOp::Min: reduce_cpu<ReduceOp::Min>(p, ip, rows, len, ident, acc.data()); break;
+          case ReduceOp::Sum: run.template operator()<ReduceOp::Sum>(); break;
+          case ReduceOp::Prod: run.template operator()<ReduceOp::Prod>(); break;
+          case ReduceOp::Max: run.template operator()<ReduceOp::Max>(); break;
+          case ReduceOp::Min: run.template operator()<ReduceOp::Min>(); break;
         }
         C* o = out.data_ptr<C>();
         if (st.post_is_acc) std::copy(acc.begin(), acc.end(), o);
