@@ -15,12 +15,14 @@
 #include "dispatcher/load_library.h"
 #include "kernels/jit/autotune.h"
 #include "kernels/jit/pointwise.h"
+#include "kernels/jit/reduction.h"
 #include "kernels/jit/user_kernel.h"
 // The built-in ops (mt::add, mt::matmul, mt::softmax, ...); the unary ones (mt::exp,
 // mt::gelu, ...) are declared there from the rows of kernels/elementwise_table.h, and
 // `minitensor ops --namespace mt` lists every op with its schema.
 #include "kernels/ops.h"
 #include "kernels/ops/pointwise_op.h"
+#include "kernels/ops/reduction_op.h"
 #include "kernels/settings.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"

@@ -187,6 +187,13 @@ with tempfile.TemporaryDirectory() as scratch:
            ["bench", "--plot", split_svg, "split", "--repeats", "2", "--calls", "2"], 0,
            stdout_has="graph split: no, the CPU replays no CUDA graph")
     check("... and draws its plot", os.path.exists(split_svg) and "<svg" in open(split_svg).read())
+    rd = expect_json("bench reduction --json", ["bench", "reduction", "--min-log2", "10", "--max-log2", "11", "--json"])
+    check("bench reduction --json has a row a size with the three medians and their ratios",
+          rd is not None and [r["elements"] for r in rd["rows"]] == [1024, 2048]
+          and all(r["builder_ms"] > 0 and r["eager_ms"] > 0 and r["compiled_ms"] > 0
+                  and r["eager_over_builder"] > 0 for r in rd["rows"]), repr(rd))
+    expect("bench reduction with --min-log2 above --max-log2 is a usage error",
+           ["bench", "reduction", "--min-log2", "12", "--max-log2", "11"], 2, stderr_has="give a range")
     disp = expect_json("bench dispatch --json", ["bench", "dispatch", "--json", "--iters", "20000"])
     dispatch_keys = ["direct", "dispatch", "autograd_redispatch", "boxed", "silu_grad", "add"]
     check("bench dispatch --json is keyed by the rows' keys (bench_libtorch's)",
@@ -207,6 +214,7 @@ with tempfile.TemporaryDirectory() as scratch:
 
     # A bad --device is a usage error (2), as --help promises, with the parser's reason.
     for args in (["demo"], ["bench", "silu"], ["bench", "mlp"], ["bench", "graph"], ["bench", "split"],
+                 ["bench", "reduction"],
                  ["compile-demo"], ["memory"]):
         expect(" ".join(args) + " --device gpu is a usage error", args + ["--device", "gpu"], 2,
                stderr_has="cannot parse device 'gpu'")

@@ -9,7 +9,8 @@ BenchGroup::BenchGroup(CLI::App& app, Commands& commands)
     : commands_(commands),
       group_(app.add_subcommand(
           "bench",
-          "benchmarks: dispatch, silu, matmul, mlp, graph, cpu, vmap, split (a table; --json, --plot)")) {
+          "benchmarks: dispatch, silu, matmul, mlp, graph, cpu, vmap, split, reduction (a table; "
+          "--json, --plot)")) {
   group_->require_subcommand(1);
   group_->add_flag("--json", output_->json, "print JSON on stdout instead of the table");
   group_->add_option("--plot", output_->plot, "also draw the results into this SVG file");
@@ -24,6 +25,7 @@ void add_bench(CLI::App& app, Commands& commands) {
   add_bench_cpu(bench);
   add_bench_vmap(bench);
   add_bench_split(bench);
+  add_bench_reduction(bench);
 }
 
 }  // namespace mt::cli

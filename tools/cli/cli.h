@@ -133,6 +133,7 @@ void add_bench_graph(BenchGroup& bench);
 void add_bench_cpu(BenchGroup& bench);
 void add_bench_vmap(BenchGroup& bench);
 void add_bench_split(BenchGroup& bench);
+void add_bench_reduction(BenchGroup& bench);
 
 // The options several bench subcommands share: --device (checked as a device name) and
 // --repeats (the timed samples whose median is shown).

@@ -8,7 +8,7 @@
 # those steps instead of the preset's; DRY_RUN=1 prints each step's command and runs none
 # (no GPU needed: tests/cli checks the presets that way).
 # Presets:
-#   all (default)  tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize
+#   all (default)  tests,tutorial,mlp,bench,silu,scenarios,attention,compile,reduction,sanitize
 #   verify         tests, the SiLU/allocator/launch cases under memcheck and racecheck, the
 #                  bfloat16 SiLU sweep beside torch and Triton, the host-cost table under perf
 #   short          the SiLU cases, the bfloat16 sweep, the host-cost table, dispatch vs libtorch
@@ -25,7 +25,9 @@
 # torch, Triton and a copy, do_bench medians); scenarios (examples/ops but flash_attn: tests,
 # memcheck, racecheck, benches vs torch); attention (mha::flash_attn: tests, sanitizers,
 # training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
-# --compile); keys; cpu; sanitize (memcheck, racecheck, synccheck over the CUDA cases);
+# --compile); reduction (jit::reduction's cases on cuda:0, under memcheck, racecheck and
+# synccheck, and bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
+# floor); keys; cpu; sanitize (memcheck, racecheck, synccheck over the CUDA cases);
 # sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases);
 # dispatch-before (bench dispatch against the tree in BEFORE=DIR, built alike here).
 set -u
@@ -37,7 +39,7 @@ export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-530}  # seconds for the whole script
 PRESET=${1:-all}
 case $PRESET in
-  all) preset_steps=tests,tutorial,mlp,bench,silu,scenarios,attention,compile,sanitize targets=() ;;
+  all) preset_steps=tests,tutorial,mlp,bench,silu,scenarios,attention,compile,reduction,sanitize targets=() ;;
   verify) preset_steps=tests,sanitize-silu,silu-bf16,hostcost targets=(tests/mt_tests tools/minitensor tools/bench_silu) ;;
   short) preset_steps=silu-tests,silu-bf16,hostcost,dispatch targets=(tests/mt_tests tools/minitensor tools/bench_silu) ;;
   hostcost) preset_steps=hostcost,perf-record,dispatch,dispatch-more targets=(tools/minitensor tools/bench_silu) ;;
@@ -277,6 +279,19 @@ if want compile && have build-gpu/tests/mt_tests; then
       --minitensor build-gpu/tools/minitensor --json "$OUT/compare_compile.json"
 fi
 
+# reduction: the reduction builder's cases (values on cuda:0 against the CPU for every dtype
+# and kernel variant), again under memcheck, racecheck and synccheck (goal: 0 errors), and
+# bench reduction on cuda (issue 38: within 5% of mt::sum(x * x) compiled at 2^24 and above,
+# at least 85% of the copy floor).
+if want reduction && have build-gpu/tests/mt_tests; then
+  step reduction-tests 60 "$OUT/reduction.log" build-gpu/tests/mt_tests --no-intro -ts=reduction
+  for tool in memcheck racecheck synccheck; do
+    step "reduction-$tool" 90 "$OUT/reduction.log" compute-sanitizer --tool "$tool" --print-limit 20 \
+        --error-exitcode 1 build-gpu/tests/mt_tests --no-intro '-tc=reduction (gpu)*'
+  done
+  step reduction-bench 120 "$OUT/reduction.log" build-gpu/tools/minitensor bench reduction --device cuda
+fi
+
 # keys (not in the default list): the Batched and Autocast keys on the GPU: the per-sample
 # gradients example (vmap(grad) against a loop, the MLP under autocast bfloat16) and
 # bench vmap on cuda and on two CPU cores; bench split (a cudagraph_unsafe op in a compiled
@@ -361,6 +376,7 @@ fi
   echo "mlp step vs torch:"; tail -n 8 "$OUT/bench_mlp.log" 2>/dev/null
   echo "keys:"; grep -E "^\| |ratio|loss|largest|max|vmap|loop|ms" "$OUT/keys.log" 2>/dev/null | head -n 40
   echo "cpu:"; grep -E "^\| |^== |^(cpu|blas) |ratio|ms" "$OUT/cpu.log" 2>/dev/null | head -n 100
+  echo "reduction:"; grep -E "doctest\] (test cases|Status)|ERROR SUMMARY|RACECHECK SUMMARY|^ *2\^|copy" "$OUT/reduction.log" 2>/dev/null
   echo "compile:"; grep -E "doctest\] (test cases|Status)|ERROR SUMMARY|CUDA graph" "$OUT/compile.log" 2>/dev/null
   tail -n 16 "$OUT/compile_torch.log" 2>/dev/null
   echo "scenarios:"; grep -E "^\| [0-9]+ \||doctest\] (test cases|Status)|converged|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/scenarios.log" 2>/dev/null

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+#include "kernels/ops/reduction_op.h"
+
+#include <mutex>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "dispatcher/dispatcher.h"
+#include "dispatcher/library.h"
+#include "kernels/jit/derive.h"
+#include "kernels/ops.h"
+#include "kernels/ops/pointwise_op.h"
+#include "runtime/view.h"
+
+namespace mt {
+
+// Note [Reduction ops]
+// A reduction op is four boxed kernels around one jit::Reduction, as a pointwise op is
+// around a jit::Pointwise (Note [Pointwise ops]): CPU, CUDA and Fake run it (on fake inputs
+// it only works out the output's shape and dtype), Autograd runs the op below itself and
+// records a node. For out = post(acc, n), acc = sum over the reduced dims of map(x...),
+//   d out / d x_i = d post / d acc (broadcast back over the reduced dims) * d map / d x_i,
+// so the backward is: acc again (a second reduction op, "<name>_acc", the same map without
+// post; skipped when post is acc itself), the gradient through post (a pointwise op
+// "<name>_grad_post" over acc, grad and the scalar n), that broadcast back to the inputs'
+// broadcast shape, and for each input a pointwise op "<name>_grad_<input>" over the inputs
+// and that gradient, derived from the map (Note [Deriving a backward]), summed down to the
+// input's shape. Every step is an op with a backward of its own, so with create_graph the
+// second derivative is the derivative of these (for maps of up to 2 inputs: the pointwise
+// kernels take 8 operands). Only a sum has this backward; prod, max and min ops are
+// declared with differentiable = false for now.
+struct ReductionOp::State {
+  std::string name;
+  jit::Reduction kernel;
+  size_t n_in = 0;
+  bool differentiable = true;
+  std::source_location loc;
+  std::unique_ptr<Library> lib;
+  OperatorHandle handle;
+  // the backward's ops, made with the op
+  std::shared_ptr<State> acc_op;  // map without post, when post is not acc
+  std::optional<PointwiseOp> grad_post;
+  std::vector<PointwiseOp> grad_map;  // one per input
+
+  ~State() { lib.reset(); }
+  Tensor call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims, bool keepdim) const;
+  std::vector<Tensor> backward(std::span<const Tensor> in, const Tensor& grad,
+                               const std::vector<int64_t>& dims, bool keepdim) const;
+};
+
+namespace {
+
+using State = ReductionOp::State;
+
+std::string schema_of(const State& st) {
+  std::vector<std::string> args;
+  for (const std::string& n : st.kernel.map_program().inputs) args.push_back("Tensor " + n);
+  return fmt::format("{}({}, int[] dim=[], bool keepdim=False) -> Tensor",
+                     st.name.substr(st.name.find("::") + 2), fmt::join(args, ", "));
+}
+
+// Output `which` of p alone, renamed `out`, as a body: `_t0 = ...; out = ...;`.
+std::string single_output_body(const jit::expr::Program& p, size_t which) {
+  jit::expr::Program q = p;
+  q.outputs = {"out"};
+  q.output_nodes = {p.output_nodes[which]};
+  return jit::expr::to_text(jit::expr::simplify(q));
+}
+
+std::shared_ptr<State> make_state(std::string name, jit::ReductionSpec spec, bool differentiable,
+                                  std::source_location loc) {
+  check_operator_name(name);
+  auto st = std::make_shared<State>();
+  st->name = name;
+  spec.name = name;
+  st->kernel = jit::reduction(spec);
+  const jit::expr::Program& map = st->kernel.map_program();
+  st->n_in = map.inputs.size();
+  st->differentiable = differentiable;
+  st->loc = loc;
+  if (differentiable) {
+    MT_CHECK(st->kernel.reduce_op() == jit::ReduceOp::Sum,
+             "[{}] a {} reduction has no derived backward yet (only a sum has); define it with "
+             "mt::ReductionOpOptions{{.differentiable = false}}",
+             name, spec.reduce);
+    MT_CHECK(st->n_in <= 6,
+             "[{}] a differentiable reduction takes at most 6 inputs (a gradient kernel takes "
+             "them all, the output's gradient and its result: 8 operands), got {}; combine "
+             "inputs, or define it with mt::ReductionOpOptions{{.differentiable = false}}",
+             name, st->n_in);
+    // d map / d x_i: the derivative's inputs are the map's and `grad`. A gradient op's own
+    // backward (a second derivative) takes n + 2 inputs and gives n + 1 outputs, which fit
+    // the pointwise kernels' 8 operands for up to 2 inputs; past that the gradient ops are
+    // not differentiable (a second derivative is an error saying so).
+    const jit::expr::Program dm = jit::expr::derivative(name, map);
+    const bool twice = 2 * st->n_in + 3 <= 8;
+    for (size_t i = 0; i < st->n_in; ++i)
+      st->grad_map.push_back(pointwise_op(fmt::format("{}_grad_{}", name, map.inputs[i]),
+                                          single_output_body(dm, i),
+                                          {.inputs = dm.inputs, .differentiable = twice}, loc));
+    const jit::expr::Program& post = st->kernel.post_program();
+    const jit::expr::Node& out = post.nodes[size_t(post.output_nodes[0])];
+    if (!(out.op == jit::expr::Op::Input && out.index == 0)) {
+      const jit::expr::Program dp = jit::expr::derivative(name, post);  // (acc, n, grad)
+      // n is a number of the call, not a tensor: a scalar of the pointwise op.
+      st->grad_post = pointwise_op(name + "_grad_post", single_output_body(dp, 0),
+                                   {.inputs = {dp.inputs[0], dp.inputs[2]}, .scalars = {"n"}},
+                                   loc);
+      jit::ReductionSpec acc = spec;
+      acc.post = "";
+      st->acc_op = make_state(name + "_acc", acc, true, loc);
+    }
+  }
+
+  const std::string ns = name.substr(0, name.find("::"));
+  st->lib = std::make_unique<Library>(Library::Kind::Fragment, ns, std::nullopt, loc);
+  st->lib->def(schema_of(*st), loc);
+  st->handle = dispatcher().find_or_throw(name);
+  std::weak_ptr<State> weak = st;
+  auto lock = [weak, name] {
+    std::shared_ptr<State> live = weak.lock();
+    MT_CHECK(live != nullptr,
+             "[{}] was dropped while this call was on its way (its last ReductionOp handle was "
+             "destroyed); keep the handle alive while the op is called",
+             name);
+    return live;
+  };
+  auto run = KernelFunction::boxed([lock](const OperatorHandle&, DispatchKeySet, Stack* s) {
+    const std::shared_ptr<State> raw = lock();
+    const size_t base = s->size() - raw->n_in - 2;
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < raw->n_in; ++i) in.push_back((*s)[base + i].to_tensor());
+    const std::vector<int64_t> dims = (*s)[base + raw->n_in].to_int_list();
+    const bool keepdim = (*s)[base + raw->n_in + 1].to_bool();
+    s->resize(base);
+    s->emplace_back(raw->kernel.call(in, dims, keepdim));
+  });
+  st->lib->impl(name, DispatchKey::CPU, run, loc);
+  st->lib->impl(name, DispatchKey::CUDA, run, loc);
+  st->lib->impl(name, DispatchKey::Fake, run, loc);
+  st->lib->impl(
+      name, DispatchKey::Autograd,
+      KernelFunction::boxed([lock](const OperatorHandle& op, DispatchKeySet ks, Stack* s) {
+        const std::shared_ptr<State> raw = lock();
+        const size_t base = s->size() - raw->n_in - 2;
+        std::vector<Tensor> in;
+        for (size_t i = 0; i < raw->n_in; ++i) in.push_back((*s)[base + i].to_tensor());
+        const std::vector<int64_t> dims = (*s)[base + raw->n_in].to_int_list();
+        const bool keepdim = (*s)[base + raw->n_in + 1].to_bool();
+        {
+          ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
+          op.redispatch_boxed(ks.below(DispatchKey::Autograd), s);
+        }
+        if (!autograd::any_requires_grad(in)) return;
+        if (!raw->differentiable) {
+          size_t i = 0;
+          while (!(in[i].defined() && in[i].requires_grad())) ++i;
+          MT_ERROR("[{}] was defined with .differentiable = false, but its input '{}' requires "
+                   "grad; detach it (x.detach()), or define the op as a sum, which has a "
+                   "derived backward",
+                   raw->name, raw->kernel.map_program().inputs[i]);
+        }
+        auto node = autograd::make_node(raw->name, in, 1);
+        std::vector<autograd::SavedTensor> saved;
+        for (const Tensor& t : in) saved.emplace_back(t, false);
+        node->backward = [st = raw, saved = std::move(saved), dims, keepdim](
+                             autograd::Node& n, const std::vector<Tensor>& grads) {
+          std::vector<Tensor> args;
+          for (const autograd::SavedTensor& t : saved)
+            args.push_back(t.unpack(n.shared_from_this(), st->name));
+          return st->backward(args, grads[0], dims, keepdim);
+        };
+        autograd::set_history((*s)[base].to_tensor(), node, 0);
+      }),
+      loc);
+  return st;
+}
+
+}  // namespace
+
+Tensor State::call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims,
+                      bool keepdim) const {
+  MT_CHECK(in.size() == n_in, "[{}] takes {} tensor{} ({}), got {}", name, n_in,
+           n_in == 1 ? "" : "s", fmt::join(kernel.map_program().inputs, ", "), in.size());
+  Stack s;
+  for (const Tensor& t : in) s.emplace_back(t);
+  s.emplace_back(dims);
+  s.emplace_back(keepdim);
+  handle.call_boxed(&s);
+  return s[0].to_tensor();
+}
+
+std::vector<Tensor> State::backward(std::span<const Tensor> in, const Tensor& grad,
+                                    const std::vector<int64_t>& dims_in, bool keepdim) const {
+  std::vector<Tensor> out(n_in);
+  if (!grad.defined()) return out;
+  Shape shape = in[0].sizes();
+  for (size_t i = 1; i < in.size(); ++i)
+    shape = mt::detail::broadcast_shapes(shape, in[i].sizes(), name.c_str());
+  const std::vector<int64_t> dims = jit::reduction_dims(name, shape, dims_in);
+  int64_t n = 1;
+  for (int64_t d = 0; d < int64_t(shape.size()); ++d)
+    if (dims.empty() || std::binary_search(dims.begin(), dims.end(), d)) n *= shape[size_t(d)];
+  Tensor g = grad;
+  if (grad_post) {
+    const Tensor acc = acc_op->call_op(in, dims_in, keepdim);
+    g = grad_post->call(std::vector<Tensor>{acc, grad}, std::vector<double>{double(n)});
+  }
+  // back over the reduced dims: the keepdim shape, then expanded
+  g = g.reshape(jit::reduction_shape(shape, dims, true)).expand(shape);
+  for (size_t i = 0; i < n_in; ++i) {
+    if (!in[i].requires_grad()) continue;  // the engine takes no gradient for it
+    std::vector<Tensor> args(in.begin(), in.end());
+    args.push_back(g);
+    Tensor gi = grad_map[i].call(args);
+    if (gi.sizes() != in[i].sizes()) gi = sum_to(gi, in[i].sizes());
+    out[i] = gi.dtype() == in[i].dtype() ? gi : gi.to(in[i].dtype());
+  }
+  return out;
+}
+
+Tensor ReductionOp::call(std::span<const Tensor> inputs, std::vector<int64_t> dims,
+                         bool keepdim) const {
+  MT_CHECK(state_ != nullptr, "[reduction_op] this ReductionOp is empty (default-constructed); "
+                              "make one with mt::reduction_op(name, spec)");
+  return state_->call_op(inputs, dims, keepdim);
+}
+
+const std::string& ReductionOp::name() const { return state_->name; }
+std::string ReductionOp::schema() const { return state_->handle.schema().str(); }
+const jit::Reduction& ReductionOp::kernel() const { return state_->kernel; }
+std::vector<std::string> ReductionOp::backward_bodies() const {
+  std::vector<std::string> out;
+  for (const PointwiseOp& op : state_->grad_map) out.push_back(op.expression());
+  return out;
+}
+
+ReductionOp reduction_op(std::string_view name, jit::ReductionSpec spec,
+                         ReductionOpOptions options, std::source_location loc) {
+  ReductionOp op;
+  op.state_ = make_state(std::string(name), std::move(spec), options.differentiable, loc);
+  return op;
+}
+
+}  // namespace mt
