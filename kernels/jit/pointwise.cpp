@@ -9,6 +9,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
+#include "kernels/jit/source_names.h"
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/view.h"
@@ -18,56 +19,16 @@
 #endif
 
 namespace mt::jit {
+using detail::comment_lines;
+using detail::identifier;
+using detail::is_valid_name;
+using detail::kFloatTypes;
+
 namespace {
 
 constexpr int kMaxOperands = 8;  // kMaxPointwiseOperands in pointwise.cuh
 constexpr int kMaxScalars = 8;   // kMaxPointwiseScalars
 constexpr int kPointwiseSlots = 16;       // devices with cached kernel pointers
-constexpr DType kFloatTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
-
-bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
-
-// A pointwise name is an identifier, or identifiers joined by '::' ("demo::fma", as an
-// op's qualified name reads): it names the functor and the kernel file in the generated
-// source, so nothing else gets in there.
-bool is_valid_name(std::string_view name) {
-  for (size_t start = 0;;) {
-    const size_t end = std::min(name.find("::", start), name.size());
-    const std::string_view part = name.substr(start, end - start);
-    if (part.empty() || !is_ident_start(part[0]) ||
-        !std::all_of(part.begin(), part.end(), is_ident_char))
-      return false;
-    if (end == name.size()) return true;
-    start = end + 2;
-  }
-}
-
-// "demo::fma" -> "demo__fma"
-std::string identifier(std::string_view name) {
-  std::string s;
-  for (char c : name) s += is_ident_char(c) ? c : '_';
-  return s;
-}
-
-// The body as comment lines of the generated source: printable ASCII but the backslash as
-// it is, every other byte as \xNN, so no line of it ends in a backslash (which would join
-// the next line of the source to the comment) and no byte of it ends the comment.
-std::string comment_lines(std::string_view body) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "//   ";
-  for (const char ch : body) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '\n') {
-      out += "\n//   ";
-    } else if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += ch;
-    } else {
-      out += "\\x", out += kHex[c >> 4], out += kHex[c & 15];
-    }
-  }
-  return out + "\n";
-}
 
 std::string generate_source(const PointwiseSpec& spec, const expr::Program& p,
                             const std::string& functor) {

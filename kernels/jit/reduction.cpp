@@ -12,6 +12,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
+#include "kernels/jit/source_names.h"
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/view.h"
@@ -21,6 +22,11 @@
 #endif
 
 namespace mt::jit {
+using detail::comment_lines;
+using detail::identifier;
+using detail::is_valid_name;
+using detail::kFloatTypes;
+
 
 // Note [Reductions]
 // A reduction is three expressions around one combining step: map (inputs -> one value a
@@ -52,47 +58,6 @@ namespace {
 constexpr int kMaxInputs = 8;
 constexpr int kSlots = 16;  // devices with cached kernel pointers
 constexpr int kVariants = 5;
-constexpr DType kFloatTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
-
-bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
-
-// As a pointwise name: an identifier, or identifiers joined by '::'.
-bool is_valid_name(std::string_view name) {
-  for (size_t start = 0;;) {
-    const size_t end = std::min(name.find("::", start), name.size());
-    const std::string_view part = name.substr(start, end - start);
-    if (part.empty() || !is_ident_start(part[0]) ||
-        !std::all_of(part.begin(), part.end(), is_ident_char))
-      return false;
-    if (end == name.size()) return true;
-    start = end + 2;
-  }
-}
-
-std::string identifier(std::string_view name) {
-  std::string s;
-  for (char c : name) s += is_ident_char(c) ? c : '_';
-  return s;
-}
-
-// An expression as comment lines: printable ASCII but the backslash as it is, every other
-// byte as \xNN (as pointwise.cpp writes its body).
-std::string comment_lines(std::string_view body) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "//   ";
-  for (const char ch : body) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '\n') {
-      out += "\n//   ";
-    } else if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += ch;
-    } else {
-      out += "\\x", out += kHex[c >> 4], out += kHex[c & 15];
-    }
-  }
-  return out + "\n";
-}
 
 // Parses one of the spec's expressions; the pointwise parser's message (with its caret
 // line) is kept, its prefix says which reduction and which expression.
@@ -309,7 +274,7 @@ std::string generate_source(const ReductionSpec& spec, ReduceOp op, const expr::
 }
 
 template <class S>
-const S& state(const std::shared_ptr<const S>& s) {
+const S& reduction_state(const std::shared_ptr<const S>& s) {
   MT_CHECK(s != nullptr,
            "[jit] Reduction: this one is empty (default-constructed); assign it the result of "
            "mt::jit::reduction(spec) before using it");
@@ -358,15 +323,15 @@ Reduction reduction(ReductionSpec spec) {
   return r;
 }
 
-const ReductionSpec& Reduction::spec() const { return state(state_).spec; }
-ReduceOp Reduction::reduce_op() const { return state(state_).op; }
-double Reduction::identity() const { return state(state_).identity; }
-const expr::Program& Reduction::map_program() const { return state(state_).map; }
-const expr::Program& Reduction::post_program() const { return state(state_).post; }
-const std::string& Reduction::cuda_source() const { return state(state_).kernel_spec.source; }
+const ReductionSpec& Reduction::spec() const { return reduction_state(state_).spec; }
+ReduceOp Reduction::reduce_op() const { return reduction_state(state_).op; }
+double Reduction::identity() const { return reduction_state(state_).identity; }
+const expr::Program& Reduction::map_program() const { return reduction_state(state_).map; }
+const expr::Program& Reduction::post_program() const { return reduction_state(state_).post; }
+const std::string& Reduction::cuda_source() const { return reduction_state(state_).kernel_spec.source; }
 
 std::string Reduction::name_expression(DType t, ReductionVariant v) const {
-  const State& st = state(state_);
+  const State& st = reduction_state(state_);
   const size_t nin = st.map.inputs.size();
   const std::string_view ty = kernel_type_name(t);
   switch (v) {
@@ -605,7 +570,7 @@ std::vector<int64_t> rows_permutation(size_t ndim, const std::vector<int64_t>& d
 
 Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> dims_in,
                        bool keepdim) const {
-  const State& st = state(state_);
+  const State& st = reduction_state(state_);
   const expr::Program& p = st.map;
   const std::string& name = st.spec.name;
   MT_CHECK(inputs.size() == p.inputs.size(), "[{}] takes {} input tensor{} ({}), got {}", name,

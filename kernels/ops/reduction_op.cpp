@@ -50,9 +50,10 @@ struct ReductionOp::State {
 
 namespace {
 
-using State = ReductionOp::State;
+// Names differ from pointwise_op.cpp's: a unity build compiles the two files as one.
+using RdState = ReductionOp::State;
 
-std::string schema_of(const State& st) {
+std::string reduction_schema_of(const RdState& st) {
   std::vector<std::string> args;
   for (const std::string& n : st.kernel.map_program().inputs) args.push_back("Tensor " + n);
   return fmt::format("{}({}, int[] dim=[], bool keepdim=False) -> Tensor",
@@ -67,10 +68,10 @@ std::string single_output_body(const jit::expr::Program& p, size_t which) {
   return jit::expr::to_text(jit::expr::simplify(q));
 }
 
-std::shared_ptr<State> make_state(std::string name, jit::ReductionSpec spec, bool differentiable,
+std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSpec spec, bool differentiable,
                                   std::source_location loc) {
   check_operator_name(name);
-  auto st = std::make_shared<State>();
+  auto st = std::make_shared<RdState>();
   st->name = name;
   spec.name = name;
   st->kernel = jit::reduction(spec);
@@ -108,17 +109,17 @@ std::shared_ptr<State> make_state(std::string name, jit::ReductionSpec spec, boo
                                    loc);
       jit::ReductionSpec acc = spec;
       acc.post = "";
-      st->acc_op = make_state(name + "_acc", acc, true, loc);
+      st->acc_op = make_reduction_state(name + "_acc", acc, true, loc);
     }
   }
 
   const std::string ns = name.substr(0, name.find("::"));
   st->lib = std::make_unique<Library>(Library::Kind::Fragment, ns, std::nullopt, loc);
-  st->lib->def(schema_of(*st), loc);
+  st->lib->def(reduction_schema_of(*st), loc);
   st->handle = dispatcher().find_or_throw(name);
-  std::weak_ptr<State> weak = st;
+  std::weak_ptr<RdState> weak = st;
   auto lock = [weak, name] {
-    std::shared_ptr<State> live = weak.lock();
+    std::shared_ptr<RdState> live = weak.lock();
     MT_CHECK(live != nullptr,
              "[{}] was dropped while this call was on its way (its last ReductionOp handle was "
              "destroyed); keep the handle alive while the op is called",
@@ -126,7 +127,7 @@ std::shared_ptr<State> make_state(std::string name, jit::ReductionSpec spec, boo
     return live;
   };
   auto run = KernelFunction::boxed([lock](const OperatorHandle&, DispatchKeySet, Stack* s) {
-    const std::shared_ptr<State> raw = lock();
+    const std::shared_ptr<RdState> raw = lock();
     const size_t base = s->size() - raw->n_in - 2;
     std::vector<Tensor> in;
     for (size_t i = 0; i < raw->n_in; ++i) in.push_back((*s)[base + i].to_tensor());
@@ -141,7 +142,7 @@ std::shared_ptr<State> make_state(std::string name, jit::ReductionSpec spec, boo
   st->lib->impl(
       name, DispatchKey::Autograd,
       KernelFunction::boxed([lock](const OperatorHandle& op, DispatchKeySet ks, Stack* s) {
-        const std::shared_ptr<State> raw = lock();
+        const std::shared_ptr<RdState> raw = lock();
         const size_t base = s->size() - raw->n_in - 2;
         std::vector<Tensor> in;
         for (size_t i = 0; i < raw->n_in; ++i) in.push_back((*s)[base + i].to_tensor());
@@ -178,7 +179,7 @@ std::shared_ptr<State> make_state(std::string name, jit::ReductionSpec spec, boo
 
 }  // namespace
 
-Tensor State::call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims,
+Tensor ReductionOp::State::call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims,
                       bool keepdim) const {
   MT_CHECK(in.size() == n_in, "[{}] takes {} tensor{} ({}), got {}", name, n_in,
            n_in == 1 ? "" : "s", fmt::join(kernel.map_program().inputs, ", "), in.size());
@@ -190,7 +191,7 @@ Tensor State::call_op(std::span<const Tensor> in, const std::vector<int64_t>& di
   return s[0].to_tensor();
 }
 
-std::vector<Tensor> State::backward(std::span<const Tensor> in, const Tensor& grad,
+std::vector<Tensor> ReductionOp::State::backward(std::span<const Tensor> in, const Tensor& grad,
                                     const std::vector<int64_t>& dims_in, bool keepdim) const {
   std::vector<Tensor> out(n_in);
   if (!grad.defined()) return out;
@@ -238,7 +239,7 @@ std::vector<std::string> ReductionOp::backward_bodies() const {
 ReductionOp reduction_op(std::string_view name, jit::ReductionSpec spec,
                          ReductionOpOptions options, std::source_location loc) {
   ReductionOp op;
-  op.state_ = make_state(std::string(name), std::move(spec), options.differentiable, loc);
+  op.state_ = make_reduction_state(std::string(name), std::move(spec), options.differentiable, loc);
   return op;
 }
 
