@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vec_exp.h"
+#include "kernels/ops/silu/silu.h"  // cpu::silu_backward, and the CUDA launchers
 
 #ifdef MT_HAVE_CUDA
 #include "kernels/jit/builtin.h"
@@ -15,7 +16,6 @@
 #include "kernels/jit/pointwise.h"
 #include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"
-#include "kernels/ops/silu/silu.h"
 #include "runtime/cuda/driver.h"
 #endif
 
