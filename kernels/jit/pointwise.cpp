@@ -9,7 +9,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
-#include "kernels/jit/source_names.h"
+#include "kernels/jit/generated.h"
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/view.h"
@@ -19,6 +19,7 @@
 #endif
 
 namespace mt::jit {
+using detail::check_operands;
 using detail::comment_lines;
 using detail::identifier;
 using detail::is_valid_name;
@@ -250,23 +251,11 @@ std::vector<Tensor> Pointwise::call(std::span<const Tensor> inputs,
   MT_CHECK(scalars.size() == p.scalars.size(), "[{}] takes {} scalar{}{}{}, got {}", name,
            p.scalars.size(), p.scalars.size() == 1 ? "" : "s", p.scalars.empty() ? "" : ": ",
            fmt::join(p.scalars, ", "), scalars.size());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    MT_CHECK(inputs[i].defined(), "[{}] input {} ({}) is an undefined Tensor", name, i + 1,
-             p.inputs[i]);
-  Shape shape = inputs[0].sizes();
-  DType t = inputs[0].dtype();
-  const Device dev = inputs[0].device();
-  bool fake = inputs[0].is_fake();
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    const Tensor& x = inputs[i];
-    MT_CHECK(x.device() == dev, "[{}] the inputs are on different devices ({} has {}, {} has {}); "
-             "move one with .to()",
-             name, p.inputs[0], dev, p.inputs[i], x.device());
-    shape = mt::detail::broadcast_shapes(shape, x.sizes(), name.c_str());
-    t = promote_types(t, x.dtype());
-    fake = fake || x.is_fake();
-  }
-  if (!is_floating(t)) t = DType::Float32;
+  const detail::Operands o = check_operands(name, inputs, p.inputs);
+  const Shape& shape = o.shape;
+  const DType t = o.dtype;
+  const Device dev = o.device;
+  const bool fake = o.fake;
   const TensorOptions opts{.dtype = t, .device = dev};
   std::vector<Tensor> outs;
   for (size_t k = 0; k < p.outputs.size(); ++k)

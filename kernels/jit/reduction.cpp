@@ -12,7 +12,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
-#include "kernels/jit/source_names.h"
+#include "kernels/jit/generated.h"
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/view.h"
@@ -22,6 +22,7 @@
 #endif
 
 namespace mt::jit {
+using detail::check_operands;
 using detail::comment_lines;
 using detail::identifier;
 using detail::is_valid_name;
@@ -576,24 +577,11 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
   MT_CHECK(inputs.size() == p.inputs.size(), "[{}] takes {} input tensor{} ({}), got {}", name,
            p.inputs.size(), p.inputs.size() == 1 ? "" : "s", fmt::join(p.inputs, ", "),
            inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    MT_CHECK(inputs[i].defined(), "[{}] input {} ({}) is an undefined Tensor", name, i + 1,
-             p.inputs[i]);
-  Shape shape = inputs[0].sizes();
-  DType t = inputs[0].dtype();
-  const Device dev = inputs[0].device();
-  bool fake = inputs[0].is_fake();
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    const Tensor& x = inputs[i];
-    MT_CHECK(x.device() == dev,
-             "[{}] the inputs are on different devices ({} has {}, {} has {}); move one with "
-             ".to()",
-             name, p.inputs[0], dev, p.inputs[i], x.device());
-    shape = mt::detail::broadcast_shapes(shape, x.sizes(), name.c_str());
-    t = promote_types(t, x.dtype());
-    fake = fake || x.is_fake();
-  }
-  if (!is_floating(t)) t = DType::Float32;
+  const detail::Operands o = check_operands(name, inputs, p.inputs);
+  const Shape& shape = o.shape;
+  const DType t = o.dtype;
+  const Device dev = o.device;
+  const bool fake = o.fake;
   const std::vector<int64_t> dims = reduction_dims(name, shape, dims_in);
   const Shape out_shape = reduction_shape(shape, dims, keepdim);
   const TensorOptions opts{.dtype = t, .device = dev};

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: MIT
-// Names and comments in the CUDA sources the jit generates from a user's expression,
-// shared by jit::pointwise and jit::reduction (kernels/jit/pointwise.cpp, reduction.cpp).
-// Internal: not installed.
+// What the kernels the jit generates from a user's expression share: the names and comments
+// in their CUDA sources, and the check of a call's inputs (jit::pointwise and jit::reduction:
+// kernels/jit/pointwise.cpp, reduction.cpp). Internal: not installed.
 #pragma once
 
 #include <algorithm>
 #include <string>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+#include "runtime/view.h"
 
 namespace mt::jit::detail {
 
@@ -60,6 +65,35 @@ inline std::string comment_lines(std::string_view body) {
     }
   }
   return out + "\n";
+}
+
+// A call's inputs, checked (each defined, all on one device): their broadcast shape, their
+// promoted dtype (an integer or bool one computes in float32), the device, and whether any
+// is fake. names are the expression's input names, for the messages.
+struct Operands {
+  Shape shape;
+  DType dtype;
+  Device device;
+  bool fake;
+};
+inline Operands check_operands(const std::string& name, std::span<const Tensor> inputs,
+                               const std::vector<std::string>& names) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    MT_CHECK(inputs[i].defined(), "[{}] input {} ({}) is an undefined Tensor", name, i + 1,
+             names[i]);
+  Operands o{inputs[0].sizes(), inputs[0].dtype(), inputs[0].device(), inputs[0].is_fake()};
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    MT_CHECK(x.device() == o.device,
+             "[{}] the inputs are on different devices ({} has {}, {} has {}); move one with "
+             ".to()",
+             name, names[0], o.device, names[i], x.device());
+    o.shape = mt::detail::broadcast_shapes(o.shape, x.sizes(), name.c_str());
+    o.dtype = promote_types(o.dtype, x.dtype());
+    o.fake = o.fake || x.is_fake();
+  }
+  if (!is_floating(o.dtype)) o.dtype = DType::Float32;
+  return o;
 }
 
 }  // namespace mt::jit::detail
