@@ -194,8 +194,9 @@ TEST_SUITE("cpu threads") {
 #ifndef MT_TESTS_CORE_ONLY
   TEST_CASE("cpu threads: a matmul cut into blocks on the pool matches one thread") {
     // Rows split (m >= n) and columns split (n > m), with a transposed operand each.
-    for (auto [m, k, n] : {std::tuple{512, 300, 64}, std::tuple{40, 300, 600}}) {
-      CAPTURE(m);
+    for (auto mkn : {std::tuple{512, 300, 64}, std::tuple{40, 300, 600}}) {
+      auto [m, k, n] = mkn;
+      CAPTURE(std::get<0>(mkn));  // not m: clang 15 does not let CAPTURE's lambda take a binding
       Tensor a = randn({m, k}), b = randn({n, k}).t();
       Tensor o1 = empty({m, n}), o2 = empty({m, n});
       {

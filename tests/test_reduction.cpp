@@ -307,9 +307,10 @@ TEST_SUITE("reduction") {
         {{4, 0}, {1}},           // empty rows: the identity
         {{3, 70000}, {1}}};      // few long rows: split
     for (DType t : kFloats)
-      for (const auto& [shape, dims] : cases) {
+      for (const auto& c : cases) {
+        const auto& [shape, dims] = c;
         CAPTURE(t);
-        CAPTURE(shape);
+        CAPTURE(c.first);  // not shape: clang 15 does not let CAPTURE's lambda take a binding
         const Tensor x = randn(shape).to(t);
         const Tensor g = x.to(kGpu);
         const double tol = tolerance(t) * 4;
