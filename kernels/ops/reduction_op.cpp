@@ -53,6 +53,22 @@ namespace {
 // Names differ from pointwise_op.cpp's: a unity build compiles the two files as one.
 using RdState = ReductionOp::State;
 
+// A call's arguments on the stack (the tensors, dim, keepdim), read without popping them:
+// the Autograd kernel redispatches with the stack as it is.
+struct RdArgs {
+  size_t base;  // where the arguments start
+  std::vector<Tensor> in;
+  std::vector<int64_t> dims;
+  bool keepdim;
+};
+RdArgs read_args(const RdState& st, const Stack& s) {
+  RdArgs a{s.size() - st.n_in - 2, {}, {}, false};
+  for (size_t i = 0; i < st.n_in; ++i) a.in.push_back(s[a.base + i].to_tensor());
+  a.dims = s[a.base + st.n_in].to_int_list();
+  a.keepdim = s[a.base + st.n_in + 1].to_bool();
+  return a;
+}
+
 std::string reduction_schema_of(const RdState& st) {
   std::vector<std::string> args;
   for (const std::string& n : st.kernel.map_program().inputs) args.push_back("Tensor " + n);
@@ -128,13 +144,9 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
   };
   auto run = KernelFunction::boxed([lock](const OperatorHandle&, DispatchKeySet, Stack* s) {
     const std::shared_ptr<RdState> raw = lock();
-    const size_t base = s->size() - raw->n_in - 2;
-    std::vector<Tensor> in;
-    for (size_t i = 0; i < raw->n_in; ++i) in.push_back((*s)[base + i].to_tensor());
-    const std::vector<int64_t> dims = (*s)[base + raw->n_in].to_int_list();
-    const bool keepdim = (*s)[base + raw->n_in + 1].to_bool();
-    s->resize(base);
-    s->emplace_back(raw->kernel.call(in, dims, keepdim));
+    const RdArgs a = read_args(*raw, *s);
+    s->resize(a.base);
+    s->emplace_back(raw->kernel.call(a.in, a.dims, a.keepdim));
   });
   st->lib->impl(name, DispatchKey::CPU, run, loc);
   st->lib->impl(name, DispatchKey::CUDA, run, loc);
@@ -143,11 +155,11 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
       name, DispatchKey::Autograd,
       KernelFunction::boxed([lock](const OperatorHandle& op, DispatchKeySet ks, Stack* s) {
         const std::shared_ptr<RdState> raw = lock();
-        const size_t base = s->size() - raw->n_in - 2;
-        std::vector<Tensor> in;
-        for (size_t i = 0; i < raw->n_in; ++i) in.push_back((*s)[base + i].to_tensor());
-        const std::vector<int64_t> dims = (*s)[base + raw->n_in].to_int_list();
-        const bool keepdim = (*s)[base + raw->n_in + 1].to_bool();
+        const RdArgs a = read_args(*raw, *s);
+        const std::vector<Tensor>& in = a.in;
+        const std::vector<int64_t>& dims = a.dims;
+        const bool keepdim = a.keepdim;
+        const size_t base = a.base;
         {
           ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
           op.redispatch_boxed(ks.below(DispatchKey::Autograd), s);
