@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <span>
 
-#include "kernels/cpu/cpu_kernels.h"  // UnaryOp, BinaryOp: rows of the elementwise table
+#include "kernels/elementwise_rows.h"
 #include "runtime/tensor.h"
 
 namespace mt::gpu {
 
-using cpu::BinaryOp;
-using cpu::UnaryOp;
+using UnaryOp = ew::Fn;   // a row of Arity::Unary (as cpu::UnaryOp)
+using BinaryOp = ew::Fn;  // a row of Arity::Binary
 
 // Elementwise, the rows of kernels/elementwise_table.h: inputs broadcast to out's shape
 // and are converted to out's dtype first when they differ (one extra pass; the kernels
