@@ -65,6 +65,9 @@ inline const mt::Device kGpu{mt::DeviceType::CUDA, 0};
 inline bool no_nvrtc() { return !mt::jit::nvrtc_available(); }
 
 // The largest |a - b| over the elements, in float64 on the CPU (0 for empty tensors).
+// A tensor's elements as doubles, in order.
+inline std::vector<double> vals(const mt::Tensor& t) { return t.to_vector<double>(); }
+
 inline double max_diff(const mt::Tensor& a, const mt::Tensor& b) {
   mt::Tensor d = mt::abs(a.cpu().to(mt::DType::Float64) - b.cpu().to(mt::DType::Float64));
   return d.numel() ? mt::max(d).item<double>() : 0.0;

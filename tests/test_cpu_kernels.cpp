@@ -88,8 +88,6 @@ Tensor make(const Shape& shape, DType dt, Layout layout = Layout::Contiguous, do
   return t;
 }
 
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
-
 Tensor bools(const std::vector<int64_t>& v) { return from_vector(v).to(DType::Bool); }
 
 // got (any dtype and layout) against want, elementwise; reports the first mismatch.

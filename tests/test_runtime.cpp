@@ -24,10 +24,6 @@
 
 using namespace mt;
 
-namespace {
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
-}  // namespace
-
 TEST_CASE("dtype: sizes, names and promotion") {
   CHECK(dtype_size(DType::Float32) == 4);
   CHECK(dtype_size(DType::Float64) == 8);

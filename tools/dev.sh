@@ -32,7 +32,7 @@ environment:
   MT_UNITY       1: a unity build, four .cpp files a compile (CI's default; set at configure)
   MT_TSAN_TESTS  the doctest cases `test --tsan` runs
   MT_TEST_SLOW   1: `test` runs suite slow too (the CUBIN compiles of every kernel, the
-                 timed fuzz runs); CI=true does
+                 timed fuzz runs); CI=true does, but for the --sanitize build
   MT_ASAN_DIR    the --sanitize build's directory (default build-asan; CI puts it outside
                  the source tree)
   MT_UBSAN_FULL  1: the --sanitize build keeps UBSan's null and alignment checks in every
@@ -232,8 +232,13 @@ case "$cmd" in
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     # Note [Test levels] in tests/meson.build: every suite but slow, and slow too under CI=true
     # or MT_TEST_SLOW=1; the doctest cases run as one meson test a level, beside the others.
+    # The sanitizer build runs slow only with MT_TEST_SLOW=1, not under CI=true: the level is
+    # NVRTC compiling every kernel to CUBIN (NVRTC is not instrumented, so the plain build's run
+    # of it checks the same thing) and the timed fuzz runs (the plain build's).
+    slow_default=${CI:-}
+    [ $sanitize -eq 0 ] || slow_default=
     suites=(--suite unit --suite ops --suite gpu --suite integration)
-    case "${MT_TEST_SLOW:-${CI:-}}" in 1 | true) suites+=(--suite slow) ;; esac
+    case "${MT_TEST_SLOW:-$slow_default}" in 1 | true) suites+=(--suite slow) ;; esac
     say "running meson test ${suites[*]}"
     set +e
     meson test -C "$builddir" "${suites[@]}" --print-errorlogs --num-processes "$jobs" 2>&1 | tee "$builddir/tests.log"
