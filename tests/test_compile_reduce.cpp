@@ -51,7 +51,7 @@ using namespace compile_reduce_test;
 TEST_SUITE("compile") {
   TEST_CASE("reduction fusion: a sum of squares is one fused step and equals eager") {
     manual_seed(11);
-    Tensor x = randn({64, 129});
+    Tensor x = randn({128, 129});
     Graph g = capture(sum_of_squares, {x});
     const std::vector<FusionGroup> groups = fusion_groups(g);
     REQUIRE(groups.size() == 1);
@@ -67,7 +67,8 @@ TEST_SUITE("compile") {
     CHECK(!fg.keepdim);
     CHECK(fg.reduction().reduce_op() == jit::ReduceOp::Sum);
 
-    // 8256 elements: past the CPU threshold, so the default plan fuses it too
+    // 16512 elements: past the CPU threshold for a reduction group's map (Note [CPU
+    // fusion]: 16384), so the default plan fuses it too
     Compiled c = mt::compile(sum_of_squares);
     for (int i = 0; i < 2; ++i) {
       const Tensor out = c({x})[0];
@@ -77,11 +78,18 @@ TEST_SUITE("compile") {
     CHECK(c.num_fusion_groups() == 1);
     CHECK(c.num_nodes() == 2);  // the captured graph keeps both nodes
 
-    // below the threshold (Note [CPU fusion]: the map's 1000 elements) the default keeps
-    // the calls, and fuse = true fuses it
-    Tensor small = randn({1000});
-    c({small});
-    CHECK(c.plan_str() == "kernel   mt::mul -> mul\nkernel   mt::sum -> sum\n");
+    // below it (8192 elements, past the pointwise groups' 4096) the default keeps the
+    // calls, and says so; fuse = true fuses it
+    Tensor small = randn({8192});
+    {
+      ReduceLog log;
+      Compiled logged = mt::compile(sum_of_squares);
+      CHECK(close(logged({small})[0], sum_of_squares({small})[0], 1e-5));
+      CHECK(logged.plan_str() == "kernel   mt::mul -> mul\nkernel   mt::sum -> sum\n");
+      CHECK(log.has("[compile] cpu fusion: 0 of 1 groups fused (a group of fewer than 4096 "
+                    "elements, a reduction group of fewer than 16384 in its map, stays op "
+                    "calls: Note [CPU fusion])"));
+    }
     Compiled forced = mt::compile(sum_of_squares, {.fuse = true});
     CHECK(close(forced({small})[0], sum_of_squares({small})[0], 1e-5));
     CHECK(forced.plan_str() == "fused    fused_mul_sum -> sum\n");

@@ -240,8 +240,12 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     const std::vector<int> ext = externals(ms);
     if (ext.empty() || ext.size() > 7) continue;
     DType promoted = g.values[size_t(ext[0])].dtype;
-    for (int e : ext) promoted = promote_types(promoted, g.values[size_t(e)].dtype);
-    if (promoted != t) continue;
+    Shape shape = g.values[size_t(ext[0])].sizes;  // the map runs over the inputs' shape
+    for (int e : ext) {
+      promoted = promote_types(promoted, g.values[size_t(e)].dtype);
+      shape = detail::broadcast_shapes(shape, g.values[size_t(e)].sizes, "fusion");
+    }
+    if (promoted != t || shape != g.values[size_t(v)].sizes) continue;
     bool moved_past_write = false;
     for (int m : ms) {
       const int nm = tensor_operands(g.nodes[size_t(m)]);

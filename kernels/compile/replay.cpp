@@ -119,9 +119,13 @@ struct Step {
 // a size the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks,
 // the output) outweigh the passes saved, and the group stays op calls: the threshold is
 // where tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on
-// one thread (docs/compile.md, "CPU fusion"). CompileOptions::fuse = true fuses every
-// group whatever its size; false fuses none.
+// one thread (docs/compile.md, "CPU fusion"). A reduction group (Note [Reduction fusion])
+// costs more a call (jit::reduction's checks, layout and partial sums) and saves one pass
+// of its map's size: it fuses from kCpuReduceFuseMinElements elements of its map, where
+// bench_compile_cpu measured the fused sum of squares level with the two calls.
+// CompileOptions::fuse = true fuses every group whatever its size; false fuses none.
 constexpr int64_t kCpuFuseMinElements = 4096;
+constexpr int64_t kCpuReduceFuseMinElements = 16384;
 
 struct Plan {
   Graph graph;  // as captured (printed)
@@ -392,14 +396,20 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
   if (fuse) plan->groups = fusion_groups(g);
   if (!plan->cuda && !opts.fuse.has_value() && !plan->groups.empty()) {
     const size_t found = plan->groups.size();
-    std::erase_if(plan->groups, [&](const FusionGroup& fg) {  // a reduction: its map's size
-      const int mapped = fg.reduce.empty() ? fg.output : fg.reduced;
-      return shape_numel(g.values[size_t(mapped)].sizes) < kCpuFuseMinElements;
+    const bool reductions = std::any_of(plan->groups.begin(), plan->groups.end(),
+                                        [](const FusionGroup& fg) { return !fg.reduce.empty(); });
+    std::erase_if(plan->groups, [&](const FusionGroup& fg) {
+      if (fg.reduce.empty())
+        return shape_numel(g.values[size_t(fg.output)].sizes) < kCpuFuseMinElements;
+      return shape_numel(g.values[size_t(fg.reduced)].sizes) < kCpuReduceFuseMinElements;
     });
     plan->fusion_note = fmt::format(
-        "cpu fusion: {} of {} groups fused (a group of fewer than {} elements stays op calls: "
+        "cpu fusion: {} of {} groups fused (a group of fewer than {} elements{} stays op calls: "
         "Note [CPU fusion])\n",
-        plan->groups.size(), found, kCpuFuseMinElements);
+        plan->groups.size(), found, kCpuFuseMinElements,
+        reductions ? fmt::format(", a reduction group of fewer than {} in its map,",
+                                 kCpuReduceFuseMinElements)
+                   : "");
   }
 
   std::vector<int> group_of(g.nodes.size(), -1);
