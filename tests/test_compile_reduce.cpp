@@ -235,7 +235,9 @@ TEST_SUITE("compile") {
   }
 
   TEST_CASE("reduction fusion: kernel() and reduction() say which one a group has") {
-    auto fn = [](const Tensors& in) { return Tensors{mt::sum(in[0] * in[0]), in[0] + in[0] * 3.0}; };
+    auto fn = [](const Tensors& in) {
+      return Tensors{mt::sum(in[0] * in[0]), in[0] + in[0] * 3.0};
+    };
     const std::vector<FusionGroup> groups = fusion_groups(capture(fn, {randn({5})}));
     REQUIRE(groups.size() == 2);
     CHECK(error_of([&] { groups[0].kernel(); }) ==

@@ -228,7 +228,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     if (p < 0 || !ok[size_t(p)] || members[size_t(p)].empty() || uses[size_t(v)] != 1) continue;
     if (g.nodes[size_t(p)].is_factory()) continue;
     const DType t = g.values[size_t(v)].dtype;
-    if (g.values[size_t(out)].dtype != t || g.values[size_t(out)].device != g.values[size_t(v)].device)
+    if (g.values[size_t(out)].dtype != t ||
+        g.values[size_t(out)].device != g.values[size_t(v)].device)
       continue;
     const std::vector<int>& ms = members[size_t(p)];
     bool across_effect = false;

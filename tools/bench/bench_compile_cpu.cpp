@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|\n");
   for (int log2n : {8, 10, 12, 13, 14, 15, 16, 20, 22, 24}) {
     Tensor x = randn({int64_t(1) << log2n});
-    auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::sum(in[0] * in[0])}; };
+    auto f = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{mt::sum(in[0] * in[0])};
+    };
     Compiled plain = mt::compile(f, {.fuse = false});
     Compiled fused = mt::compile(f, {.fuse = true});
     Compiled plan = mt::compile(f);
