@@ -192,6 +192,23 @@ TEST_SUITE("compile") {
     }
   }
 
+  TEST_CASE("reduction fusion: an empty input sums to 0 and averages to NaN, as eager does") {
+    auto fn = [](const Tensors& in) {
+      return Tensors{mt::sum(in[0] * 2.0, {0}), mt::mean(in[0] * 2.0), mt::sum(in[0] + 1.0)};
+    };
+    const Tensor x = randn({0, 5});
+    Compiled c = mt::compile(fn, {.fuse = true});
+    const Tensors eager = fn({x}), out = c({x});
+    CHECK(c.num_fusion_groups() == 3);
+    CHECK(out[0].sizes() == Shape{5});
+    CHECK(close(out[0], eager[0], 0));
+    CHECK(mt::sum(mt::abs(out[0])).item<double>() == 0);
+    CHECK(std::isnan(out[1].item<double>()));
+    CHECK(std::isnan(eager[1].item<double>()));
+    CHECK(out[2].item<double>() == 0);
+    CHECK(eager[2].item<double>() == 0);
+  }
+
   TEST_CASE("reduction fusion: a compiled step that backpropagates through a fused sum") {
     auto step = [](const Tensors& in) {
       Tensor loss = mt::sum(in[0] * in[1] * 0.25);
