@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // mt::compile: capture a function as a graph of op calls by running it on fake tensors,
-// fuse its pointwise chains into generated kernels, and replay it without the dispatcher
-// (torch.compile's capture-and-replay idea in miniature; docs/compile.md walks through it).
+// fuse its pointwise chains into generated kernels (with the sum or mean that consumes one),
+// and replay it without the dispatcher (torch.compile's capture-and-replay idea in
+// miniature; docs/compile.md walks through it).
 //
 //   mt::Graph g = mt::capture(fn, {x, w});     // fn(inputs) -> outputs, run on fake copies
 //   std::printf("%s", g.str().c_str());         // one line a node, like torch.fx
@@ -17,6 +18,7 @@
 
 #include "dispatcher/dispatcher.h"
 #include "kernels/jit/pointwise.h"
+#include "kernels/jit/reduction.h"
 
 namespace mt {
 
@@ -99,17 +101,27 @@ struct CaptureOptions {
 Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
               const CaptureOptions& opts = {});
 
-// A chain of pointwise ops that becomes one generated kernel (jit::pointwise).
+// A chain of pointwise ops that becomes one generated kernel (jit::pointwise), or, when
+// the mt::sum or mt::mean that reads its root joins it, one jit::reduction.
 struct FusionGroup {
   std::vector<int> nodes;  // in graph order; the last one's output is the group's
   int output = -1;
   std::vector<int> inputs;  // the kernel's tensor inputs (values made outside the group)
   std::vector<double> scalars;
-  std::string name;               // "fused_sigmoid_mul"
+  std::string name;               // "fused_sigmoid_mul", "fused_mul_sum"
   std::string body;               // the pointwise expression over i0.., s0..
   jit::Pointwise kernel() const;  // the kernel (parsed from body; compiled on first CUDA use)
+  // A reduction group (Note [Reduction fusion] in fuse.cpp): the last node is the mt::sum
+  // or mt::mean that reads `reduced` (the pointwise root); body is its map, with every
+  // scalar a literal (scalars stays empty), reduced over dims (empty: every dim).
+  std::string reduce;  // "sum" or "mean"; empty for a pointwise group
+  int reduced = -1;
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+  jit::Reduction reduction() const;  // its kernel: map = body, post "acc / n" for a mean
 };
-// The groups of two or more nodes that fusion makes of g (Note [Pointwise fusion] in fuse.cpp).
+// The groups of two or more nodes that fusion makes of g (Note [Pointwise fusion] and Note
+// [Reduction fusion] in fuse.cpp).
 std::vector<FusionGroup> fusion_groups(const Graph& g);
 
 struct CompileOptions {

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Pointwise fusion: chains of elementwise op calls in a captured graph become one
-// generated kernel each, written as a jit::pointwise expression.
+// generated kernel each, written as a jit::pointwise expression, or as the map of a
+// jit::reduction when the sum or mean that reads the chain's result joins it.
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 
 #include "kernels/compile/compile.h"
 #include "kernels/jit/derive.h"
@@ -27,7 +29,24 @@ namespace mt {
 // inputs to the promoted dtype (a cast node in front is then what it did anyway).
 // Broadcasting needs no care: elementwise ops commute with it, and the kernel broadcasts
 // its inputs to the root's shape. A one-element filled factory (the backward's seed) joins
-// a group as a literal. Reductions, matmuls, views and in-place ops stay calls.
+// a group as a literal. Matmuls, views, in-place ops and the other reductions stay calls;
+// an mt::sum or mt::mean can end a group (Note [Reduction fusion]).
+
+// Note [Reduction fusion]
+// After the pointwise groups have formed, an mt::sum or mt::mean node (every dim, or a
+// dims list, with keepdim) whose input is the root of a group, or a lone fusable node, used
+// by it alone joins that group, and the group runs as one jit::reduction at the
+// reduction's place: map = the group's expression, reduce = sum, post = "acc / n" for a
+// mean. The rules are the group merge's: single use, no member moved past a write to
+// memory it reads or past an op tagged side_effect, the group's inputs promoting to its
+// dtype T. The reduction's own dtype rules are eager's: sum and mean of a floating T give T,
+// accumulated in float for float16, bfloat16 and float32 and in double for float64
+// (jit::reduction's rule too), so no dtype is refused. The map's values are not rounded to
+// T before they are summed (a fused group never rounds between its members), and the
+// summation order is jit::reduction's (Note [Reductions]) rather than mt::sum's (Note
+// [Reduction plan]), so results equal eager's within float tolerance, not bitwise. The
+// reduction has no scalar slots, so the group's scalars become literals of its map. A
+// reduction whose input is no fusable node, or is read by something else too, stays a call.
 
 namespace {
 
@@ -85,6 +104,34 @@ bool fusable(const Graph& g, const GraphNode& n) {
         !n.args[size_t(f->tensors + k)].constant.is_int())
       return false;
   return true;
+}
+
+// The dims and keepdim of an mt::sum or mt::mean node (self, int[] dim, bool keepdim);
+// nullopt for any other node.
+struct ReductionArgs {
+  bool mean = false;
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+};
+std::optional<ReductionArgs> reduction_args(const GraphNode& n) {
+  if (n.is_factory() || !n.mutated.empty() || n.outputs.size() != 1 || n.outputs[0] < 0)
+    return std::nullopt;
+  const std::string name = n.op.name().str();
+  if (name != "mt::sum" && name != "mt::mean") return std::nullopt;
+  if (n.args.empty() || n.args.size() > 3 || n.args[0].kind != GraphArg::Kind::Tensor)
+    return std::nullopt;
+  ReductionArgs r{.mean = name == "mt::mean"};
+  if (n.args.size() > 1) {
+    const GraphArg& d = n.args[1];
+    if (d.kind != GraphArg::Kind::Constant || !d.constant.is_int_list()) return std::nullopt;
+    r.dims = d.constant.to_int_list();
+  }
+  if (n.args.size() > 2) {
+    const GraphArg& k = n.args[2];
+    if (k.kind != GraphArg::Kind::Constant || !k.constant.is_bool()) return std::nullopt;
+    r.keepdim = k.constant.to_bool();
+  }
+  return r;
 }
 
 std::string short_op(const GraphNode& n) {
@@ -170,20 +217,76 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
     }
   }
 
+  // Note [Reduction fusion]: a sum or mean absorbs the group whose root it alone reads.
+  std::vector<int> reduction_of(nn, -1);  // by the reduction node: the root it absorbed
+  for (size_t i = 0; i < nn; ++i) {
+    const GraphNode& n = g.nodes[i];
+    const auto r = reduction_args(n);
+    if (!r) continue;
+    const int v = n.args[0].value, out = n.outputs[0];
+    const int p = g.values[size_t(v)].producer;
+    if (p < 0 || !ok[size_t(p)] || members[size_t(p)].empty() || uses[size_t(v)] != 1) continue;
+    if (g.nodes[size_t(p)].is_factory()) continue;
+    const DType t = g.values[size_t(v)].dtype;
+    if (g.values[size_t(out)].dtype != t ||
+        g.values[size_t(out)].device != g.values[size_t(v)].device)
+      continue;
+    const std::vector<int>& ms = members[size_t(p)];
+    bool across_effect = false;
+    for (int k = ms.front() + 1; k < int(i) && !across_effect; ++k) {
+      const OperatorEntry* e = g.nodes[size_t(k)].op.entry();
+      across_effect = e != nullptr && e->tags().has(Tag::side_effect);
+    }
+    if (across_effect) continue;
+    const std::vector<int> ext = externals(ms);
+    if (ext.empty() || ext.size() > 7) continue;
+    DType promoted = g.values[size_t(ext[0])].dtype;
+    Shape shape = g.values[size_t(ext[0])].sizes;  // the map runs over the inputs' shape
+    for (int e : ext) {
+      promoted = promote_types(promoted, g.values[size_t(e)].dtype);
+      shape = detail::broadcast_shapes(shape, g.values[size_t(e)].sizes, "fusion");
+    }
+    if (promoted != t || shape != g.values[size_t(v)].sizes) continue;
+    bool moved_past_write = false;
+    for (int m : ms) {
+      const int nm = tensor_operands(g.nodes[size_t(m)]);
+      for (int a = 0; a < nm && !moved_past_write; ++a) {
+        const int e = g.nodes[size_t(m)].args[size_t(a)].value;
+        if (std::find(ext.begin(), ext.end(), e) != ext.end())
+          moved_past_write = written_between(e, m, int(i));
+      }
+    }
+    if (moved_past_write) continue;
+    members[i] = ms;
+    members[i].push_back(int(i));
+    members[size_t(p)].clear();
+    reduction_of[i] = p;
+  }
+
   std::vector<FusionGroup> groups;
   for (size_t i = 0; i < nn; ++i) {
     if (members[i].size() < 2) continue;
     FusionGroup fg;
+    const bool reduce = reduction_of[i] >= 0;
     fg.nodes = members[i];
     fg.output = g.nodes[i].outputs[0];
-    fg.inputs = externals(fg.nodes);
+    const std::vector<int> map_nodes(fg.nodes.begin(), fg.nodes.end() - (reduce ? 1 : 0));
+    const int root = reduce ? g.nodes[size_t(reduction_of[i])].outputs[0] : fg.output;
+    fg.inputs = externals(map_nodes);
     if (fg.inputs.empty()) continue;  // nothing gives the kernel its shape: stays op calls
     // The kernel's output has its inputs' broadcast shape; a literal of more dims than
     // they have would be lost.
     Shape shape = g.values[size_t(fg.inputs[0])].sizes;
     for (int v : fg.inputs)
       shape = detail::broadcast_shapes(shape, g.values[size_t(v)].sizes, "fusion");
-    if (shape != g.values[size_t(fg.output)].sizes) continue;
+    if (shape != g.values[size_t(root)].sizes) continue;
+    if (reduce) {
+      const auto r = reduction_args(g.nodes[i]);
+      fg.reduce = r->mean ? "mean" : "sum";
+      fg.reduced = root;
+      fg.dims = r->dims;
+      fg.keepdim = r->keepdim;
+    }
     std::vector<std::string> parts;
     std::string body;
     auto operand = [&](int v) {
@@ -193,7 +296,7 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       const auto at = std::find(fg.inputs.begin(), fg.inputs.end(), v) - fg.inputs.begin();
       return fmt::format("i{}", at);
     };
-    for (int m : fg.nodes) {
+    for (int m : map_nodes) {
       const GraphNode& n = g.nodes[size_t(m)];
       parts.push_back(short_op(n));
       if (n.is_factory()) {
@@ -209,7 +312,7 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       for (int k = 0; k < f->tensors; ++k) in.push_back(operand(n.args[size_t(k)].value));
       for (size_t k = 0; k < p.scalars.size(); ++k) {
         const double v = int(k) < f->scalars ? n.args[size_t(f->tensors) + k].constant.to_double() : 1.0;
-        if (v != 1.0 && fg.scalars.size() < 8) {
+        if (v != 1.0 && fg.scalars.size() < 8 && !reduce) {
           sc[k] = fmt::format("s{}", fg.scalars.size());
           fg.scalars.push_back(v);
           continue;
@@ -222,7 +325,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       const std::string e = jit::expr::inline_text(p, in, sc, fmt::format("t{}", m), body);
       body += fmt::format("t{} = {};\n", m, e);
     }
-    body += fmt::format("return t{};", fg.nodes.back());
+    body += fmt::format("return t{};", map_nodes.back());
+    if (reduce) parts.push_back(fg.reduce);
     fg.body = std::move(body);
     fg.name = fmt::format("fused_{}", fmt::join(parts, "_"));
     groups.push_back(std::move(fg));
@@ -231,11 +335,28 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
 }
 
 jit::Pointwise FusionGroup::kernel() const {
+  MT_CHECK(reduce.empty(),
+           "[compile] fusion group {} ends in a reduction ({}); its kernel is reduction(), not "
+           "kernel()",
+           mt::quoted(name), reduce);
   std::vector<std::string> ins, sc;
   for (size_t k = 0; k < inputs.size(); ++k) ins.push_back(fmt::format("i{}", k));
   for (size_t k = 0; k < scalars.size(); ++k) sc.push_back(fmt::format("s{}", k));
   return jit::pointwise(
       {.name = name, .inputs = ins, .scalars = sc, .outputs = {"out"}, .body = body});
+}
+
+jit::Reduction FusionGroup::reduction() const {
+  MT_CHECK(!reduce.empty(),
+           "[compile] fusion group {} is pointwise; its kernel is kernel(), not reduction()",
+           mt::quoted(name));
+  std::vector<std::string> ins;
+  for (size_t k = 0; k < inputs.size(); ++k) ins.push_back(fmt::format("i{}", k));
+  return jit::reduction({.name = name,
+                         .map = body,
+                         .reduce = "sum",
+                         .post = reduce == "mean" ? "acc / n" : "",
+                         .inputs = ins});
 }
 
 }  // namespace mt

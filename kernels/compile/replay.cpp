@@ -94,10 +94,14 @@ struct Step {
   std::vector<std::pair<size_t, std::vector<int>>> lists;
   std::vector<int> outputs;
   bool returns_list = false;
-  // Fused
+  // Fused: a pointwise group, or with `reduce` set a reduction group (Note [Reduction fusion])
   jit::Pointwise pointwise;
   std::vector<int> inputs;
   std::vector<double> scalars;
+  bool reduce = false;
+  jit::Reduction reduction;
+  std::vector<int64_t> dims;
+  bool keepdim = false;
   // Factory
   Shape sizes, strides;
   TensorOptions options;
@@ -115,9 +119,13 @@ struct Step {
 // a size the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks,
 // the output) outweigh the passes saved, and the group stays op calls: the threshold is
 // where tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on
-// one thread (docs/compile.md, "CPU fusion"). CompileOptions::fuse = true fuses every
-// group whatever its size; false fuses none.
+// one thread (docs/compile.md, "CPU fusion"). A reduction group (Note [Reduction fusion])
+// costs more a call (jit::reduction's checks, layout and partial sums) and saves one pass
+// of its map's size: it fuses from kCpuReduceFuseMinElements elements of its map, where
+// bench_compile_cpu measured the fused sum of squares level with the two calls.
+// CompileOptions::fuse = true fuses every group whatever its size; false fuses none.
 constexpr int64_t kCpuFuseMinElements = 4096;
+constexpr int64_t kCpuReduceFuseMinElements = 16384;
 
 struct Plan {
   Graph graph;  // as captured (printed)
@@ -388,13 +396,20 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
   if (fuse) plan->groups = fusion_groups(g);
   if (!plan->cuda && !opts.fuse.has_value() && !plan->groups.empty()) {
     const size_t found = plan->groups.size();
+    const bool reductions = std::any_of(plan->groups.begin(), plan->groups.end(),
+                                        [](const FusionGroup& fg) { return !fg.reduce.empty(); });
     std::erase_if(plan->groups, [&](const FusionGroup& fg) {
-      return shape_numel(g.values[size_t(fg.output)].sizes) < kCpuFuseMinElements;
+      if (fg.reduce.empty())
+        return shape_numel(g.values[size_t(fg.output)].sizes) < kCpuFuseMinElements;
+      return shape_numel(g.values[size_t(fg.reduced)].sizes) < kCpuReduceFuseMinElements;
     });
     plan->fusion_note = fmt::format(
-        "cpu fusion: {} of {} groups fused (a group of fewer than {} elements stays op calls: "
+        "cpu fusion: {} of {} groups fused (a group of fewer than {} elements{} stays op calls: "
         "Note [CPU fusion])\n",
-        plan->groups.size(), found, kCpuFuseMinElements);
+        plan->groups.size(), found, kCpuFuseMinElements,
+        reductions ? fmt::format(", a reduction group of fewer than {} in its map,",
+                                 kCpuReduceFuseMinElements)
+                   : "");
   }
 
   std::vector<int> group_of(g.nodes.size(), -1);
@@ -409,7 +424,14 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
       const FusionGroup& fg = plan->groups[size_t(k)];
       Step s;
       s.kind = Step::Kind::Fused;
-      s.pointwise = fg.kernel();
+      s.reduce = !fg.reduce.empty();
+      if (s.reduce) {
+        s.reduction = fg.reduction();
+        s.dims = fg.dims;
+        s.keepdim = fg.keepdim;
+      } else {
+        s.pointwise = fg.kernel();
+      }
       s.inputs = fg.inputs;
       s.scalars = fg.scalars;
       s.outputs = {fg.output};
@@ -538,6 +560,11 @@ void run_steps(Plan& p, size_t from, size_t to) {
       case Step::Kind::Fused: {
         Tensor ins[8];
         for (size_t k = 0; k < s.inputs.size(); ++k) ins[k] = vals[size_t(s.inputs[k])];
+        if (s.reduce) {
+          vals[size_t(s.outputs[0])] =
+              s.reduction.call(std::span<const Tensor>(ins, s.inputs.size()), s.dims, s.keepdim);
+          break;
+        }
         std::vector<Tensor> outs =
             s.pointwise.call(std::span<const Tensor>(ins, s.inputs.size()), s.scalars);
         vals[size_t(s.outputs[0])] = std::move(outs[0]);
@@ -834,7 +861,14 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
         for (int n : fg.nodes) names.push_back(plan->exec.nodes[size_t(n)].op_name());
         text += fmt::format("fusion group {}: {} -> {}\n{}\n", fg.name, fmt::join(names, ", "),
                             plan->exec.values[size_t(fg.output)].name, fg.body);
-        if (plan->cuda) text += fg.kernel().cuda_source();
+        if (!fg.reduce.empty())  // Note [Reduction fusion]
+          text += fmt::format("reduction: {} of the map over {}{}, one jit::reduction\n",
+                              fg.reduce,
+                              fg.dims.empty() ? std::string("every dim")
+                                              : fmt::format("dims [{}]", fmt::join(fg.dims, ", ")),
+                              fg.keepdim ? ", keepdim" : "");
+        if (plan->cuda)
+          text += fg.reduce.empty() ? fg.kernel().cuda_source() : fg.reduction().cuda_source();
       }
       text += "plan:\n" + plan->str();
       log(text);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // CPU fusion, measured side by side in one run: pointwise chains eager, compiled without
 // fusion, compiled with fused groups (jit::pointwise's tile evaluator) and compiled as a
-// plan decides by default (Note [CPU fusion]'s size threshold), and the pointwise
+// plan decides by default (Note [CPU fusion]'s size threshold), a sum of squares the same
+// four ways (fused: one jit::reduction, Note [Reduction fusion]), and the pointwise
 // builder's SiLU against the hand-written mt::silu loop. Medians of REPS runs each, the
 // forms alternating. Usage: bench_compile_cpu [REPS] [--thread-time] (REPS default 15); set
 // MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count. --thread-time times with the
@@ -90,6 +91,25 @@ int main(int argc, char** argv) {
       std::printf("| chain of %d ops, 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", ops,
                   log2n, m[0], m[1], m[2], m[3], m[0] / m[3], m[0] / m[2]);
     }
+  }
+  // Note [Reduction fusion]: the product and the sum as one jit::reduction, against the
+  // two calls (eager, and compiled without fusion: the plan before reductions fused).
+  std::printf("\n| sum of squares (float32) | eager mt::sum(x * x) ms | compiled, unfused ms | "
+              "compiled, fused ms | compiled, default ms | eager / fused | eager / default |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (int log2n : {8, 10, 12, 13, 14, 15, 16, 20, 22, 24}) {
+    Tensor x = randn({int64_t(1) << log2n});
+    auto f = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{mt::sum(in[0] * in[0])};
+    };
+    Compiled plain = mt::compile(f, {.fuse = false});
+    Compiled fused = mt::compile(f, {.fuse = true});
+    Compiled plan = mt::compile(f);
+    const int reps_here = log2n >= 20 ? reps : reps * 20;
+    auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }},
+                     reps_here);
+    std::printf("| 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", log2n, m[0], m[1], m[2],
+                m[3], m[0] / m[2], m[0] / m[3]);
   }
   std::printf("\n| SiLU (float32) | mt::silu ms | jit::pointwise ms | pointwise / silu |\n");
   std::printf("|---|---|---|---|\n");
