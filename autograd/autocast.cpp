@@ -28,7 +28,8 @@ std::vector<AutocastEntry>& policies() {
 // returns (nullopt: leave it), each through mt::to.dtype.
 template <typename Want>
 void cast_arguments(const OperatorHandle& op, Stack* stack, Want want) {
-  static const auto to = dispatcher().find_or_throw("mt::to.dtype").typed<Tensor(const Tensor&, DType)>();
+  static const auto to =
+      dispatcher().find_or_throw("mt::to.dtype").typed<Tensor(const Tensor&, DType)>();
   const size_t n = op.schema().arguments.size();
   for (size_t i = stack->size() - n; i < stack->size(); ++i) {
     Value& v = (*stack)[i];
@@ -50,15 +51,20 @@ bool is_16_bit(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 std::string_view autocast_policy_name(AutocastPolicy p) {
   switch (p) {
-    case AutocastPolicy::LowerPrecision: return "lower_precision";
-    case AutocastPolicy::Float32: return "float32";
-    case AutocastPolicy::Promote: return "promote";
+    case AutocastPolicy::LowerPrecision:
+      return "lower_precision";
+    case AutocastPolicy::Float32:
+      return "float32";
+    case AutocastPolicy::Promote:
+      return "promote";
   }
   return "?";
 }
 
 AutocastGuard::AutocastGuard(DeviceType device, DType dtype, bool enabled)
-    : device_(device), saved_enabled_(state(device).enabled), saved_dtype_(state(device).dtype),
+    : device_(device),
+      saved_enabled_(state(device).enabled),
+      saved_dtype_(state(device).dtype),
       saved_included_(detail::t_local_keys.included) {
   MT_CHECK(is_16_bit(dtype),
            "[autocast] {} is not a lower-precision floating type; use DType::BFloat16 or "
@@ -96,7 +102,8 @@ KernelFunction autocast_kernel(AutocastPolicy policy) {
       const size_t n = op.schema().arguments.size();
       for (size_t i = stack->size() - n; i < stack->size(); ++i) {
         const Value& v = (*stack)[i];
-        if (!v.is_tensor() || !v.to_tensor().defined() || !is_floating(v.to_tensor().dtype())) continue;
+        if (!v.is_tensor() || !v.to_tensor().defined() || !is_floating(v.to_tensor().dtype()))
+          continue;
         const DType t = v.to_tensor().dtype();
         widest = widest ? promote_types(*widest, t) : t;
       }

@@ -37,21 +37,24 @@ FunctionSchema custom_op_schema(std::string_view name, FunctionSchema inferred,
 PostCall::PostCall(FunctionSchema s) : schema(std::move(s)) {
   for (size_t i = 0; i < schema.arguments.size() && i < 64; ++i) {
     const Argument& a = schema.arguments[i];
-    if (a.type.kind == TypeKind::Tensor && a.alias && a.alias->is_write) mutated_args |= uint64_t(1) << i;
+    if (a.type.kind == TypeKind::Tensor && a.alias && a.alias->is_write)
+      mutated_args |= uint64_t(1) << i;
   }
   for (size_t o = 0; o < schema.returns.size() && o < 64; ++o)
     if (schema.returns[o].alias) annotated_returns |= uint64_t(1) << o;
 }
 
 void PostCall::alias_error(size_t i, size_t o) const {
-  MT_ERROR("[custom_op] '{}' returned a tensor that shares memory with its input {} (output {}), "
-           "but the schema {} declares no alias. Return a fresh tensor (for example x.clone()), "
-           "or declare the alias with Tensor(a) in an explicit schema",
-           schema.full_name(), i, o, schema.str());
+  MT_ERROR(
+      "[custom_op] '{}' returned a tensor that shares memory with its input {} (output {}), "
+      "but the schema {} declares no alias. Return a fresh tensor (for example x.clone()), "
+      "or declare the alias with Tensor(a) in an explicit schema",
+      schema.full_name(), i, o, schema.str());
 }
 
 std::shared_ptr<Library> by_name_library(std::string_view op, std::source_location loc) {
-  (void)dispatcher().find_or_throw(op);  // a clear error when there is no such op (or it was dropped)
+  (void)dispatcher().find_or_throw(
+      op);  // a clear error when there is no such op (or it was dropped)
   return std::make_shared<Library>(Library::Kind::Fragment, parse_operator_name(op).ns,
                                    std::nullopt, loc);
 }

@@ -66,10 +66,11 @@ void post_call(const PostCall& pc, const Ret* r, const A&... args) {
       const StorageImpl* so = storage_of(out);
       if (so == nullptr) return;
       size_t i = 0;  // tensor inputs, list elements flattened
-      (visit_tensors<true>(args, [&](const Tensor& t) {
-         if (storage_of(t) == so) pc.alias_error(i, o);
-         ++i;
-       }),
+      (visit_tensors<true>(args,
+                           [&](const Tensor& t) {
+                             if (storage_of(t) == so) pc.alias_error(i, o);
+                             ++i;
+                           }),
        ...);
     };
     if constexpr (std::is_same_v<Ret, Tensor>) {
@@ -77,10 +78,12 @@ void post_call(const PostCall& pc, const Ret* r, const A&... args) {
     } else if constexpr (std::is_same_v<Ret, std::vector<Tensor>>) {
       for (size_t o = 0; o < r->size(); ++o) check_output(o, (*r)[o]);
     } else {
-      std::apply([&](const auto&... ts) {
-        size_t o = 0;
-        (check_output(o++, ts), ...);
-      }, *r);
+      std::apply(
+          [&](const auto&... ts) {
+            size_t o = 0;
+            (check_output(o++, ts), ...);
+          },
+          *r);
     }
   }
 }
@@ -95,8 +98,9 @@ template <typename Ret, typename... Args, typename Backward, typename Setup>
 struct AutogradChecks<Ret(Args...), Backward, Setup> {
   static KernelFunction make(const TypedOperatorHandle<Ret(Args...)>& op, Backward backward,
                              Setup setup_context) {
-    static_assert(!std::is_void_v<Ret>,
-                  "register_autograd: the op returns nothing, so there is nothing to differentiate");
+    static_assert(
+        !std::is_void_v<Ret>,
+        "register_autograd: the op returns nothing, so there is nothing to differentiate");
     using Check = BackwardCheck<Backward, Ret, Args...>;
     static_assert(Check::callable,
                   "register_autograd: backward must be callable as backward(ctx, grad) with "
@@ -156,9 +160,9 @@ class CustomOp<Ret(Args...)> {
       static_assert(std::is_same_v<std::invoke_result_t<const F&, detail::canon_t<Args>...>, Ret>,
                     "register_fake: the fake function must return what the op returns");
       // The dispatcher runs it under FakeMode (Note [Fake is always fake]).
-      lib_->impl(op_.name().str(), DispatchKey::Fake,
-                 [fn = std::move(fn)](detail::canon_t<Args>... args) -> Ret { return fn(args...); },
-                 loc);
+      lib_->impl(
+          op_.name().str(), DispatchKey::Fake,
+          [fn = std::move(fn)](detail::canon_t<Args>... args) -> Ret { return fn(args...); }, loc);
     }
     return *this;
   }
@@ -185,17 +189,16 @@ class CustomOp<Ret(Args...)> {
   template <typename F>
   KernelFunction wrap(F fn) const {
     auto pc = std::make_shared<const detail::PostCall>(op_.schema());
-    return KernelFunction::make(
-        [fn = std::move(fn), pc](detail::canon_t<Args>... args) -> Ret {
-          if constexpr (std::is_void_v<Ret>) {
-            fn(args...);
-            detail::post_call<void>(*pc, nullptr, args...);
-          } else {
-            Ret r = fn(args...);
-            detail::post_call(*pc, &r, args...);
-            return r;
-          }
-        });
+    return KernelFunction::make([fn = std::move(fn), pc](detail::canon_t<Args>... args) -> Ret {
+      if constexpr (std::is_void_v<Ret>) {
+        fn(args...);
+        detail::post_call<void>(*pc, nullptr, args...);
+      } else {
+        Ret r = fn(args...);
+        detail::post_call(*pc, &r, args...);
+        return r;
+      }
+    });
   }
 
  private:
@@ -259,8 +262,7 @@ struct SetupSignature {
   static constexpr bool ok = false;
 };
 template <typename Ctx, typename... Rest>
-  requires(sizeof...(Rest) >= 1)
-struct SetupSignature<std::tuple<Ctx, Rest...>> {
+requires(sizeof...(Rest) >= 1) struct SetupSignature<std::tuple<Ctx, Rest...>> {
   static constexpr bool ok = true;
   using all = std::tuple<Rest...>;
   using ret = std::remove_cvref_t<std::tuple_element_t<sizeof...(Rest) - 1, all>>;

@@ -33,8 +33,8 @@ Tensor accumulate(const Tensor& have, const Tensor& g) {
   if (!have.defined()) return g;
   if (!g.defined()) return have;
   // mt::add sits in the kernels library, a layer above: call it through the dispatcher.
-  static const auto add = dispatcher().find_or_throw("mt::add").typed<Tensor(
-      const Tensor&, const Tensor&, double)>();
+  static const auto add =
+      dispatcher().find_or_throw("mt::add").typed<Tensor(const Tensor&, const Tensor&, double)>();
   return add.call(have, g, 1.0);
 }
 
@@ -109,7 +109,8 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
         if (!in.requires_grad) continue;
         bool leads = false;
         if (in.producer) {
-          leads = runs.count(in.producer.get()) > 0 || capture->nonleaf.count(in.producer.get()) > 0;
+          leads =
+              runs.count(in.producer.get()) > 0 || capture->nonleaf.count(in.producer.get()) > 0;
         } else if (auto leaf = in.leaf.lock()) {
           leads = capture->leaves.count(leaf.get()) > 0;
         }
@@ -137,7 +138,10 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
   // 3. Walk.
   std::optional<NoGradGuard> no_grad;
   std::optional<EnableGradGuard> with_grad;
-  if (create_graph) with_grad.emplace(); else no_grad.emplace();
+  if (create_graph)
+    with_grad.emplace();
+  else
+    no_grad.emplace();
   for (Node* n : order) {
     auto it = buffers.find(n);
     if (it == buffers.end()) continue;
@@ -147,7 +151,8 @@ void run_backward(const std::vector<Root>& roots, bool retain_graph, bool create
     if (capture) {
       auto c = capture->nonleaf.find(n);
       if (c != capture->nonleaf.end())
-        for (auto [nr, idx] : c->second) capture->grads[idx] = accumulate(capture->grads[idx], grads[nr]);
+        for (auto [nr, idx] : c->second)
+          capture->grads[idx] = accumulate(capture->grads[idx], grads[nr]);
     }
     if (capture && runs.count(n) == 0) continue;
     bool any_needed = false;
@@ -259,8 +264,7 @@ void check_root(const Tensor& out, const char* op) {
 
 }  // namespace
 
-void backward(const Tensor& loss, const Tensor& grad_output, bool retain_graph,
-              bool create_graph) {
+void backward(const Tensor& loss, const Tensor& grad_output, bool retain_graph, bool create_graph) {
   check_root(loss, "backward");
   run_backward({Root{loss, default_grad(loss, grad_output, "backward")}}, retain_graph,
                create_graph, nullptr);
@@ -271,12 +275,14 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   MT_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
            "[grad] got {} grad_outputs for {} outputs", grad_outputs.size(), outputs.size());
   if (detail::needs_batched_grad(outputs, inputs)) [[unlikely]]  // inside mt::vmap
-    return detail::batched_grad(outputs, inputs, grad_outputs, opts.retain_graph,
-                                opts.create_graph, opts.allow_unused);
+    return detail::batched_grad(outputs, inputs, grad_outputs, opts.retain_graph, opts.create_graph,
+                                opts.allow_unused);
   std::vector<Root> roots;
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_root(outputs[i], "grad");
-    roots.push_back({outputs[i], default_grad(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], "grad")});
+    roots.push_back(
+        {outputs[i],
+         default_grad(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], "grad")});
   }
   Capture cap;
   cap.grads.resize(inputs.size());

@@ -52,25 +52,27 @@ const std::any& AutogradContext::lookup(const std::string& key, const std::type_
   if (it != data.end()) return it->second;
   std::vector<std::string> keys;
   for (const auto& [k, _] : data) keys.push_back(mt::quoted(k));
-  MT_ERROR("[{}] ctx.get<{}>({}): nothing was saved under that name (saved: {}); save it in "
-           "setup_context with ctx.save({}, value)",
-           op_, type_name(want), mt::quoted(key), keys.empty() ? "nothing" : fmt::format("{}", fmt::join(keys, ", ")),
-           mt::quoted(key));
+  MT_ERROR(
+      "[{}] ctx.get<{}>({}): nothing was saved under that name (saved: {}); save it in "
+      "setup_context with ctx.save({}, value)",
+      op_, type_name(want), mt::quoted(key),
+      keys.empty() ? "nothing" : fmt::format("{}", fmt::join(keys, ", ")), mt::quoted(key));
 }
 
 void AutogradContext::wrong_type(const std::string& key, const std::type_info& want) const {
-  MT_ERROR("[{}] ctx.get<{}>({}): setup_context saved a {} under that name; ask for that type",
-           op_, type_name(want), mt::quoted(key), type_name(data.at(key).type()));
+  MT_ERROR("[{}] ctx.get<{}>({}): setup_context saved a {} under that name; ask for that type", op_,
+           type_name(want), mt::quoted(key), type_name(data.at(key).type()));
 }
 
 void AutogradContext::lossy(const std::string& key, const std::type_info& want) const {
   const std::any& a = data.at(key);
   const std::string v = a.type() == typeid(double) ? fmt::format("{}", std::any_cast<double>(a))
                                                    : fmt::format("{}", std::any_cast<int64_t>(a));
-  MT_ERROR("[{}] ctx.get<{}>({}): the saved {} {} does not fit a {} without losing value; ask "
-           "for {}",
-           op_, type_name(want), mt::quoted(key), type_name(a.type()), v, type_name(want),
-           type_name(a.type()));
+  MT_ERROR(
+      "[{}] ctx.get<{}>({}): the saved {} {} does not fit a {} without losing value; ask "
+      "for {}",
+      op_, type_name(want), mt::quoted(key), type_name(a.type()), v, type_name(want),
+      type_name(a.type()));
 }
 
 namespace detail {
@@ -90,14 +92,16 @@ void install_autograd_fallback() {
     for (size_t i = stack->size() - n; i < stack->size(); ++i) {
       const Value& v = (*stack)[i];
       if (v.is_tensor()) inputs.push_back(v.to_tensor());
-      if (v.is_tensor_list()) for (const Tensor& t : v.to_tensor_list()) inputs.push_back(t);
+      if (v.is_tensor_list())
+        for (const Tensor& t : v.to_tensor_list()) inputs.push_back(t);
     }
     bool needs = autograd::any_requires_grad(inputs);
     if (needs && schema.is_mutable()) {
-      MT_ERROR("[autograd] '{}' modifies its inputs in place, and one of them requires grad; "
-               "in-place ops cannot be recorded on the tape. Run it under mt::NoGradGuard (as "
-               "an optimizer step does), or use the out-of-place op",
-               op.name().str());
+      MT_ERROR(
+          "[autograd] '{}' modifies its inputs in place, and one of them requires grad; "
+          "in-place ops cannot be recorded on the tape. Run it under mt::NoGradGuard (as "
+          "an optimizer step does), or use the out-of-place op",
+          op.name().str());
     }
     {
       ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
@@ -107,10 +111,11 @@ void install_autograd_fallback() {
     std::string name = op.name().str();
     auto node = autograd::make_node(name, inputs, schema.returns.size());
     node->backward = [name](autograd::Node&, const std::vector<Tensor>&) -> std::vector<Tensor> {
-      MT_ERROR("[backward] '{}' has no autograd formula, but an input of it requires grad, so "
-               "its gradient is unknown. Register one with register_autograd(backward, "
-               "setup_context) on the custom op (or an MT_LIBRARY_IMPL(ns, Autograd, m) kernel)",
-               name);
+      MT_ERROR(
+          "[backward] '{}' has no autograd formula, but an input of it requires grad, so "
+          "its gradient is unknown. Register one with register_autograd(backward, "
+          "setup_context) on the custom op (or an MT_LIBRARY_IMPL(ns, Autograd, m) kernel)",
+          name);
     };
     uint32_t nr = 0;
     for (size_t i = stack->size() - schema.returns.size(); i < stack->size(); ++i) {

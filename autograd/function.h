@@ -22,7 +22,7 @@ template <typename Ret, typename Args, typename Backward>
 struct AutogradKernel;
 template <size_t NIn, size_t NOut>
 struct CustomNode;
-}
+}  // namespace detail
 
 // What setup_context saves for backward: tensors (version-checked at backward) and
 // any other values in `data`.
@@ -51,12 +51,17 @@ class AutogradContext {
   template <typename T>
   void save(std::string key, T value) {
     using V = std::remove_cvref_t<T>;
-    if constexpr (std::is_same_v<V, bool>) data[std::move(key)] = value;
-    else if constexpr (std::is_integral_v<V>) data[std::move(key)] = int64_t(value);
-    else if constexpr (std::is_floating_point_v<V>) data[std::move(key)] = double(value);
-    else if constexpr (std::is_convertible_v<V, std::string_view> && !std::is_same_v<V, std::string>)
+    if constexpr (std::is_same_v<V, bool>)
+      data[std::move(key)] = value;
+    else if constexpr (std::is_integral_v<V>)
+      data[std::move(key)] = int64_t(value);
+    else if constexpr (std::is_floating_point_v<V>)
+      data[std::move(key)] = double(value);
+    else if constexpr (std::is_convertible_v<V, std::string_view> &&
+                       !std::is_same_v<V, std::string>)
       data[std::move(key)] = std::string(std::string_view(value));
-    else data[std::move(key)] = std::move(value);
+    else
+      data[std::move(key)] = std::move(value);
   }
   template <typename T>
   T get(const std::string& key) const {
@@ -96,8 +101,10 @@ class AutogradContext {
     std::vector<autograd::SavedTensor> more;
     size_t n = 0;
     void push(const Tensor& t, bool is_output) {
-      if (n < kInlineSaved) first[n] = autograd::SavedTensor(t, is_output);
-      else more.emplace_back(t, is_output);
+      if (n < kInlineSaved)
+        first[n] = autograd::SavedTensor(t, is_output);
+      else
+        more.emplace_back(t, is_output);
       ++n;
     }
     const autograd::SavedTensor& operator[](size_t i) const {
@@ -111,17 +118,18 @@ class AutogradContext {
     }
   };
   SavedList saved_;
-  uint64_t needs_input_grad_ = 0;  // bit i: tensor input i requires grad
+  uint64_t needs_input_grad_ = 0;    // bit i: tensor input i requires grad
   std::span<const Tensor> outputs_;  // during setup_context only, to tell outputs from inputs
-  std::string_view op_;  // the node's name (the node owns this context)
+  std::string_view op_;              // the node's name (the node owns this context)
   autograd::Node* node_ = nullptr;
 };
 
 namespace detail {
 
 template <typename T>
-inline constexpr size_t tensor_arg_count = std::is_same_v<std::remove_cvref_t<T>, Tensor> ||
-                                           std::is_same_v<std::remove_cvref_t<T>, std::optional<Tensor>>;
+inline constexpr size_t tensor_arg_count =
+    std::is_same_v<std::remove_cvref_t<T>, Tensor> ||
+    std::is_same_v<std::remove_cvref_t<T>, std::optional<Tensor>>;
 
 // Calls f(const Tensor&) for each tensor a kernel argument holds: a Tensor, an optional
 // one (an undefined Tensor when empty) and, with Lists, each element of a Tensor list.
@@ -161,7 +169,8 @@ std::vector<Tensor> gradients_to_vector(R&& r) {
   } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
     return std::forward<R>(r);
   } else {
-    return std::apply([](auto&&... ts) { return std::vector<Tensor>{Tensor(ts)...}; }, std::forward<R>(r));
+    return std::apply([](auto&&... ts) { return std::vector<Tensor>{Tensor(ts)...}; },
+                      std::forward<R>(r));
   }
 }
 
@@ -191,10 +200,14 @@ struct BackwardCheck {
       -> std::invoke_result_t<Backward, AutogradContext&, repeat_t<const Tensor&, I>...>;
   template <typename R>
   static constexpr size_t count() {
-    if constexpr (std::is_same_v<R, Tensor>) return 1;
-    else if constexpr (std::is_same_v<R, std::vector<Tensor>>) return n_in;  // checked at run time
-    else if constexpr (requires { std::tuple_size<R>::value; }) return std::tuple_size_v<R>;
-    else return size_t(-1);
+    if constexpr (std::is_same_v<R, Tensor>)
+      return 1;
+    else if constexpr (std::is_same_v<R, std::vector<Tensor>>)
+      return n_in;  // checked at run time
+    else if constexpr (requires { std::tuple_size<R>::value; })
+      return std::tuple_size_v<R>;
+    else
+      return size_t(-1);
   }
 };
 
@@ -203,8 +216,10 @@ struct BackwardCheck {
 template <size_t NIn, size_t NOut>
 struct CustomNode final : autograd::Node {
   explicit CustomNode(size_t n_out) {
-    if constexpr (NOut == 0) allocate_slots(0, n_out);
-    else outputs = out_slots;
+    if constexpr (NOut == 0)
+      allocate_slots(0, n_out);
+    else
+      outputs = out_slots;
     inputs = in_slots;
   }
   void release() override {
@@ -228,14 +243,16 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
   static KernelFunction make(std::string name, TypedOperatorHandle<Ret(Args...)> op,
                              Backward backward, Setup setup) {
     return KernelFunction::make(
-        [name = std::move(name), op, backward = std::move(backward),
-         setup = std::move(setup)](DispatchKeySet ks, canon_t<Args>... args) -> Ret {
+        [name = std::move(name), op, backward = std::move(backward), setup = std::move(setup)](
+            DispatchKeySet ks, canon_t<Args>... args) -> Ret {
           Ret out = [&] {
             ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
             return op.redispatch(ks.below(DispatchKey::Autograd), args...);
           }();
           bool any = false;
-          (visit_tensors<false>(args, [&](const Tensor& t) { any = any || (t.defined() && t.requires_grad()); }), ...);
+          (visit_tensors<false>(
+               args, [&](const Tensor& t) { any = any || (t.defined() && t.requires_grad()); }),
+           ...);
           if (!any) return out;
           std::array<const Tensor*, kTensors> inputs;  // the tensor inputs, in order
           size_t n = 0;
@@ -269,7 +286,8 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
           } else if constexpr (std::is_same_v<Ret, std::vector<Tensor>>) {
             with_outputs(out);
           } else {
-            auto outs = std::apply([](const auto&... ts) { return std::array<Tensor, sizeof...(ts)>{ts...}; }, out);
+            auto outs = std::apply(
+                [](const auto&... ts) { return std::array<Tensor, sizeof...(ts)>{ts...}; }, out);
             with_outputs(outs);
           }
           ctx.outputs_ = {};
@@ -278,7 +296,8 @@ struct AutogradKernel<Ret, std::tuple<Args...>, Backward> {
             c.node_ = &n;
             return [&]<size_t... I>(std::index_sequence<I...>) {
               return gradients_to_vector(backward(c, grads[I]...));
-            }(std::make_index_sequence<output_count<Ret>>{});
+            }
+            (std::make_index_sequence<output_count<Ret>>{});
           };
           return out;
         });

@@ -13,6 +13,7 @@ inline bool grad_enabled() { return !local_dispatch_keys().excluded.has(Dispatch
 class NoGradGuard {
  public:
   NoGradGuard() : guard_(DispatchKey::Autograd) {}
+
  private:
   ExcludeDispatchKeyGuard guard_;
 };
@@ -26,6 +27,7 @@ class EnableGradGuard {
   ~EnableGradGuard() { detail::t_local_keys.excluded = saved_; }
   EnableGradGuard(const EnableGradGuard&) = delete;
   EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
  private:
   DispatchKeySet saved_;
 };

@@ -11,8 +11,8 @@ namespace mt {
 namespace {
 
 struct Prepared {
-  std::vector<Tensor> inputs;   // contiguous float64 clones for the differentiated ones
-  std::vector<size_t> diff;     // which inputs are differentiated
+  std::vector<Tensor> inputs;  // contiguous float64 clones for the differentiated ones
+  std::vector<size_t> diff;    // which inputs are differentiated
 };
 
 Prepared prepare(const std::vector<Tensor>& inputs) {
@@ -32,7 +32,8 @@ Prepared prepare(const std::vector<Tensor>& inputs) {
       p.inputs.push_back(t);
     }
   }
-  MT_CHECK(!p.diff.empty(), "[gradcheck] no input requires grad; call .requires_grad_() on the "
+  MT_CHECK(!p.diff.empty(),
+           "[gradcheck] no input requires grad; call .requires_grad_() on the "
            "inputs to check");
   return p;
 }
@@ -122,7 +123,8 @@ GradcheckResult gradgradcheck(const DifferentiableFn& fn, const std::vector<Tens
     vs.push_back(randn(o.sizes(), {.dtype = o.dtype(), .device = o.device()}, &gen));
   std::vector<size_t> diff = p.diff;
   DifferentiableFn first = [fn, vs, diff](const std::vector<Tensor>& xs) {
-    EnableGradGuard with_grad;  // gradcheck evaluates under no_grad; the first derivative needs the tape
+    EnableGradGuard
+        with_grad;  // gradcheck evaluates under no_grad; the first derivative needs the tape
     std::vector<Tensor> outs = fn(xs);
     std::vector<Tensor> ins, used_outs, used_vs;
     for (size_t i : diff) ins.push_back(xs[i]);

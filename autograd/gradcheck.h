@@ -36,14 +36,17 @@ GradcheckResult gradgradcheck(const DifferentiableFn& fn, const std::vector<Tens
                               GradcheckOptions opts = {});
 
 template <typename F>
-  requires std::is_same_v<std::invoke_result_t<F, const std::vector<Tensor>&>, Tensor>
-GradcheckResult gradcheck(F fn, const std::vector<Tensor>& inputs, GradcheckOptions opts = {}) {
-  return gradcheck(DifferentiableFn([fn](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs)}; }),
-                   inputs, opts);
+requires std::is_same_v < std::invoke_result_t < F, const std::vector<Tensor>
+& >, Tensor > GradcheckResult gradcheck(F fn, const std::vector<Tensor>& inputs,
+                                        GradcheckOptions opts = {}) {
+  return gradcheck(
+      DifferentiableFn([fn](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs)}; }),
+      inputs, opts);
 }
 template <typename F>
-  requires std::is_same_v<std::invoke_result_t<F, const std::vector<Tensor>&>, Tensor>
-GradcheckResult gradgradcheck(F fn, const std::vector<Tensor>& inputs, GradcheckOptions opts = {}) {
+requires std::is_same_v < std::invoke_result_t < F, const std::vector<Tensor>
+& >, Tensor > GradcheckResult gradgradcheck(F fn, const std::vector<Tensor>& inputs,
+                                            GradcheckOptions opts = {}) {
   return gradgradcheck(
       DifferentiableFn([fn](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs)}; }),
       inputs, opts);

@@ -41,10 +41,10 @@ class SavedTensor {
 // Where the gradient for one tensor input of a node goes.
 struct InputSlot {
   bool requires_grad = false;
-  std::shared_ptr<Node> producer;   // the node that made the input, or null for a leaf
+  std::shared_ptr<Node> producer;  // the node that made the input, or null for a leaf
   uint32_t output_nr = 0;
-  std::weak_ptr<TensorImpl> leaf;   // the leaf to accumulate .grad into
-  Shape sizes;                      // for checking the gradient's shape
+  std::weak_ptr<TensorImpl> leaf;  // the leaf to accumulate .grad into
+  Shape sizes;                     // for checking the gradient's shape
   DType dtype = DType::Float32;
   Device device;
 };

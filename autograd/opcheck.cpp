@@ -3,8 +3,8 @@
 #include <atomic>
 
 #include "autograd/engine.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "runtime/fake.h"
 
 namespace mt {
@@ -50,7 +50,8 @@ Test test_schema(const OperatorHandle& op, const std::vector<Stack>& samples) {
     Stack args = clone_stack(samples[si]);
     Stack before = clone_stack(args);
     std::vector<uint32_t> versions;
-    for (const Value& v : args) versions.push_back(v.is_tensor() && v.to_tensor().defined() ? v.to_tensor().version() : 0);
+    for (const Value& v : args)
+      versions.push_back(v.is_tensor() && v.to_tensor().defined() ? v.to_tensor().version() : 0);
     Stack outs = run(op, args);
     for (size_t i = 0; i < args.size() && i < s.arguments.size(); ++i) {
       if (!args[i].is_tensor() || !args[i].to_tensor().defined()) continue;
@@ -60,16 +61,18 @@ Test test_schema(const OperatorHandle& op, const std::vector<Stack>& samples) {
       bool changed = !allclose(now, was, 0, 0, true);
       if (changed && !declared) {
         t.passed = false;
-        t.message = fmt::format("sample {}: argument '{}' was modified, but the schema {} does "
-                                "not declare it mutated (annotate it Tensor(a!), or mutates_args)",
-                                si, s.arguments[i].name, s.str());
+        t.message = fmt::format(
+            "sample {}: argument '{}' was modified, but the schema {} does "
+            "not declare it mutated (annotate it Tensor(a!), or mutates_args)",
+            si, s.arguments[i].name, s.str());
         break;
       }
       if (declared && now.version() == versions[i]) {
         t.passed = false;
-        t.message = fmt::format("sample {}: argument '{}' is declared mutated but its version "
-                                "counter did not change",
-                                si, s.arguments[i].name);
+        t.message = fmt::format(
+            "sample {}: argument '{}' is declared mutated but its version "
+            "counter did not change",
+            si, s.arguments[i].name);
         break;
       }
     }
@@ -79,11 +82,13 @@ Test test_schema(const OperatorHandle& op, const std::vector<Stack>& samples) {
     for (size_t o = 0; o < res.size(); ++o) {
       bool annotated = o < s.returns.size() && s.returns[o].alias.has_value();
       for (const Tensor& in : ins) {
-        if (annotated || !res[o].defined() || !in.storage() || res[o].storage() != in.storage()) continue;
+        if (annotated || !res[o].defined() || !in.storage() || res[o].storage() != in.storage())
+          continue;
         t.passed = false;
-        t.message = fmt::format("sample {}: output {} aliases an input, but the schema {} "
-                                "declares no alias",
-                                si, o, s.str());
+        t.message = fmt::format(
+            "sample {}: output {} aliases an input, but the schema {} "
+            "declares no alias",
+            si, o, s.str());
       }
     }
   }
@@ -97,7 +102,8 @@ Test test_faketensor(const OperatorHandle& op, const std::vector<Stack>& samples
     Stack real_args = clone_stack(samples[si]);
     Stack fake_args;
     for (const Value& v : real_args)
-      fake_args.push_back(v.is_tensor() && v.to_tensor().defined() ? Value(fake_like(v.to_tensor())) : v);
+      fake_args.push_back(v.is_tensor() && v.to_tensor().defined() ? Value(fake_like(v.to_tensor()))
+                                                                   : v);
     std::vector<Tensor> real = tensors_of(run(op, real_args));
     std::vector<Tensor> fake;
     try {
@@ -116,11 +122,16 @@ Test test_faketensor(const OperatorHandle& op, const std::vector<Stack>& samples
     for (size_t o = 0; o < real.size(); ++o) {
       const Tensor &r = real[o], &f = fake[o];
       std::string why;
-      if (!f.is_fake()) why = "is not a fake tensor (make outputs with mt::empty_like or mt::empty)";
-      else if (f.sizes() != r.sizes()) why = fmt::format("has shape {} but the real output has {}", f.sizes(), r.sizes());
-      else if (f.dtype() != r.dtype()) why = fmt::format("has dtype {} but the real output has {}", f.dtype(), r.dtype());
-      else if (f.device() != r.device()) why = fmt::format("is on {} but the real output is on {}", f.device(), r.device());
-      else if (r.numel() > 1 && f.strides() != r.strides()) why = fmt::format("has strides {} but the real output has {}", f.strides(), r.strides());
+      if (!f.is_fake())
+        why = "is not a fake tensor (make outputs with mt::empty_like or mt::empty)";
+      else if (f.sizes() != r.sizes())
+        why = fmt::format("has shape {} but the real output has {}", f.sizes(), r.sizes());
+      else if (f.dtype() != r.dtype())
+        why = fmt::format("has dtype {} but the real output has {}", f.dtype(), r.dtype());
+      else if (f.device() != r.device())
+        why = fmt::format("is on {} but the real output is on {}", f.device(), r.device());
+      else if (r.numel() > 1 && f.strides() != r.strides())
+        why = fmt::format("has strides {} but the real output has {}", f.strides(), r.strides());
       if (!why.empty()) {
         t.passed = false;
         t.message = fmt::format("sample {}: fake output {} {}", si, o, why);
@@ -160,9 +171,10 @@ Test test_autograd_registration(const OperatorHandle& op, const std::vector<Stac
       if (!o.defined() || !is_floating(o.dtype())) continue;
       if (!has_kernel || !o.requires_grad()) {
         t.passed = false;
-        t.message = fmt::format("sample {}: '{}' has no autograd kernel, so gradients through it "
-                                "raise at backward; register one with register_autograd",
-                                si, op.name().str());
+        t.message = fmt::format(
+            "sample {}: '{}' has no autograd kernel, so gradients through it "
+            "raise at backward; register one with register_autograd",
+            si, op.name().str());
         return t;
       }
     }
@@ -189,7 +201,8 @@ Test test_gradcheck(const OperatorHandle& op, const std::vector<Stack>& samples,
     std::vector<Tensor> inputs;
     for (size_t i = 0; i < sample.size(); ++i) {
       const Value& v = sample[i];
-      if (!v.is_tensor() || !v.to_tensor().defined() || !is_floating(v.to_tensor().dtype())) continue;
+      if (!v.is_tensor() || !v.to_tensor().defined() || !is_floating(v.to_tensor().dtype()))
+        continue;
       Tensor x = v.to_tensor().detach().to(DType::Float64).clone();
       x.requires_grad_(true);
       inputs.push_back(x);
@@ -229,7 +242,8 @@ std::atomic<detail::OpCheckCompileTest> g_compile_test{nullptr};
 void detail::set_opcheck_compile_test(OpCheckCompileTest test) { g_compile_test.store(test); }
 
 bool OpCheckReport::ok() const {
-  return std::all_of(tests.begin(), tests.end(), [](const Test& t) { return t.passed || t.skipped; });
+  return std::all_of(tests.begin(), tests.end(),
+                     [](const Test& t) { return t.passed || t.skipped; });
 }
 
 const OpCheckReport::Test* OpCheckReport::find(std::string_view name) const {
@@ -242,7 +256,8 @@ std::string OpCheckReport::str() const {
   std::string out = fmt::format("opcheck {}\n", op);
   for (const Test& t : tests) {
     std::string status = t.skipped ? "SKIP" : t.passed ? "PASS" : "FAIL";
-    out += fmt::format("  {:<27} {}{}\n", t.name, status, t.message.empty() ? "" : ": " + t.message);
+    out +=
+        fmt::format("  {:<27} {}{}\n", t.name, status, t.message.empty() ? "" : ": " + t.message);
   }
   return out;
 }

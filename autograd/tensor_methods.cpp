@@ -28,10 +28,22 @@ using ShapeOp = Tensor(const Tensor&, const std::vector<int64_t>&);
 
 // ---- views -----------------------------------------------------------------------------
 
-Tensor Tensor::view(const Shape& shape) const { MT_TENSOR_OP("mt::view", ShapeOp); return op(*this, shape.vec()); }
-Tensor Tensor::reshape(const Shape& shape) const { MT_TENSOR_OP("mt::reshape", ShapeOp); return op(*this, shape.vec()); }
-Tensor Tensor::permute(const Shape& dims) const { MT_TENSOR_OP("mt::permute", ShapeOp); return op(*this, dims.vec()); }
-Tensor Tensor::expand(const Shape& shape) const { MT_TENSOR_OP("mt::expand", ShapeOp); return op(*this, shape.vec()); }
+Tensor Tensor::view(const Shape& shape) const {
+  MT_TENSOR_OP("mt::view", ShapeOp);
+  return op(*this, shape.vec());
+}
+Tensor Tensor::reshape(const Shape& shape) const {
+  MT_TENSOR_OP("mt::reshape", ShapeOp);
+  return op(*this, shape.vec());
+}
+Tensor Tensor::permute(const Shape& dims) const {
+  MT_TENSOR_OP("mt::permute", ShapeOp);
+  return op(*this, dims.vec());
+}
+Tensor Tensor::expand(const Shape& shape) const {
+  MT_TENSOR_OP("mt::expand", ShapeOp);
+  return op(*this, shape.vec());
+}
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
   MT_TENSOR_OP("mt::transpose", Tensor(const Tensor&, int64_t, int64_t));
   return op(*this, a, b);
@@ -56,10 +68,21 @@ Tensor Tensor::select(int64_t d, int64_t i) const {
   MT_TENSOR_OP("mt::select", Tensor(const Tensor&, int64_t, int64_t));
   return op(*this, d, i);
 }
-Tensor Tensor::squeeze() const { MT_TENSOR_OP("mt::squeeze", Tensor(const Tensor&)); return op(*this); }
-Tensor Tensor::squeeze(int64_t d) const { MT_TENSOR_OP("mt::squeeze.dim", Tensor(const Tensor&, int64_t)); return op(*this, d); }
-Tensor Tensor::unsqueeze(int64_t d) const { MT_TENSOR_OP("mt::unsqueeze", Tensor(const Tensor&, int64_t)); return op(*this, d); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return reshape(detail::flatten_shape(sizes(), s, e)); }
+Tensor Tensor::squeeze() const {
+  MT_TENSOR_OP("mt::squeeze", Tensor(const Tensor&));
+  return op(*this);
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  MT_TENSOR_OP("mt::squeeze.dim", Tensor(const Tensor&, int64_t));
+  return op(*this, d);
+}
+Tensor Tensor::unsqueeze(int64_t d) const {
+  MT_TENSOR_OP("mt::unsqueeze", Tensor(const Tensor&, int64_t));
+  return op(*this, d);
+}
+Tensor Tensor::flatten(int64_t s, int64_t e) const {
+  return reshape(detail::flatten_shape(sizes(), s, e));
+}
 
 // ---- copies ----------------------------------------------------------------------------
 

@@ -57,8 +57,8 @@ void observe_trace_or_redispatch(const OperatorHandle& op, DispatchKeySet ks, St
   if (CallObserver* observer = t_observer) {
     const size_t base = stack->size() - op.schema().arguments.size();
     const int depth = t_depth;
-    ks = ks | observer->before(op, depth,
-                               std::span<Value>(stack->data() + base, stack->size() - base));
+    ks = ks |
+         observer->before(op, depth, std::span<Value>(stack->data() + base, stack->size() - base));
     const Stack args(stack->begin() + std::ptrdiff_t(base), stack->end());
     ++t_depth;
     struct Leave {

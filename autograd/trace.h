@@ -18,7 +18,7 @@ struct TracedCall {
   int depth = 0;                  // 0 for calls made by the traced code itself
   std::vector<std::string> args;  // Value::str() of each argument
   std::vector<std::string> results;
-  std::string str() const;        // "mt::mul(Tensor[2, 3] float32 cpu fake, ...) -> (Tensor[2, 3] ...)"
+  std::string str() const;  // "mt::mul(Tensor[2, 3] float32 cpu fake, ...) -> (Tensor[2, 3] ...)"
 };
 
 struct CallTrace {

@@ -159,10 +159,12 @@ Tensor stack_results(const std::vector<Tensor>& rs, int64_t batch) {
   for (const Tensor& r : rs) any_grad = any_grad || r.requires_grad();
   if (grad && any_grad) {
     // differentiable: each result placed by select_backward, then summed
-    static const auto place = dispatcher().find_or_throw("mt::select_backward").typed<Tensor(
-        const Tensor&, const std::vector<int64_t>&, int64_t, int64_t)>();
-    static const auto add = dispatcher().find_or_throw("mt::add").typed<Tensor(
-        const Tensor&, const Tensor&, double)>();
+    static const auto place =
+        dispatcher()
+            .find_or_throw("mt::select_backward")
+            .typed<Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t)>();
+    static const auto add =
+        dispatcher().find_or_throw("mt::add").typed<Tensor(const Tensor&, const Tensor&, double)>();
     Tensor out;
     for (size_t b = 0; b < rs.size(); ++b) {
       Tensor p = place.call(rs[b], sizes.vec(), 0, int64_t(b));
@@ -441,8 +443,9 @@ std::vector<Tensor> batched_grad(const std::vector<Tensor>& outputs,
   std::vector<Tensor> gs;
   {
     CursorGuard below(level - 1);
-    gs = grad(outs, ins, gouts, {.retain_graph = retain_graph, .create_graph = create_graph,
-                                 .allow_unused = allow_unused});
+    gs = grad(
+        outs, ins, gouts,
+        {.retain_graph = retain_graph, .create_graph = create_graph, .allow_unused = allow_unused});
   }
   for (size_t i = 0; i < gs.size(); ++i)
     if (gs[i].defined() && in_dims[i]) gs[i] = make_batched(gs[i], *in_dims[i], level);
@@ -464,8 +467,10 @@ VmapFunction vmap(VmapFunction fn, BatchDims in_dims, BatchDims out_dims) {
     size_t first = 0;
     for (size_t i = 0; i < args.size(); ++i) {
       if (!ins[i]) continue;
-      MT_CHECK(args[i].defined(), "[vmap] argument {} is undefined but in_dims[{}] is {}; pass "
-               "a tensor, or std::nullopt as its in_dims entry", i, i, *ins[i]);
+      MT_CHECK(args[i].defined(),
+               "[vmap] argument {} is undefined but in_dims[{}] is {}; pass "
+               "a tensor, or std::nullopt as its in_dims entry",
+               i, i, *ins[i]);
       if (const BatchedImpl* b = as_batched(args[i])) live_level(b, "mt::vmap");
       const int64_t r = args[i].dim();
       MT_CHECK(*ins[i] >= -r && *ins[i] < r,

@@ -79,7 +79,8 @@ BoxedVmapRule typed_vmap_rule(F rule) {
     const size_t base = s->size() - n;
     auto r = [&]<size_t... I>(std::index_sequence<I...>) {
       return rule(info, value_to<canon_value_t<Args>>((*s)[base + I])...);
-    }(std::index_sequence_for<Args...>{});
+    }
+    (std::index_sequence_for<Args...>{});
     s->resize(base);
     s->emplace_back(std::move(r.first));
     return {r.second};
@@ -114,8 +115,8 @@ struct RuleSig {
   using type = std::remove_pointer_t<decltype(drop((Args*)nullptr))>;
 };
 template <typename F>
-inline constexpr bool kBoxedRule =
-    std::is_convertible_v<F, BoxedVmapRule> && std::is_invocable_v<const F&, const VmapInfo&, Stack*>;
+inline constexpr bool kBoxedRule = std::is_convertible_v<F, BoxedVmapRule>&&
+    std::is_invocable_v<const F&, const VmapInfo&, Stack*>;
 // Checks a typed rule's signature (given, or read from its parameters) against the schema.
 template <typename Sig, typename F>
 void check_rule_signature(std::string_view op) {
@@ -161,8 +162,8 @@ template <typename Sig = void, typename F>
 void register_vmap(Library& owner, std::string_view op, F rule,
                    std::source_location loc = std::source_location::current()) {
   detail::check_rule_signature<Sig, F>(op);
-  owner.impl(op, DispatchKey::Batched, detail::batched_kernel(detail::vmap_rule<Sig>(std::move(rule))),
-             loc);
+  owner.impl(op, DispatchKey::Batched,
+             detail::batched_kernel(detail::vmap_rule<Sig>(std::move(rule))), loc);
 }
 
 }  // namespace mt

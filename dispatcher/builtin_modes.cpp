@@ -41,10 +41,12 @@ Formulas& formulas() {
     f->map["mt::matmul"] = std::make_shared<FlopFormula>(matmul_flops);
     // Elementwise ops (one FLOP per output element) and reductions (one per input element).
     for (const char* op :
-         {"mt::add", "mt::sub", "mt::mul", "mt::div", "mt::add.Scalar", "mt::sub.Scalar",
-          "mt::mul.Scalar", "mt::div.Scalar", "mt::neg", "mt::exp", "mt::log", "mt::sqrt",
-          "mt::sigmoid", "mt::tanh", "mt::relu", "mt::gelu", "mt::pow", "mt::silu",
-          "mt::silu_backward", "mt::add_", "mt::sub_", "mt::mul_", "mt::foreach_add_"})
+         {"mt::add",        "mt::sub",        "mt::mul",           "mt::div",
+          "mt::add.Scalar", "mt::sub.Scalar", "mt::mul.Scalar",    "mt::div.Scalar",
+          "mt::neg",        "mt::exp",        "mt::log",           "mt::sqrt",
+          "mt::sigmoid",    "mt::tanh",       "mt::relu",          "mt::gelu",
+          "mt::pow",        "mt::silu",       "mt::silu_backward", "mt::add_",
+          "mt::sub_",       "mt::mul_",       "mt::foreach_add_"})
       f->map[op] = std::make_shared<FlopFormula>(results_numel);
     for (const char* op : {"mt::sum", "mt::mean"})
       f->map[op] = std::make_shared<FlopFormula>(
@@ -80,8 +82,10 @@ Stack results_of(const OperatorHandle& op, const Stack& stack) {
 }  // namespace
 
 void register_flop_formula(std::string_view op, FlopFormula formula) {
-  MT_CHECK(formula != nullptr, "[register_flop_formula] the formula for {} is an empty function; "
-           "pass a callable", mt::quoted(op));
+  MT_CHECK(formula != nullptr,
+           "[register_flop_formula] the formula for {} is an empty function; "
+           "pass a callable",
+           mt::quoted(op));
   const std::string name = dispatcher().find_or_throw(op).name().str();
   Formulas& f = formulas();
   std::unique_lock lock(f.mutex);
@@ -106,7 +110,8 @@ void FlopCounterMode::dispatch(const OperatorHandle& op, Stack& stack) {
 FlopCounterMode::Scope::Scope(FlopCounterMode& mode, std::string name) : mode_(mode) {
   MT_CHECK(!name.empty() && name != "Global",
            "[FlopCounterMode] a scope needs a name of its own (not empty, not 'Global')");
-  if (std::find(mode.scope_order_.begin(), mode.scope_order_.end(), name) == mode.scope_order_.end())
+  if (std::find(mode.scope_order_.begin(), mode.scope_order_.end(), name) ==
+      mode.scope_order_.end())
     mode.scope_order_.push_back(name);
   mode.scopes_.push_back(std::move(name));
 }
@@ -131,7 +136,8 @@ std::string FlopCounterMode::table() const {
     int64_t sum = 0;
     for (const auto& [_, n] : it->second) sum += n;
     out += fmt::format("{:<24} {:<22} {:>16}\n", s, "(total)", with_commas(sum));
-    for (const auto& [op, n] : it->second) out += fmt::format("{:<24} {:<22} {:>16}\n", "", op, with_commas(n));
+    for (const auto& [op, n] : it->second)
+      out += fmt::format("{:<24} {:<22} {:>16}\n", "", op, with_commas(n));
   }
   if (!uncounted_.empty()) {
     std::vector<std::string> parts;
@@ -199,8 +205,9 @@ void DebugMode::dispatch(const OperatorHandle& op, Stack& stack) {
   redispatch(op, stack);
   std::vector<std::string> outs;
   for (const Value& v : results_of(op, stack)) outs.push_back(brief(v));
-  std::string line = fmt::format("{}({}) -> {}", op.name().str(), fmt::join(args, ", "),
-                                 outs.size() == 1 ? outs[0] : fmt::format("({})", fmt::join(outs, ", ")));
+  std::string line =
+      fmt::format("{}({}) -> {}", op.name().str(), fmt::join(args, ", "),
+                  outs.size() == 1 ? outs[0] : fmt::format("({})", fmt::join(outs, ", ")));
   if (print_) Dispatcher::singleton().log(line);
   lines_.push_back(std::move(line));
 }

@@ -2,9 +2,9 @@
 #include "dispatcher/dispatcher.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 
 #include "dispatcher/edit_distance.h"
@@ -106,15 +106,17 @@ void check_signature(const OperatorEntry& e, const InferredSignature& sig, const
 
 const FunctionSchema& OperatorEntry::schema() const {
   const DefinedSchema* d = defined();
-  if (d != nullptr) [[likely]] return d->schema;
+  if (d != nullptr) [[likely]]
+    return d->schema;
   MT_CHECK(!ever_defined_.load(std::memory_order_relaxed),
            "[{}] this op was dropped: the Library or custom_op handle that defined it was "
            "destroyed, and handles to it fail from then on; keep it alive while calls can reach "
            "it, or define the op again",
            name_.str());
-  MT_ERROR("[dispatcher] '{}' has kernels registered but no schema; define it with "
-           "MT_LIBRARY({}, m) {{ m.def(\"{}(...) -> ...\"); }} or mt::custom_op",
-           name_.str(), name_.ns, name_.name);
+  MT_ERROR(
+      "[dispatcher] '{}' has kernels registered but no schema; define it with "
+      "MT_LIBRARY({}, m) {{ m.def(\"{}(...) -> ...\"); }} or mt::custom_op",
+      name_.str(), name_.ns, name_.name);
 }
 
 void OperatorEntry::rebuild(const std::array<KernelFunction, kNumDispatchKeys>& fallbacks,
@@ -185,11 +187,11 @@ std::string OperatorEntry::dump() const {
     bool first = true;
     for (const Registration& r : kernels_[size_t(k)]) {
       // (a Fake kernel is boxed by its FakeMode wrapper: Note [Fake is always fake])
-      const char* what = r.kernel.kind() == KernelFunction::Kind::Fallthrough ? "fallthrough"
-                         : r.kernel.kind() == KernelFunction::Kind::Boxed &&
-                                 DispatchKey(k) != DispatchKey::Fake
-                             ? "boxed kernel"
-                             : "kernel";
+      const char* what =
+          r.kernel.kind() == KernelFunction::Kind::Fallthrough ? "fallthrough"
+          : r.kernel.kind() == KernelFunction::Kind::Boxed && DispatchKey(k) != DispatchKey::Fake
+              ? "boxed kernel"
+              : "kernel";
       out += fmt::format("{}: {} registered at {}{}{}\n", dispatch_key_name(DispatchKey(k)), what,
                          r.debug, first ? "" : " (inactive)",
                          disabled_ >> k & 1u ? " (disabled by set_kernel_enabled)" : "");
@@ -207,26 +209,29 @@ void report_missing_kernel(const OperatorEntry& e, DispatchKey k) {
   const DispatchTable& t = e.table();
   std::string name = e.name().str();
   if (k == DispatchKey::Fake) {
-    MT_ERROR("[{}] '{}' has no Fake kernel; register one with register_fake (or "
-             "m.impl(\"{}\", ...) in MT_LIBRARY_IMPL({}, Fake, m)), so that it can run on fake "
-             "tensors.\n{}",
-             name, name, e.name().name, e.name().ns, e.dump_table());
+    MT_ERROR(
+        "[{}] '{}' has no Fake kernel; register one with register_fake (or "
+        "m.impl(\"{}\", ...) in MT_LIBRARY_IMPL({}, Fake, m)), so that it can run on fake "
+        "tensors.\n{}",
+        name, name, e.name().name, e.name().ns, e.dump_table());
   }
   std::vector<std::string_view> have;
   for (int i = 0; i < kNumDispatchKeys; ++i)
-    if (t.origin[size_t(i)] == 1 && t.kernels[size_t(i)].kind() != KernelFunction::Kind::Fallthrough)
+    if (t.origin[size_t(i)] == 1 &&
+        t.kernels[size_t(i)].kind() != KernelFunction::Kind::Fallthrough)
       have.push_back(dispatch_key_name(DispatchKey(i)));
-  MT_ERROR("[{}] Could not run '{}' with arguments from the '{}' backend. '{}' is only available "
-           "for these backends: [{}].\n{}",
-           name, name, dispatch_key_name(k), name, fmt::join(have, ", "), e.dump_table());
+  MT_ERROR(
+      "[{}] Could not run '{}' with arguments from the '{}' backend. '{}' is only available "
+      "for these backends: [{}].\n{}",
+      name, name, dispatch_key_name(k), name, fmt::join(have, ", "), e.dump_table());
 }
 
 void trace_call(const OperatorEntry& e, DispatchKeySet ks, DispatchKey k, bool redispatch) {
   const DispatchTable& t = e.table();
-  Dispatcher::singleton().log(fmt::format("{}[{}] {} keys={} -> {} {} [{}]",
-                               std::string(size_t(2 * t_trace_depth), ' '),
-                               redispatch ? "redispatch" : "call", e.name().str(), ks.str(),
-                               dispatch_key_name(k), kind_word(t, int(k)), t.debug[size_t(k)]));
+  Dispatcher::singleton().log(
+      fmt::format("{}[{}] {} keys={} -> {} {} [{}]", std::string(size_t(2 * t_trace_depth), ' '),
+                  redispatch ? "redispatch" : "call", e.name().str(), ks.str(),
+                  dispatch_key_name(k), kind_word(t, int(k)), t.debug[size_t(k)]));
 }
 
 KernelFunction computed_kernel(const OperatorEntry& e, DispatchKey key) {
@@ -274,11 +279,15 @@ void convert_call_arguments(const OperatorEntry& e, const InferredSignature& sig
 
 namespace {
 Value default_to_value(const DefaultValue& d) {
-  return std::visit([](const auto& v) -> Value {
-    using T = std::decay_t<decltype(v)>;
-    if constexpr (std::is_same_v<T, std::monostate>) return Value();
-    else return Value(v);
-  }, d);
+  return std::visit(
+      [](const auto& v) -> Value {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return Value();
+        else
+          return Value(v);
+      },
+      d);
 }
 }  // namespace
 
@@ -306,7 +315,8 @@ DispatchKeySet detail::boxed_call_keys(const Stack& stack) {
   }
   const LocalDispatchKeySet& local = local_dispatch_keys();
   ks = (ks | local.included) - local.excluded;
-  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
+  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake))
+    ks = ks.add(DispatchKey::CPU);
   return ks;
 }
 
@@ -320,8 +330,7 @@ void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack* stack) const {
   if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) {
     if (detail::g_trace_why.load(std::memory_order_relaxed)) {
       const size_t n = std::min(stack->size(), entry_->schema().arguments.size());
-      detail::trace_why(*entry_, ks, true,
-                        Stack(stack->end() - std::ptrdiff_t(n), stack->end()));
+      detail::trace_why(*entry_, ks, true, Stack(stack->end() - std::ptrdiff_t(n), stack->end()));
     }
     detail::trace_call(*entry_, live, k, true);
     detail::TraceDepth depth;
@@ -337,8 +346,7 @@ namespace {
 // words only: MT_TRACE=nodispatch is not dispatch); warns once about words it does not know.
 // `also_known`: words that other parts of the library read from the same variable.
 bool env_list_has(const char* var, std::string_view word,
-                  std::initializer_list<std::string_view> also_known = {},
-                  bool warn = true) {
+                  std::initializer_list<std::string_view> also_known = {}, bool warn = true) {
   const char* v = std::getenv(var);
   if (!v) return false;
   bool found = false;
@@ -370,12 +378,14 @@ bool env_list_has(const char* var, std::string_view word,
 
 Dispatcher::Dispatcher() {
   const bool why = env_list_has("MT_TRACE", "dispatch:why", {"dispatch"}, /*warn=*/false);
-  if (env_list_has("MT_TRACE", "dispatch", {"dispatch:why"}) || why) detail::g_trace_dispatch.store(true);
+  if (env_list_has("MT_TRACE", "dispatch", {"dispatch:why"}) || why)
+    detail::g_trace_dispatch.store(true);
   detail::g_trace_why.store(why);
   // The Mode key's fallback (Note [Dispatch modes]): part of every table from the start.
   fallbacks_[size_t(DispatchKey::Mode)].push_front(
       {next_id_++, detail::mode_fallback_kernel(), detail::mode_fallback_debug()});
-  if (env_list_has("MT_LOG", "registration", {"jit", "compile", "autotune"})) log_registrations_.store(true);
+  if (env_list_has("MT_LOG", "registration", {"jit", "compile", "autotune"}))
+    log_registrations_.store(true);
 }
 
 Dispatcher& Dispatcher::singleton() {
@@ -429,15 +439,17 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug, TagSet tags) 
   if (it != ops_.end()) {
     OperatorEntry& e = *it->second;
     const OperatorEntry::DefinedSchema* old = e.defined();
-    MT_CHECK(old == nullptr, "[def] '{}' is already defined (at {}); define each op once, or use "
+    MT_CHECK(old == nullptr,
+             "[def] '{}' is already defined (at {}); define each op once, or use "
              "an overload name such as '{}.v2'",
              name.str(), old ? old->debug : "", name.str());
     for (auto& regs : e.kernels_)
       for (auto& r : regs)
         if (r.kernel.signature() && !r.kernel.signature()->matches(schema))
-          MT_ERROR("[def] the schema {} disagrees with the kernel registered at {}, whose C++ "
-                   "signature is {}; fix one of them",
-                   schema.str(), r.debug, r.kernel.signature()->str());
+          MT_ERROR(
+              "[def] the schema {} disagrees with the kernel registered at {}, whose C++ "
+              "signature is {}; fix one of them",
+              schema.str(), r.debug, r.kernel.signature()->str());
   }
   OperatorEntry& e = entry_locked(name);
   uint64_t id = next_id_++;
@@ -473,26 +485,29 @@ KernelFunction always_fake(KernelFunction kernel, std::string debug) {
         const std::string_view what = e.what();
         if (what.starts_with("[data_ptr] cannot read the data of a fake tensor") ||
             what.starts_with("[copy_] cannot copy data to or from a fake tensor"))
-          MT_ERROR("[{}] the Fake kernel registered at {} read the data of a fake tensor; a fake "
-                   "kernel computes the outputs' sizes, strides, dtype and device from the "
-                   "inputs' metadata only ({})",
-                   op.name().str(), debug, e.what());
+          MT_ERROR(
+              "[{}] the Fake kernel registered at {} read the data of a fake tensor; a fake "
+              "kernel computes the outputs' sizes, strides, dtype and device from the "
+              "inputs' metadata only ({})",
+              op.name().str(), debug, e.what());
         throw;
       }
     }
     size_t o = 0;
     auto check = [&](const Tensor& t) {
       if (t.defined() && !t.is_fake())
-        MT_ERROR("[{}] the Fake kernel registered at {} returned a real tensor as output {} "
-                 "(shape {}); a fake kernel must return fake tensors: make them from its inputs "
-                 "with mt::empty_like or mt::empty (it runs under FakeMode), not from real "
-                 "tensors it holds",
-                 op.name().str(), debug, o, t.sizes());
+        MT_ERROR(
+            "[{}] the Fake kernel registered at {} returned a real tensor as output {} "
+            "(shape {}); a fake kernel must return fake tensors: make them from its inputs "
+            "with mt::empty_like or mt::empty (it runs under FakeMode), not from real "
+            "tensors it holds",
+            op.name().str(), debug, o, t.sizes());
       ++o;
     };
     for (size_t i = base; i < stack->size(); ++i) {
       const Value& v = (*stack)[i];
-      if (v.is_tensor()) check(v.to_tensor());
+      if (v.is_tensor())
+        check(v.to_tensor());
       else if (v.is_tensor_list())
         for (const Tensor& t : v.to_tensor_list()) check(t);
     }
@@ -507,10 +522,10 @@ uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFun
   auto it = ops_.find(name.str());
   const OperatorEntry::DefinedSchema* def = it != ops_.end() ? it->second->defined() : nullptr;
   if (def && kernel.signature() && !kernel.signature()->matches(def->schema)) {
-    MT_ERROR("[impl] the {} kernel for '{}' (at {}) has the C++ signature {}, but the schema is "
-             "{}; change the kernel's parameter and return types to match",
-             dispatch_key_name(key), name.str(), debug, kernel.signature()->str(),
-             def->schema.str());
+    MT_ERROR(
+        "[impl] the {} kernel for '{}' (at {}) has the C++ signature {}, but the schema is "
+        "{}; change the kernel's parameter and return types to match",
+        dispatch_key_name(key), name.str(), debug, kernel.signature()->str(), def->schema.str());
   }
   if (key == DispatchKey::Fake && kernel.is_valid() &&
       kernel.kind() != KernelFunction::Kind::Fallthrough)
@@ -518,7 +533,8 @@ uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFun
   OperatorEntry& e = entry_locked(name);
   uint64_t id = next_id_++;
   if (log_registrations_)
-    log(fmt::format("[registration] impl {} for {} at {}", name.str(), dispatch_key_name(key), debug));
+    log(fmt::format("[registration] impl {} for {} at {}", name.str(), dispatch_key_name(key),
+                    debug));
   e.kernels_[size_t(key)].push_front({id, std::move(kernel), std::move(debug)});
   by_id_[id] = {&e, int(key)};
   rebuild_locked(e);
@@ -602,12 +618,13 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = ops_.find(std::string(name));
     if (it != ops_.end() && it->second->ever_defined_.load() && !it->second->schemas_.empty()) {
-      MT_ERROR("[dispatcher] {} was defined at {}, and then dropped: the Library or custom_op "
-               "handle that defined it was destroyed, which undoes its registrations. Keep that "
-               "handle alive while the op is used (a custom_op in a shared library: a static "
-               "handle; docs/embedding.md), or define the op in an MT_LIBRARY block, which lives "
-               "for the process",
-               mt::quoted(name), it->second->schemas_.back()->debug);
+      MT_ERROR(
+          "[dispatcher] {} was defined at {}, and then dropped: the Library or custom_op "
+          "handle that defined it was destroyed, which undoes its registrations. Keep that "
+          "handle alive while the op is used (a custom_op in a shared library: a static "
+          "handle; docs/embedding.md), or define the op in an MT_LIBRARY block, which lives "
+          "for the process",
+          mt::quoted(name), it->second->schemas_.back()->debug);
     }
     for (auto& [n, e] : ops_) {
       if (!e->has_schema()) continue;

@@ -35,22 +35,26 @@ inline const LocalDispatchKeySet& local_dispatch_keys() { return detail::t_local
 
 class IncludeDispatchKeyGuard {
  public:
-  explicit IncludeDispatchKeyGuard(DispatchKeySet ks)
-      : saved_(detail::t_local_keys.included) { detail::t_local_keys.included = saved_ | ks; }
+  explicit IncludeDispatchKeyGuard(DispatchKeySet ks) : saved_(detail::t_local_keys.included) {
+    detail::t_local_keys.included = saved_ | ks;
+  }
   ~IncludeDispatchKeyGuard() { detail::t_local_keys.included = saved_; }
   IncludeDispatchKeyGuard(const IncludeDispatchKeyGuard&) = delete;
   IncludeDispatchKeyGuard& operator=(const IncludeDispatchKeyGuard&) = delete;
+
  private:
   DispatchKeySet saved_;
 };
 
 class ExcludeDispatchKeyGuard {
  public:
-  explicit ExcludeDispatchKeyGuard(DispatchKeySet ks)
-      : saved_(detail::t_local_keys.excluded) { detail::t_local_keys.excluded = saved_ | ks; }
+  explicit ExcludeDispatchKeyGuard(DispatchKeySet ks) : saved_(detail::t_local_keys.excluded) {
+    detail::t_local_keys.excluded = saved_ | ks;
+  }
   ~ExcludeDispatchKeyGuard() { detail::t_local_keys.excluded = saved_; }
   ExcludeDispatchKeyGuard(const ExcludeDispatchKeyGuard&) = delete;
   ExcludeDispatchKeyGuard& operator=(const ExcludeDispatchKeyGuard&) = delete;
+
  private:
   DispatchKeySet saved_;
 };
@@ -59,14 +63,18 @@ class ExcludeDispatchKeyGuard {
 
 namespace detail {
 inline DispatchKeySet keys_of(const Tensor& t) { return t.key_set(); }
-inline DispatchKeySet keys_of(const std::optional<Tensor>& t) { return t ? t->key_set() : DispatchKeySet(); }
+inline DispatchKeySet keys_of(const std::optional<Tensor>& t) {
+  return t ? t->key_set() : DispatchKeySet();
+}
 inline DispatchKeySet keys_of(const std::vector<Tensor>& ts) {
   DispatchKeySet k;
   for (const Tensor& t : ts) k = k | t.key_set();
   return k;
 }
 template <typename T>
-inline DispatchKeySet keys_of(const T&) { return {}; }
+inline DispatchKeySet keys_of(const T&) {
+  return {};
+}
 
 template <typename... Args>
 inline DispatchKeySet call_keys(const Args&... args) {
@@ -74,7 +82,8 @@ inline DispatchKeySet call_keys(const Args&... args) {
   const LocalDispatchKeySet& local = t_local_keys;
   ks = (ks | local.included) - local.excluded;
   // an op without tensor arguments runs on the CPU backend
-  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake)) ks = ks.add(DispatchKey::CPU);
+  if (ks.below(DispatchKey::Fake).empty() && !ks.has(DispatchKey::Fake))
+    ks = ks.add(DispatchKey::CPU);
   return ks;
 }
 }  // namespace detail
@@ -217,7 +226,8 @@ class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {
   Ret dispatch(DispatchKeySet ks, bool re, detail::canon_t<Args>... args) const {
     const DispatchTable& t = entry_->table();
     DispatchKeySet live = ks & t.dispatchable;
-    if (live.empty()) [[unlikely]] detail::report_missing_kernel(*entry_, DispatchKey::CPU);
+    if (live.empty()) [[unlikely]]
+      detail::report_missing_kernel(*entry_, DispatchKey::CPU);
     DispatchKey k = live.highest();
     const KernelFunction& kf = t.kernels[size_t(k)];
     if (detail::g_trace_dispatch.load(std::memory_order_relaxed)) [[unlikely]]
@@ -316,8 +326,10 @@ TypedOperatorHandle<Sig> OperatorHandle::typed() const {
 namespace detail {
 template <typename T>
 Value box_argument(const T& v) {
-  if constexpr (std::is_constructible_v<Value, const T&>) return Value(v);
-  else return Value(canon_value_t<T>(v));
+  if constexpr (std::is_constructible_v<Value, const T&>)
+    return Value(v);
+  else
+    return Value(canon_value_t<T>(v));
 }
 }  // namespace detail
 

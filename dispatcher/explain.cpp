@@ -12,9 +12,12 @@ void add_tensor_sources(const Tensor& t, const std::string& prefix, std::vector<
   if (!t.defined()) return;
   const DispatchKeySet k = t.key_set();
   if (k.has(DispatchKey::Fake)) out->push_back({DispatchKey::Fake, prefix + "fake"});
-  if (k.has(DispatchKey::CUDA)) out->push_back({DispatchKey::CUDA, prefix + "device " + t.device().str()});
-  if (k.has(DispatchKey::CPU)) out->push_back({DispatchKey::CPU, prefix + "device " + t.device().str()});
-  if (k.has(DispatchKey::Autograd)) out->push_back({DispatchKey::Autograd, prefix + "requires_grad"});
+  if (k.has(DispatchKey::CUDA))
+    out->push_back({DispatchKey::CUDA, prefix + "device " + t.device().str()});
+  if (k.has(DispatchKey::CPU))
+    out->push_back({DispatchKey::CPU, prefix + "device " + t.device().str()});
+  if (k.has(DispatchKey::Autograd))
+    out->push_back({DispatchKey::Autograd, prefix + "requires_grad"});
 }
 
 // Which guard puts a key in the thread-local included or excluded set. The guards keep
@@ -50,8 +53,8 @@ DispatchExplanation explain_with_keys(const OperatorEntry& e, const Stack& args,
                                       std::optional<DispatchKeySet> given, bool redispatch) {
   const FunctionSchema& schema = e.schema();  // a dropped op says so
   MT_CHECK(args.size() <= schema.arguments.size(),
-           "[explain] '{}' takes {} arguments but {} were given; the schema is {}",
-           e.name().str(), schema.arguments.size(), args.size(), schema.str());
+           "[explain] '{}' takes {} arguments but {} were given; the schema is {}", e.name().str(),
+           schema.arguments.size(), args.size(), schema.str());
   DispatchExplanation x;
   x.op = e.name().str();
   x.redispatch = redispatch;
@@ -77,8 +80,10 @@ DispatchExplanation explain_with_keys(const OperatorEntry& e, const Stack& args,
   x.included = local.included;
   x.excluded = local.excluded;
   for (int k = kNumDispatchKeys - 1; k >= 0; --k) {
-    if (x.included.has(DispatchKey(k))) x.included_by.push_back({DispatchKey(k), included_by(DispatchKey(k))});
-    if (x.excluded.has(DispatchKey(k))) x.excluded_by.push_back({DispatchKey(k), excluded_by(DispatchKey(k))});
+    if (x.included.has(DispatchKey(k)))
+      x.included_by.push_back({DispatchKey(k), included_by(DispatchKey(k))});
+    if (x.excluded.has(DispatchKey(k)))
+      x.excluded_by.push_back({DispatchKey(k), excluded_by(DispatchKey(k))});
   }
   if (given) {
     x.computed = *given;
@@ -120,10 +125,12 @@ DispatchExplanation explain_dispatch(std::string_view op, const Stack& args) {
 std::string DispatchExplanation::str() const {
   auto sources = [](const std::vector<KeySource>& ss) {
     std::vector<std::string> parts;
-    for (const KeySource& s : ss) parts.push_back(fmt::format("{} from {}", dispatch_key_name(s.key), s.why));
+    for (const KeySource& s : ss)
+      parts.push_back(fmt::format("{} from {}", dispatch_key_name(s.key), s.why));
     return fmt::format("{}", fmt::join(parts, "; "));
   };
-  std::string out = fmt::format("why {} ({})\n", op, redispatch ? "a redispatch: keys from the kernel above" : "a call");
+  std::string out = fmt::format("why {} ({})\n", op,
+                                redispatch ? "a redispatch: keys from the kernel above" : "a call");
   for (const ArgumentKeys& a : arguments) {
     out += fmt::format("  argument {} = {}: {}", a.name, a.value, a.keys.str());
     if (!a.sources.empty()) out += "  (" + sources(a.sources) + ")";
@@ -141,9 +148,11 @@ std::string DispatchExplanation::str() const {
       out += fmt::format("  {:<9} missing: no kernel and no fallback; the call is an error\n",
                          dispatch_key_name(s.key));
     } else {
-      out += fmt::format("  {:<9} {:<11} [{}]{}\n", dispatch_key_name(s.key), s.entry,
-                         s.registered_at,
-                         wins ? "  <- runs" : s.entry == "fallthrough" ? "  (skipped)" : "");
+      out +=
+          fmt::format("  {:<9} {:<11} [{}]{}\n", dispatch_key_name(s.key), s.entry, s.registered_at,
+                      wins                       ? "  <- runs"
+                      : s.entry == "fallthrough" ? "  (skipped)"
+                                                 : "");
     }
   }
   if (steps.empty()) out += "  no key: the computed set is empty; the call is an error\n";
@@ -155,7 +164,8 @@ void trace_why(const OperatorEntry& e, DispatchKeySet ks, bool redispatch, const
   std::string text;
   try {
     text = explain_with_keys(e, args, redispatch ? std::optional<DispatchKeySet>(ks) : std::nullopt,
-                             redispatch).str();
+                             redispatch)
+               .str();
   } catch (const Error& err) {  // e.g. the op was dropped: the call itself says so next
     text = fmt::format("why {}: {}\n", e.name().str(), err.what());
   }

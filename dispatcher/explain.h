@@ -39,8 +39,8 @@ struct DispatchExplanation {
   std::string op;
   bool redispatch = false;  // the keys were given by a kernel above, not computed
   std::vector<ArgumentKeys> arguments;
-  DispatchKeySet from_arguments;  // the union of the arguments' key sets
-  DispatchKeySet included, excluded;  // the thread-local sets
+  DispatchKeySet from_arguments;                    // the union of the arguments' key sets
+  DispatchKeySet included, excluded;                // the thread-local sets
   std::vector<KeySource> included_by, excluded_by;  // which guard put each key there
   bool cpu_default = false;  // CPU was added: no argument names a backend or Fake
   DispatchKeySet computed;   // (from_arguments | included) - excluded, the call's keys

@@ -30,11 +30,11 @@ template <typename T, typename = void>
 struct ArgTraits {
   static constexpr bool supported = false;
 };
-#define MT_ARG_TRAITS(CPP, CANON, KIND, LIST, OPT)                         \
-  template <>                                                              \
-  struct ArgTraits<CPP> {                                                  \
-    static constexpr bool supported = true;                                \
-    using canon = CANON;                                                   \
+#define MT_ARG_TRAITS(CPP, CANON, KIND, LIST, OPT)                                 \
+  template <>                                                                      \
+  struct ArgTraits<CPP> {                                                          \
+    static constexpr bool supported = true;                                        \
+    using canon = CANON;                                                           \
     static SchemaType type() { return SchemaType{TypeKind::KIND, LIST, -1, OPT}; } \
   };
 MT_ARG_TRAITS(Tensor, const Tensor&, Tensor, false, false)
@@ -85,7 +85,9 @@ struct ReturnTraits<std::vector<Tensor>> {
 template <typename... Ts>
 struct ReturnTraits<std::tuple<Ts...>> {
   static constexpr bool supported = (std::is_same_v<Ts, Tensor> && ...);
-  static std::vector<SchemaType> types() { return {(void(sizeof(Ts)), SchemaType{TypeKind::Tensor})...}; }
+  static std::vector<SchemaType> types() {
+    return {(void(sizeof(Ts)), SchemaType{TypeKind::Tensor})...};
+  }
 };
 
 // The signature of a function, function pointer, lambda or functor.
@@ -110,7 +112,7 @@ struct StripKeys {
   using type = Args;
 };
 template <typename First, typename... Rest>
-  requires std::is_same_v<std::remove_cvref_t<First>, DispatchKeySet>
+requires std::is_same_v<std::remove_cvref_t<First>, DispatchKeySet>
 struct StripKeys<std::tuple<First, Rest...>> {
   static constexpr bool with_keys = true;
   using type = std::tuple<Rest...>;
@@ -129,8 +131,9 @@ InferredSignature infer_signature() {
                 "a kernel parameter has a type the dispatcher cannot box; use Tensor, "
                 "std::optional<Tensor>, std::vector<Tensor>, int64_t, double, bool, std::string, "
                 "std::vector<int64_t>, Shape, DType or Device");
-  static_assert(ReturnTraits<Ret>::supported,
-                "a kernel must return Tensor, std::tuple<Tensor, ...>, std::vector<Tensor> or void");
+  static_assert(
+      ReturnTraits<Ret>::supported,
+      "a kernel must return Tensor, std::tuple<Tensor, ...>, std::vector<Tensor> or void");
   return InferredSignature{{ArgTraits<std::remove_cvref_t<Args>>::type()...},
                            ReturnTraits<Ret>::types()};
 }
@@ -182,9 +185,8 @@ Ret pop_returns(Stack* s) {
   } else {
     constexpr size_t n = std::tuple_size_v<Ret>;
     MT_CHECK(s->size() == n, "[boxed] expected {} returns on the stack, got {}", n, s->size());
-    return [&]<size_t... I>(std::index_sequence<I...>) {
-      return Ret((*s)[I].to_tensor()...);
-    }(std::make_index_sequence<n>{});
+    return [&]<size_t... I>(std::index_sequence<I...>) { return Ret((*s)[I].to_tensor()...); }
+    (std::make_index_sequence<n>{});
   }
 }
 
@@ -194,9 +196,9 @@ void call_functor_boxed(OperatorKernel* k, const OperatorHandle&, DispatchKeySet
   MT_CHECK(s->size() >= n, "[boxed] the kernel takes {} arguments but the stack holds {}", n,
            s->size());
   size_t base = s->size() - n;
-  auto invoke = [&]<size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
-    return call_functor<F, WithKeys, Ret, Args...>(k, ks,
-                                                    value_to<canon_value_t<Args>>((*s)[base + I])...);
+  auto invoke = [&]<size_t... I>(std::index_sequence<I...>)->decltype(auto) {
+    return call_functor<F, WithKeys, Ret, Args...>(
+        k, ks, value_to<canon_value_t<Args>>((*s)[base + I])...);
   };
   if constexpr (std::is_void_v<Ret>) {
     invoke(std::index_sequence_for<Args...>{});
@@ -251,7 +253,8 @@ class KernelFunction {
     k.functor_ = std::make_shared<detail::FunctorKernel<F>>(std::move(fn));
     k.unboxed_ = reinterpret_cast<void*>(&detail::call_functor<F, WithKeys, Ret, Args...>);
     k.boxed_ = &detail::call_functor_boxed<F, WithKeys, Ret, Args...>;
-    k.signature_ = std::make_shared<detail::InferredSignature>(detail::infer_signature<Ret, Args...>());
+    k.signature_ =
+        std::make_shared<detail::InferredSignature>(detail::infer_signature<Ret, Args...>());
     return k;
   }
 

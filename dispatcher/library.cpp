@@ -59,10 +59,10 @@ std::vector<std::string> dropped_history_kernels() {
     if (!h) continue;
     const DispatchTable& t = h->entry()->table();
     if (t.origin[k] != 1 || t.debug[k] != n->where) continue;
-    const std::string line =
-        fmt::format("{} (an Autograd kernel registered at {} that returned outputs without "
-                    "history from an input that requires grad)",
-                    n->op, n->where);
+    const std::string line = fmt::format(
+        "{} (an Autograd kernel registered at {} that returned outputs without "
+        "history from an input that requires grad)",
+        n->op, n->where);
     if (std::find(out.begin(), out.end(), line) == out.end()) out.push_back(line);
   }
   return out;
@@ -93,8 +93,9 @@ LibraryInit::LibraryInit(Library::Kind kind, const char* ns, std::optional<Dispa
   } catch (...) {
     // Escaping a static initializer, this would terminate the program (Note [Loading a
     // library of ops]).
-    error = "it threw something that is not a std::exception; throw an mt::Error, or another "
-            "std::exception, instead";
+    error =
+        "it threw something that is not a std::exception; throw an mt::Error, or another "
+        "std::exception, instead";
   }
   lib.reset();
   if (t_load_failures) {
@@ -117,8 +118,9 @@ LibraryInit::LibraryInit(Library::Kind kind, const char* ns, std::optional<Dispa
 //  - A plain static constructor of the library is out of reach, so the file is first
 //    loaded in a child process (fork, dlopen, _exit). If an exception leaves dlopen there,
 //    or the child dies (the exception terminated it; a crash), the error says what it
-//    threw or printed, and the file is not loaded here. A child that does not finish within kTrialSeconds (say, OpenMP after
-//    fork) is killed and the real load goes ahead: the trial only rules out certain death.
+//    threw or printed, and the file is not loaded here. A child that does not finish within
+//    kTrialSeconds (say, OpenMP after fork) is killed and the real load goes ahead: the trial only
+//    rules out certain death.
 //  - One load at a time, under a recursive mutex: a library block may load its own
 //    dependency (a distinct file); a file that asks, through its dependencies, for itself
 //    while it loads is refused (a cycle).
@@ -193,7 +195,8 @@ std::string trial_load(const std::string& where) {
   char buf[512];
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now()).count();
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) {
       timed_out = true;
       break;
@@ -217,9 +220,10 @@ std::string trial_load(const std::string& where) {
   while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
   if (WIFEXITED(status) && WEXITSTATUS(status) == 4)
     return fmt::format("threw {} (found by loading it in a child process first)", mt::quoted(err));
-  std::string how = WIFSIGNALED(status) ? fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                                                      ::strsignal(WTERMSIG(status)))
-                                        : fmt::format("exited with status {}", WEXITSTATUS(status));
+  std::string how = WIFSIGNALED(status)
+                        ? fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                                      ::strsignal(WTERMSIG(status)))
+                        : fmt::format("exited with status {}", WEXITSTATUS(status));
   return fmt::format("failed: loading it in a child process first, the child {}{}", how,
                      err.empty() ? "" : fmt::format(", saying: {}", mt::quoted(err)));
 }
@@ -252,10 +256,11 @@ void load_library(const std::string& path) {
     return;  // loaded cleanly before
   }
   if (std::find(reg.in_progress.begin(), reg.in_progress.end(), key) != reg.in_progress.end()) {
-    MT_ERROR("[load_library] {} is being loaded already: a library block asked for it again "
-             "while it loads (the loads in progress: {}); break the cycle, so that each library "
-             "loads only the libraries it depends on",
-             mt::quoted(path), fmt::join(reg.in_progress, " -> "));
+    MT_ERROR(
+        "[load_library] {} is being loaded already: a library block asked for it again "
+        "while it loads (the loads in progress: {}); break the cycle, so that each library "
+        "loads only the libraries it depends on",
+        mt::quoted(path), fmt::join(reg.in_progress, " -> "));
   }
   reg.in_progress.push_back(key);
   struct PopInProgress {
@@ -267,10 +272,11 @@ void load_library(const std::string& path) {
     MT_ERROR("[load_library] {}", why);
   };
   if (std::string died = trial_load(where); !died.empty()) {
-    fail(fmt::format("{} was not loaded: a static initializer of it {}; a static constructor "
-                     "must not throw: register from MT_LIBRARY blocks, whose errors load_library "
-                     "reports, or catch inside the constructor",
-                     mt::quoted(path), died));
+    fail(
+        fmt::format("{} was not loaded: a static initializer of it {}; a static constructor "
+                    "must not throw: register from MT_LIBRARY blocks, whose errors load_library "
+                    "reports, or catch inside the constructor",
+                    mt::quoted(path), died));
   }
   std::vector<std::string> failures;
   void* handle = nullptr;
@@ -286,12 +292,14 @@ void load_library(const std::string& path) {
     }
   }
   if (!thrown.empty())
-    fail(fmt::format("{}: a static initializer threw {} while it loaded; a static constructor "
-                     "must not throw",
-                     mt::quoted(path), mt::quoted(thrown)));
+    fail(
+        fmt::format("{}: a static initializer threw {} while it loaded; a static constructor "
+                    "must not throw",
+                    mt::quoted(path), mt::quoted(thrown)));
   if (!handle) {
     const char* why = dlerror();
-    MT_ERROR("[load_library] could not load {}: {}", mt::quoted(path), why ? why : "unknown reason");
+    MT_ERROR("[load_library] could not load {}: {}", mt::quoted(path),
+             why ? why : "unknown reason");
   }
   if (!failures.empty())
     fail(fmt::format("{} loaded, but {} of its library blocks failed and registered nothing: {}",
@@ -327,8 +335,12 @@ Library::Library(Kind kind, std::string ns, std::optional<DispatchKey> key,
 }
 
 Library::Library(Library&& o) noexcept
-    : kind_(o.kind_), ns_(std::move(o.ns_)), key_(o.key_), debug_(std::move(o.debug_)),
-      ids_(std::move(o.ids_)), owns_ns_(o.owns_ns_) {
+    : kind_(o.kind_),
+      ns_(std::move(o.ns_)),
+      key_(o.key_),
+      debug_(std::move(o.debug_)),
+      ids_(std::move(o.ids_)),
+      owns_ns_(o.owns_ns_) {
   o.ids_.clear();
   o.owns_ns_ = false;
 }
@@ -374,8 +386,8 @@ Library& Library::def(std::string_view schema, const DefOptions& opts, std::sour
 Library& Library::impl_kernel(std::string_view name, DispatchKey key, KernelFunction k,
                               std::source_location loc) {
   MT_CHECK(!key_ || *key_ == key,
-           "[library] impl(\"{}\") for {} in a library for {}; use a library for that key",
-           name, dispatch_key_name(key), dispatch_key_name(*key_));
+           "[library] impl(\"{}\") for {} in a library for {}; use a library for that key", name,
+           dispatch_key_name(key), dispatch_key_name(*key_));
   ids_.push_back(
       Dispatcher::singleton().impl(qualify(name), key, std::move(k), detail::debug_location(loc)));
   return *this;
@@ -384,7 +396,8 @@ Library& Library::impl_kernel(std::string_view name, DispatchKey key, KernelFunc
 Library& Library::fallback(KernelFunction kernel, std::source_location loc) {
   MT_CHECK(kind_ == Kind::Impl && key_.has_value(),
            "[library] fallback() needs an MT_LIBRARY_IMPL(_, Key, m) library");
-  ids_.push_back(Dispatcher::singleton().fallback(*key_, std::move(kernel), detail::debug_location(loc)));
+  ids_.push_back(
+      Dispatcher::singleton().fallback(*key_, std::move(kernel), detail::debug_location(loc)));
   return *this;
 }
 

@@ -26,8 +26,9 @@ struct LibraryInit;
 // does, notes the op and where its kernel was registered, and backward on a tensor that
 // does not require grad names it (autograd/engine.cpp, check_root). Until a kernel is
 // noted, each call reads requires_grad of its outputs and inputs (a kernel that records its
-// node, the usual case, pays this on every call); once noted, one relaxed load a call. Kernels given as a KernelFunction
-// (register_autograd's, boxed ones) and the library's own (namespace mt) are not wrapped.
+// node, the usual case, pays this on every call); once noted, one relaxed load a call. Kernels
+// given as a KernelFunction (register_autograd's, boxed ones) and the library's own (namespace mt)
+// are not wrapped.
 struct DroppedHistoryNote {
   std::string op, where;
   std::atomic<bool> seen{false};
@@ -120,17 +121,18 @@ class Library {
     if constexpr (std::is_same_v<std::remove_cvref_t<F>, KernelFunction>) {
       return impl_kernel(name, key, std::forward<F>(fn), loc);
     } else if constexpr (!std::is_void_v<typename detail::FnTraits<std::remove_cvref_t<F>>::ret>) {
-      if (key == DispatchKey::Autograd && ns_ != "mt") {  // Note [Autograd kernels that drop history]
+      if (key == DispatchKey::Autograd &&
+          ns_ != "mt") {  // Note [Autograd kernels that drop history]
         using Traits = detail::FnTraits<std::remove_cvref_t<F>>;
         auto note = std::make_shared<detail::DroppedHistoryNote>();
         note->op = qualify(name);
         note->where = detail::debug_location(loc);
-        return impl_kernel(name, key,
-                           KernelFunction::make(
-                               detail::HistoryChecked<std::decay_t<F>, typename Traits::ret,
-                                                      typename Traits::args>{
-                                   std::forward<F>(fn), std::move(note)}),
-                           loc);
+        return impl_kernel(
+            name, key,
+            KernelFunction::make(detail::HistoryChecked<std::decay_t<F>, typename Traits::ret,
+                                                        typename Traits::args>{std::forward<F>(fn),
+                                                                               std::move(note)}),
+            loc);
       }
       return impl_kernel(name, key, KernelFunction::make(std::forward<F>(fn)), loc);
     } else {
@@ -138,7 +140,8 @@ class Library {
     }
   }
   // A boxed fallback for every op at this library's key (Impl libraries only).
-  Library& fallback(KernelFunction kernel, std::source_location loc = std::source_location::current());
+  Library& fallback(KernelFunction kernel,
+                    std::source_location loc = std::source_location::current());
   Library& fallback(BoxedKernelFn fn, std::source_location loc = std::source_location::current()) {
     return fallback(KernelFunction::boxed(std::move(fn)), loc);
   }
@@ -177,15 +180,16 @@ struct LibraryInit {
 #define MT_CONCAT_INNER(a, b) a##b
 #define MT_CONCAT(a, b) MT_CONCAT_INNER(a, b)
 
-#define MT_LIBRARY(ns, m) MT_LIBRARY_BLOCK_(Def, ns, std::nullopt, m, MT_CONCAT(mt_lib_, __COUNTER__))
+#define MT_LIBRARY(ns, m) \
+  MT_LIBRARY_BLOCK_(Def, ns, std::nullopt, m, MT_CONCAT(mt_lib_, __COUNTER__))
 #define MT_LIBRARY_FRAGMENT(ns, m) \
   MT_LIBRARY_BLOCK_(Fragment, ns, std::nullopt, m, MT_CONCAT(mt_lib_, __COUNTER__))
 #define MT_LIBRARY_IMPL(ns, key, m) \
   MT_LIBRARY_BLOCK_(Impl, ns, ::mt::DispatchKey::key, m, MT_CONCAT(mt_lib_, __COUNTER__))
 
-#define MT_LIBRARY_BLOCK_(kind, ns, key, m, uid)                                           \
-  static void MT_CONCAT(uid, _init)(::mt::Library&);                                      \
-  static ::mt::detail::LibraryInit MT_CONCAT(uid, _static)(                               \
-      ::mt::Library::Kind::kind, #ns, key, &MT_CONCAT(uid, _init),                        \
-      ::std::source_location::current());                                                 \
+#define MT_LIBRARY_BLOCK_(kind, ns, key, m, uid)                                                \
+  static void MT_CONCAT(uid, _init)(::mt::Library&);                                            \
+  static ::mt::detail::LibraryInit MT_CONCAT(uid, _static)(::mt::Library::Kind::kind, #ns, key, \
+                                                           &MT_CONCAT(uid, _init),              \
+                                                           ::std::source_location::current());  \
   void MT_CONCAT(uid, _init)(::mt::Library & m)

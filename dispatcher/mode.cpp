@@ -21,7 +21,7 @@ struct ModeEntry {
 
 struct ModeStack {
   std::vector<std::shared_ptr<ModeEntry>> entries;  // innermost last
-  std::string pending;  // the error a misused guard left, thrown at the next chance
+  std::string pending;            // the error a misused guard left, thrown at the next chance
   std::exception_ptr from_below;  // an exception passing up through redispatch()
 };
 thread_local ModeStack t_modes;
@@ -33,10 +33,11 @@ void sync_mode_key() {
 }
 
 std::string misuse(const DispatchMode& m, std::string_view what) {
-  return fmt::format("[mode] the ModeGuard of mode {} was destroyed {}; destroy ModeGuards on "
-                     "the thread that made them, innermost first (make them locals of nested "
-                     "scopes); the mode was taken off the stack",
-                     mt::quoted(m.name()), what);
+  return fmt::format(
+      "[mode] the ModeGuard of mode {} was destroyed {}; destroy ModeGuards on "
+      "the thread that made them, innermost first (make them locals of nested "
+      "scopes); the mode was taken off the stack",
+      mt::quoted(m.name()), what);
 }
 
 // Drops entries whose guards ended on another thread, and throws a pending error.
@@ -112,8 +113,10 @@ void mode_fallback(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
     s = &local;
   }
   try {
-    if (std::shared_ptr<ModeRuleFn> rule = find_rule(op, mode)) (*rule)(mode, op, *s);
-    else mode.dispatch(op, *s);
+    if (std::shared_ptr<ModeRuleFn> rule = find_rule(op, mode))
+      (*rule)(mode, op, *s);
+    else
+      mode.dispatch(op, *s);
   } catch (...) {
     std::exception_ptr e = std::current_exception();
     if (e == t_modes.from_below) {  // a kernel's or an outer mode's error: unchanged
@@ -130,8 +133,9 @@ void mode_fallback(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
     MT_ERROR("[mode] the dispatch mode {} failed while handling '{}': {}", mt::quoted(mode.name()),
              op.name().str(), what);
   }
-  if (s != stack) stack->insert(stack->end(), std::make_move_iterator(s->begin()),
-                                std::make_move_iterator(s->end()));
+  if (s != stack)
+    stack->insert(stack->end(), std::make_move_iterator(s->begin()),
+                  std::make_move_iterator(s->end()));
 }
 
 }  // namespace
@@ -206,8 +210,10 @@ void check_mode_stack() { settle(); }
 
 ModeRule register_dispatch_mode_rule(std::string_view op, std::type_index mode_type, ModeRuleFn fn,
                                      std::source_location loc) {
-  MT_CHECK(fn != nullptr, "[register_dispatch_mode_rule] the rule for {} is an empty function; "
-           "pass a callable", mt::quoted(op));
+  MT_CHECK(fn != nullptr,
+           "[register_dispatch_mode_rule] the rule for {} is an empty function; "
+           "pass a callable",
+           mt::quoted(op));
   const std::string name = dispatcher().find_or_throw(op).name().str();
   Rules& r = rules();
   uint64_t id;

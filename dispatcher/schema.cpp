@@ -3,12 +3,11 @@
 // parser over it. Errors show the offending line with a caret under the column.
 #include "dispatcher/schema.h"
 
-#include "dispatcher/edit_distance.h"
-
 #include <algorithm>
 #include <array>
 #include <charconv>
 
+#include "dispatcher/edit_distance.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -732,7 +731,9 @@ OperatorName parse_operator_name(std::string_view name) {
 namespace mt::detail {
 
 size_t edit_distance(std::string_view a, std::string_view b, bool ignore_case) {
-  auto lower = [&](char c) { return ignore_case && c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
+  auto lower = [&](char c) {
+    return ignore_case && c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c;
+  };
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {

@@ -10,10 +10,14 @@ namespace mt {
 
 std::string_view tag_name(Tag t) {
   switch (t) {
-    case Tag::cudagraph_unsafe: return "cudagraph_unsafe";
-    case Tag::nondeterministic_seeded: return "nondeterministic_seeded";
-    case Tag::side_effect: return "side_effect";
-    case Tag::inplace_view: return "inplace_view";
+    case Tag::cudagraph_unsafe:
+      return "cudagraph_unsafe";
+    case Tag::nondeterministic_seeded:
+      return "nondeterministic_seeded";
+    case Tag::side_effect:
+      return "side_effect";
+    case Tag::inplace_view:
+      return "inplace_view";
   }
   return "?";
 }

@@ -32,7 +32,11 @@ class TagSet {
   }
   constexpr bool has(Tag t) const { return bits_ >> uint8_t(t) & 1u; }
   constexpr bool empty() const { return bits_ == 0; }
-  constexpr TagSet add(Tag t) const { TagSet s = *this; s.bits_ |= uint32_t(1) << uint8_t(t); return s; }
+  constexpr TagSet add(Tag t) const {
+    TagSet s = *this;
+    s.bits_ |= uint32_t(1) << uint8_t(t);
+    return s;
+  }
   constexpr bool operator==(const TagSet&) const = default;
   std::vector<std::string_view> names() const;
   std::string str() const;  // "cudagraph_unsafe, side_effect"; "" when empty

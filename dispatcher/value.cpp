@@ -4,16 +4,17 @@
 namespace mt {
 
 std::string_view Value::type_name() const {
-  static constexpr std::string_view names[] = {"None", "Tensor",  "Tensor[]", "int",
-                                               "float", "bool",   "str",      "int[]",
+  static constexpr std::string_view names[] = {"None",    "Tensor",     "Tensor[]", "int",
+                                               "float",   "bool",       "str",      "int[]",
                                                "float[]", "ScalarType", "Device"};
   return names[v_.index()];
 }
 
 void Value::bad_type(const char* want) const {
-  MT_ERROR("[boxed] expected a value of type {} on the stack, got {}; the boxed arguments do "
-           "not match the operator's schema",
-           want, type_name());
+  MT_ERROR(
+      "[boxed] expected a value of type {} on the stack, got {}; the boxed arguments do "
+      "not match the operator's schema",
+      want, type_name());
 }
 
 std::string Value::str() const {

@@ -14,12 +14,12 @@ namespace mt {
 
 class Value {
  public:
-  using Storage = std::variant<std::monostate, Tensor, std::vector<Tensor>, int64_t, double, bool,
-                               std::string, std::vector<int64_t>, std::vector<double>, DType,
-                               Device>;
+  using Storage =
+      std::variant<std::monostate, Tensor, std::vector<Tensor>, int64_t, double, bool, std::string,
+                   std::vector<int64_t>, std::vector<double>, DType, Device>;
 
-  Value() = default;  // None
-  Value(std::nullopt_t) {}  // NOLINT
+  Value() = default;                     // None
+  Value(std::nullopt_t) {}               // NOLINT
   Value(Tensor t) : v_(std::move(t)) {}  // NOLINT: an undefined Tensor boxes as a Tensor
   Value(std::optional<Tensor> t) {       // NOLINT
     if (t) v_ = std::move(*t);
@@ -88,27 +88,64 @@ using Stack = std::vector<Value>;
 template <typename T>
 T value_to(const Value& v);
 
-template <> inline Tensor value_to<Tensor>(const Value& v) { return v.to_tensor(); }
-template <> inline std::optional<Tensor> value_to<std::optional<Tensor>>(const Value& v) { return v.to_optional_tensor(); }
-template <> inline std::vector<Tensor> value_to<std::vector<Tensor>>(const Value& v) { return v.to_tensor_list(); }
-template <> inline int64_t value_to<int64_t>(const Value& v) { return v.to_int(); }
-template <> inline double value_to<double>(const Value& v) { return v.to_double(); }
-template <> inline bool value_to<bool>(const Value& v) { return v.to_bool(); }
-template <> inline std::string value_to<std::string>(const Value& v) { return v.to_string(); }
-template <> inline std::vector<int64_t> value_to<std::vector<int64_t>>(const Value& v) { return v.to_int_list(); }
-template <> inline std::vector<double> value_to<std::vector<double>>(const Value& v) { return v.to_double_list(); }
-template <> inline DType value_to<DType>(const Value& v) { return v.to_dtype(); }
-template <> inline Device value_to<Device>(const Value& v) { return v.to_device(); }
-template <> inline std::optional<int64_t> value_to<std::optional<int64_t>>(const Value& v) {
+template <>
+inline Tensor value_to<Tensor>(const Value& v) {
+  return v.to_tensor();
+}
+template <>
+inline std::optional<Tensor> value_to<std::optional<Tensor>>(const Value& v) {
+  return v.to_optional_tensor();
+}
+template <>
+inline std::vector<Tensor> value_to<std::vector<Tensor>>(const Value& v) {
+  return v.to_tensor_list();
+}
+template <>
+inline int64_t value_to<int64_t>(const Value& v) {
+  return v.to_int();
+}
+template <>
+inline double value_to<double>(const Value& v) {
+  return v.to_double();
+}
+template <>
+inline bool value_to<bool>(const Value& v) {
+  return v.to_bool();
+}
+template <>
+inline std::string value_to<std::string>(const Value& v) {
+  return v.to_string();
+}
+template <>
+inline std::vector<int64_t> value_to<std::vector<int64_t>>(const Value& v) {
+  return v.to_int_list();
+}
+template <>
+inline std::vector<double> value_to<std::vector<double>>(const Value& v) {
+  return v.to_double_list();
+}
+template <>
+inline DType value_to<DType>(const Value& v) {
+  return v.to_dtype();
+}
+template <>
+inline Device value_to<Device>(const Value& v) {
+  return v.to_device();
+}
+template <>
+inline std::optional<int64_t> value_to<std::optional<int64_t>>(const Value& v) {
   return v.is_none() ? std::nullopt : std::optional<int64_t>(v.to_int());
 }
-template <> inline std::optional<double> value_to<std::optional<double>>(const Value& v) {
+template <>
+inline std::optional<double> value_to<std::optional<double>>(const Value& v) {
   return v.is_none() ? std::nullopt : std::optional<double>(v.to_double());
 }
-template <> inline std::optional<DType> value_to<std::optional<DType>>(const Value& v) {
+template <>
+inline std::optional<DType> value_to<std::optional<DType>>(const Value& v) {
   return v.is_none() ? std::nullopt : std::optional<DType>(v.to_dtype());
 }
-template <> inline std::optional<Device> value_to<std::optional<Device>>(const Value& v) {
+template <>
+inline std::optional<Device> value_to<std::optional<Device>>(const Value& v) {
   return v.is_none() ? std::nullopt : std::optional<Device>(v.to_device());
 }
 

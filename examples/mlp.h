@@ -73,7 +73,8 @@ struct Task {
 inline Task teacher_task(const Shape& s, mt::Device device) {
   mt::Tensor x = mt::randn({s.batch, s.in});
   mt::Tensor teacher = mt::randn({s.in, s.out});
-  mt::Tensor target = mt::add(mt::matmul(mt::silu(x), teacher), mt::mul(mt::randn({s.batch, s.out}), 0.01));
+  mt::Tensor target =
+      mt::add(mt::matmul(mt::silu(x), teacher), mt::mul(mt::randn({s.batch, s.out}), 0.01));
   return {x.to(device), target.to(device)};
 }
 

@@ -27,15 +27,24 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::string v = argv[i + 1];
-    if (k == "--steps") steps = std::atoll(v.c_str());
-    else if (k == "--batch") shape.batch = std::atoll(v.c_str());
-    else if (k == "--in") shape.in = std::atoll(v.c_str());
-    else if (k == "--hidden") shape.hidden = std::atoll(v.c_str());
-    else if (k == "--out") shape.out = std::atoll(v.c_str());
-    else if (k == "--lr") lr = std::atof(v.c_str());
-    else if (k == "--seed") seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (k == "--device") device = v;
-    else if (k == "--every") every = std::max<int64_t>(1, std::atoll(v.c_str()));
+    if (k == "--steps")
+      steps = std::atoll(v.c_str());
+    else if (k == "--batch")
+      shape.batch = std::atoll(v.c_str());
+    else if (k == "--in")
+      shape.in = std::atoll(v.c_str());
+    else if (k == "--hidden")
+      shape.hidden = std::atoll(v.c_str());
+    else if (k == "--out")
+      shape.out = std::atoll(v.c_str());
+    else if (k == "--lr")
+      lr = std::atof(v.c_str());
+    else if (k == "--seed")
+      seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--device")
+      device = v;
+    else if (k == "--every")
+      every = std::max<int64_t>(1, std::atoll(v.c_str()));
     else {
       std::fprintf(stderr, "mlp_train: unknown option %s\n", k.c_str());
       return 2;

@@ -25,7 +25,8 @@ inline std::vector<mt::Tensor> per_sample_grads_vmap(const Model& m, const mt::T
   return per_sample({x, target});
 }
 
-inline std::vector<std::vector<mt::Tensor>> per_sample_grads_loop(const Model& m, const mt::Tensor& x,
+inline std::vector<std::vector<mt::Tensor>> per_sample_grads_loop(const Model& m,
+                                                                  const mt::Tensor& x,
                                                                   const mt::Tensor& target) {
   std::vector<std::vector<mt::Tensor>> out;
   for (int64_t i = 0; i < x.size(0); ++i)

@@ -48,8 +48,10 @@ int main(int argc, char** argv) {
   int64_t steps = 100;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--device") device_name = v;
-    else if (k == "--steps") steps = std::atoll(v.c_str());
+    if (k == "--device")
+      device_name = v;
+    else if (k == "--steps")
+      steps = std::atoll(v.c_str());
     else {
       std::fprintf(stderr, "per_sample_grads: unknown option %s\n", k.c_str());
       return 2;
@@ -67,10 +69,11 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < shape.batch; ++i)
     for (size_t p = 0; p < batched.size(); ++p)
       worst = std::max(worst, largest_difference(batched[p].select(0, i), loop[size_t(i)][p]));
-  std::printf("per-sample gradients of the %lld/%lld/%lld MLP on %s: vmap(grad) against a loop "
-              "of %lld grad calls, largest difference %.3g\n",
-              (long long)shape.batch, (long long)shape.in, (long long)shape.hidden,
-              device.str().c_str(), (long long)shape.batch, worst);
+  std::printf(
+      "per-sample gradients of the %lld/%lld/%lld MLP on %s: vmap(grad) against a loop "
+      "of %lld grad calls, largest difference %.3g\n",
+      (long long)shape.batch, (long long)shape.in, (long long)shape.hidden, device.str().c_str(),
+      (long long)shape.batch, worst);
   // each sample's gradient norm over all parameters, for the first few samples
   Tensor sq;
   for (const Tensor& g : batched) {

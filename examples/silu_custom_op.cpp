@@ -63,8 +63,7 @@ static Tensor silu_cuda_raw(const Tensor& x) {
   Tensor xc = x.contiguous();  // the kernel indexes x[i]: pitfall 3 again
   Tensor y = empty_like(xc);
   const int64_t n = xc.numel();
-  if (n > 0)
-    silu_raw_f32.launch({.grid = jit::grid_stride_for(n, x.device().index)}, xc, y, n);
+  if (n > 0) silu_raw_f32.launch({.grid = jit::grid_stride_for(n, x.device().index)}, xc, y, n);
   return y;
 }
 
@@ -100,9 +99,10 @@ static bool cuda_steps(const Op& silu, const Op& silu_raw) {
 
   Tensor xd = randn({8}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
   GradcheckResult gc = gradcheck([&](const std::vector<Tensor>& in) { return silu(in[0]); }, {xd});
-  std::printf("gradcheck on cuda:0 (float64): %s %s\n", gc.ok ? "PASS" : "FAIL", gc.message.c_str());
-  OpCheckReport report = opcheck(silu.handle(), {Stack{randn({4, 5}).to(gpu)},
-                                                 Stack{randn({7}).view({7, 1}).t().to(gpu)}});
+  std::printf("gradcheck on cuda:0 (float64): %s %s\n", gc.ok ? "PASS" : "FAIL",
+              gc.message.c_str());
+  OpCheckReport report = opcheck(
+      silu.handle(), {Stack{randn({4, 5}).to(gpu)}, Stack{randn({7}).view({7, 1}).t().to(gpu)}});
   std::printf("opcheck on cuda:0:\n%s", report.str().c_str());
   ok = ok && gc.ok && report.ok();
 
@@ -121,10 +121,11 @@ static bool cuda_steps(const Op& silu, const Op& silu_raw) {
   const double t_expr = median_ms([&] { silu(big); });
   const double t_raw = median_ms([&] { silu_raw(big); });
   const double t_unfused = median_ms([&] { mul(big, sigmoid(big)); });
-  std::printf("float32 SiLU forward, 2^24 elements, median ms: mt::silu %.4f, the user's "
-              "pointwise %.4f (%.2fx), raw %.4f (%.2fx), x * sigmoid(x) %.4f (%.2fx)\n",
-              t_builtin, t_expr, t_expr / t_builtin, t_raw, t_raw / t_builtin, t_unfused,
-              t_unfused / t_builtin);
+  std::printf(
+      "float32 SiLU forward, 2^24 elements, median ms: mt::silu %.4f, the user's "
+      "pointwise %.4f (%.2fx), raw %.4f (%.2fx), x * sigmoid(x) %.4f (%.2fx)\n",
+      t_builtin, t_expr, t_expr / t_builtin, t_raw, t_raw / t_builtin, t_unfused,
+      t_unfused / t_builtin);
   return ok;
 }
 
@@ -135,8 +136,8 @@ int main() {
   silu.register_kernel(DeviceType::CUDA, [](const Tensor& x) { return silu_expr(x); });
   std::printf("registered %s\n", silu.schema().str().c_str());
   // The backward is an op of the user's too: one pointwise expression serves CPU and CUDA.
-  auto silu_bwd = custom_op(
-      "triton_demo::silu_bwd", [](const Tensor& g, const Tensor& x) { return silu_grad_expr(g, x); });
+  auto silu_bwd = custom_op("triton_demo::silu_bwd",
+                            [](const Tensor& g, const Tensor& x) { return silu_grad_expr(g, x); });
   silu_bwd.register_kernel(DeviceType::CUDA,
                            [](const Tensor& g, const Tensor& x) { return silu_grad_expr(g, x); });
   silu_bwd.register_fake([](const Tensor& g, const Tensor&) { return empty_like(g); });
@@ -149,7 +150,9 @@ int main() {
   // Step 4: register_autograd: setup_context saves x; backward returns one gradient per
   // tensor input. A backward of the wrong shape does not compile.
   silu.register_autograd(
-      [silu_bwd](AutogradContext& ctx, const Tensor& grad) { return silu_bwd(grad, ctx.saved()[0]); },
+      [silu_bwd](AutogradContext& ctx, const Tensor& grad) {
+        return silu_bwd(grad, ctx.saved()[0]);
+      },
       [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); });
 
   std::printf("%s", dispatcher().dump_table("triton_demo::silu").c_str());
@@ -163,15 +166,18 @@ int main() {
   backward(sum(y));
   backward(sum(y_ref));
   double fwd = max_abs_diff(y, y_ref), bwd = max_abs_diff(x.grad(), x_ref.grad());
-  std::printf("forward  max |diff| vs x*sigmoid(x): %.3g  %s\n", fwd, fwd < 1e-5 ? "OK" : "MISMATCH");
-  std::printf("gradient max |diff| vs x*sigmoid(x): %.3g  %s\n", bwd, bwd < 1e-5 ? "OK" : "MISMATCH");
+  std::printf("forward  max |diff| vs x*sigmoid(x): %.3g  %s\n", fwd,
+              fwd < 1e-5 ? "OK" : "MISMATCH");
+  std::printf("gradient max |diff| vs x*sigmoid(x): %.3g  %s\n", bwd,
+              bwd < 1e-5 ? "OK" : "MISMATCH");
 
   Tensor xd = randn({8}, {.dtype = DType::Float64, .requires_grad = true});
   GradcheckResult gc = gradcheck([&](const std::vector<Tensor>& in) { return silu(in[0]); }, {xd});
   std::printf("gradcheck (float64, central differences): %s %s\n", gc.ok ? "PASS" : "FAIL",
               gc.message.c_str());
 
-  OpCheckReport report = opcheck(silu.handle(), {Stack{randn({4, 5})}, Stack{randn({7}).view({7, 1}).t()}});
+  OpCheckReport report =
+      opcheck(silu.handle(), {Stack{randn({4, 5})}, Stack{randn({7}).view({7, 1}).t()}});
   std::printf("%s", report.str().c_str());
 
   // A fake tensor on cuda:0 works without a GPU: only shapes flow.

@@ -9,12 +9,12 @@
 
 namespace mt {
 namespace detail {
-void install_autograd_fallback();  // autograd/function.cpp
-void install_trace_fallback();     // autograd/trace.cpp
+void install_autograd_fallback();     // autograd/function.cpp
+void install_trace_fallback();        // autograd/trace.cpp
 void install_opcheck_compile_test();  // kernels/compile/opcheck_compile.cpp
 void install_batched_fallback();      // autograd/vmap.cpp
 void install_autocast_fallback();     // autograd/autocast.cpp
-}
+}  // namespace detail
 
 namespace ops {
 void register_batching_rules();     // kernels/ops/batching.cpp

@@ -10,8 +10,8 @@
 namespace mt {
 
 struct CpuCacheStats {
-  int64_t blocks = 0;  // data blocks this thread keeps (tensors' memory, not objects)
-  int64_t bytes = 0;   // their bytes, rounded as allocated
+  int64_t blocks = 0;    // data blocks this thread keeps (tensors' memory, not objects)
+  int64_t bytes = 0;     // their bytes, rounded as allocated
   bool enabled = false;  // false with MT_NO_CPU_CACHING=1 or under AddressSanitizer
 };
 

@@ -18,7 +18,7 @@ struct Device {
 
   constexpr Device() = default;
   constexpr Device(DeviceType t, int i = 0) : type(t), index(t == DeviceType::CPU ? 0 : i) {}
-  Device(const char* spec);  // NOLINT: "cpu", "cuda", "cuda:1"
+  Device(const char* spec);       // NOLINT: "cpu", "cuda", "cuda:1"
   Device(std::string_view spec);  // NOLINT
 
   bool is_cpu() const { return type == DeviceType::CPU; }

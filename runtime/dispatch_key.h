@@ -60,9 +60,15 @@ class DispatchKeySet {
   constexpr DispatchKeySet add(DispatchKey k) const { return *this | DispatchKeySet(k); }
   constexpr DispatchKeySet remove(DispatchKey k) const { return *this - DispatchKeySet(k); }
 
-  constexpr DispatchKeySet operator|(DispatchKeySet o) const { return DispatchKeySet(bits_ | o.bits_); }
-  constexpr DispatchKeySet operator&(DispatchKeySet o) const { return DispatchKeySet(bits_ & o.bits_); }
-  constexpr DispatchKeySet operator-(DispatchKeySet o) const { return DispatchKeySet(bits_ & ~o.bits_); }
+  constexpr DispatchKeySet operator|(DispatchKeySet o) const {
+    return DispatchKeySet(bits_ | o.bits_);
+  }
+  constexpr DispatchKeySet operator&(DispatchKeySet o) const {
+    return DispatchKeySet(bits_ & o.bits_);
+  }
+  constexpr DispatchKeySet operator-(DispatchKeySet o) const {
+    return DispatchKeySet(bits_ & ~o.bits_);
+  }
   constexpr bool operator==(const DispatchKeySet&) const = default;
 
   std::string str() const;  // "{Autograd, CPU}", highest first

@@ -12,10 +12,10 @@ uint16_t Half::from_float(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (absx > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (absx >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow -> inf (incl. rounding)
-  if (absx < 0x38800000u) {                                   // subnormal or zero in half
-    if (absx < 0x33000000u) return uint16_t(sign);            // rounds to zero
+  if (absx < 0x38800000u) {                                  // subnormal or zero in half
+    if (absx < 0x33000000u) return uint16_t(sign);           // rounds to zero
     // value = mant * 2^(e-150); in units of half's 2^-24 that is mant >> (126 - e)
     uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
     int drop = 126 - int(absx >> 23);  // 14 .. 24
@@ -56,12 +56,18 @@ float Half::to_float(uint16_t h) {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int64: return "int64";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Int64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
   }
   return "unknown";
 }
@@ -74,21 +80,28 @@ DType parse_dtype(std::string_view name) {
   if (name == "half" || name == "f16") return DType::Float16;
   if (name == "bf16") return DType::BFloat16;
   if (name == "long") return DType::Int64;
-  MT_ERROR("[dtype] unknown dtype '{}'; expected one of float32, float64, float16, bfloat16, "
-           "int64, bool",
-           name);
+  MT_ERROR(
+      "[dtype] unknown dtype '{}'; expected one of float32, float64, float16, bfloat16, "
+      "int64, bool",
+      name);
 }
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
   auto rank = [](DType t) {
     switch (t) {
-      case DType::Bool: return 0;
-      case DType::Int64: return 1;
-      case DType::Float16: return 2;
-      case DType::BFloat16: return 2;
-      case DType::Float32: return 3;
-      case DType::Float64: return 4;
+      case DType::Bool:
+        return 0;
+      case DType::Int64:
+        return 1;
+      case DType::Float16:
+        return 2;
+      case DType::BFloat16:
+        return 2;
+      case DType::Float32:
+        return 3;
+      case DType::Float64:
+        return 4;
     }
     return 0;
   };

@@ -67,31 +67,57 @@ inline bool can_cast(DType from, DType to) {
 // truncated toward zero.
 template <typename F>
 inline int64_t saturate_to_int64(F v) {
-  if (v != v) return 0;                          // NaN
-  if (v >= F(0x1p63)) return INT64_MAX;          // 2^63 and up, +inf
-  if (v < F(-0x1p63)) return INT64_MIN;          // below -2^63, -inf
+  if (v != v) return 0;                  // NaN
+  if (v >= F(0x1p63)) return INT64_MAX;  // 2^63 and up, +inf
+  if (v < F(-0x1p63)) return INT64_MIN;  // below -2^63, -inf
   return int64_t(v);
 }
 
-template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::Float16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
-template <typename T> inline constexpr DType dtype_v = dtype_of<T>::value;
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <typename T>
+inline constexpr DType dtype_v = dtype_of<T>::value;
 
 // Calls fn(T{}) with T the C++ type of `t`: MT_VISIT_DTYPE(t, [&](auto tag) { using T = ...; }).
 template <typename Fn>
 decltype(auto) visit_dtype(DType t, Fn&& fn) {
   switch (t) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Float16: return fn(Half{});
-    case DType::BFloat16: return fn(BFloat16{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::Bool: return fn(bool{});
+    case DType::Float32:
+      return fn(float{});
+    case DType::Float64:
+      return fn(double{});
+    case DType::Float16:
+      return fn(Half{});
+    case DType::BFloat16:
+      return fn(BFloat16{});
+    case DType::Int64:
+      return fn(int64_t{});
+    case DType::Bool:
+      return fn(bool{});
   }
   MT_ASSERT(false, "unknown dtype {}", int(t));
   return fn(float{});

@@ -85,9 +85,9 @@ inline std::string format_msg() { return {}; }
 }  // namespace mt
 
 // MT_CHECK(cond, "[op] what went wrong {}; how to fix it", args...)
-#define MT_CHECK(cond, ...)                                          \
-  do {                                                               \
-    if (!(cond)) [[unlikely]]                                        \
+#define MT_CHECK(cond, ...)                                             \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]]                                           \
       ::mt::detail::throw_error(::mt::detail::format_msg(__VA_ARGS__)); \
   } while (0)
 
@@ -95,9 +95,9 @@ inline std::string format_msg() { return {}; }
 #define MT_ERROR(...) ::mt::detail::throw_error(::mt::detail::format_msg(__VA_ARGS__))
 
 // MT_ASSERT(cond) or MT_ASSERT(cond, "context {}", args...): an internal invariant.
-#define MT_ASSERT(cond, ...)                                                         \
-  do {                                                                               \
-    if (!(cond)) [[unlikely]]                                                        \
-      ::mt::detail::throw_internal(#cond, ::mt::detail::format_msg(__VA_ARGS__),     \
-                                   __FILE__, __LINE__);                              \
+#define MT_ASSERT(cond, ...)                                                               \
+  do {                                                                                     \
+    if (!(cond)) [[unlikely]]                                                              \
+      ::mt::detail::throw_internal(#cond, ::mt::detail::format_msg(__VA_ARGS__), __FILE__, \
+                                   __LINE__);                                              \
   } while (0)

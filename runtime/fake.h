@@ -28,8 +28,8 @@ Tensor fake_empty(const Shape& shape, const TensorOptions& opts = {});
 namespace detail {
 // Told about each fake tensor made outside an op's own dispatch: by a factory under
 // FakeMode (`factory` names it: "empty", "full" with `fill` set, "randn", "arange", ...),
-// by fake_like / fake_empty, or by detach() (`source` set). mt::compile's capture uses it to place such tensors in its graph
-// (kernels/compile/capture.cpp); nothing else installs one.
+// by fake_like / fake_empty, or by detach() (`source` set). mt::compile's capture uses it to place
+// such tensors in its graph (kernels/compile/capture.cpp); nothing else installs one.
 class FakeFactoryObserver {
  public:
   virtual ~FakeFactoryObserver() = default;
@@ -38,8 +38,8 @@ class FakeFactoryObserver {
 };
 // This thread's observer (null when none); returns the previous one.
 FakeFactoryObserver* set_fake_factory_observer(FakeFactoryObserver* observer);
-void notify_fake_made(const Tensor& t, const char* factory, std::optional<double> fill = std::nullopt,
-                      const Tensor* source = nullptr);
+void notify_fake_made(const Tensor& t, const char* factory,
+                      std::optional<double> fill = std::nullopt, const Tensor* source = nullptr);
 }  // namespace detail
 
 }  // namespace mt

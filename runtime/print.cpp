@@ -71,8 +71,9 @@ void format_rec(std::string& out, const Tensor& t, std::vector<int64_t>& idx, si
   out += '[';
   int64_t n = sizes[d];
   bool last_dim = d + 1 == sizes.size();
-  std::string sep = last_dim ? ", " : "," + std::string(sizes.size() - d - 1, '\n') +
-                                          std::string(indent + d + 1, ' ');
+  std::string sep =
+      last_dim ? ", "
+               : "," + std::string(sizes.size() - d - 1, '\n') + std::string(indent + d + 1, ' ');
   bool first = true;
   for (int64_t i = 0; i < n; ++i) {
     if (!shown(i, n, summarize)) {

@@ -21,7 +21,7 @@ class Shape {
  public:
   Shape() = default;
   Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); }
-  Shape(std::span<const int64_t> v) { assign(v.begin(), v.end()); }  // NOLINT
+  Shape(std::span<const int64_t> v) { assign(v.begin(), v.end()); }     // NOLINT
   Shape(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }  // NOLINT
   explicit Shape(size_t n, int64_t value = 0) {
     check_size(n);
@@ -77,8 +77,8 @@ class Shape {
     std::copy(b, e, d_);
   }
   static void check_size(size_t n) {
-    MT_CHECK(n <= size_t(kMaxDims), "[shape] tensors have at most {} dimensions, got {}",
-             kMaxDims, n);
+    MT_CHECK(n <= size_t(kMaxDims), "[shape] tensors have at most {} dimensions, got {}", kMaxDims,
+             n);
   }
   int64_t d_[kMaxDims] = {};
   uint8_t n_ = 0;
@@ -112,7 +112,8 @@ inline int64_t checked_numel(const Shape& s, const char* op) {
 inline int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t v : s)
-    if (__builtin_mul_overflow(n, v, &n)) [[unlikely]] detail::throw_bad_shape(s, "tensor");
+    if (__builtin_mul_overflow(n, v, &n)) [[unlikely]]
+      detail::throw_bad_shape(s, "tensor");
   return n;
 }
 

@@ -49,12 +49,12 @@ enum Pool { kDataPool, kObjectPool, kNumPools };  // 64-byte aligned data; objec
 // top). A loop that makes and drops the same intermediates of a few hundred KiB (a batched
 // matmul's output, a per-sample gradient) then pays a page fault and a page of zeroes for
 // every 4 KiB of every new block (`perf record` of a loop of vmap(grad) calls shows it in
-// the kernel's page-fault path; MT_NO_CPU_CACHING=1 gives the A/B). So a thread also keeps its last freed blocks of
-// up to kMediumMax bytes, at most kMediumPerSize of one size, kMediumKeep and kMediumBytes
-// in all, and hands one back to an allocation of the same rounded size; when the list is
-// full, the oldest is freed. The bound a size keeps a burst of one size (a loop's 64
-// per-sample results) from pushing out the other sizes a loop reuses.
-// Same ownership and thread-end rules as the small lists; off under AddressSanitizer.
+// the kernel's page-fault path; MT_NO_CPU_CACHING=1 gives the A/B). So a thread also keeps its last
+// freed blocks of up to kMediumMax bytes, at most kMediumPerSize of one size, kMediumKeep and
+// kMediumBytes in all, and hands one back to an allocation of the same rounded size; when the list
+// is full, the oldest is freed. The bound a size keeps a burst of one size (a loop's 64 per-sample
+// results) from pushing out the other sizes a loop reuses. Same ownership and thread-end rules as
+// the small lists; off under AddressSanitizer.
 constexpr size_t kMediumMax = size_t(8) << 20;
 constexpr size_t kMediumBytes = size_t(32) << 20;
 constexpr int kMediumKeep = 64;

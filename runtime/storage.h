@@ -48,7 +48,7 @@ class StorageImpl {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  Allocator* allocator_ = nullptr;             // set when we allocated data_
+  Allocator* allocator_ = nullptr;               // set when we allocated data_
   std::function<void(void*)> external_deleter_;  // set for from_blob
   std::atomic<uint32_t> version_{0};
 };

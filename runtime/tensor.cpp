@@ -18,14 +18,22 @@ namespace mt {
 
 std::string_view dispatch_key_name(DispatchKey k) {
   switch (k) {
-    case DispatchKey::CPU: return "CPU";
-    case DispatchKey::CUDA: return "CUDA";
-    case DispatchKey::Fake: return "Fake";
-    case DispatchKey::Mode: return "Mode";
-    case DispatchKey::Autograd: return "Autograd";
-    case DispatchKey::Autocast: return "Autocast";
-    case DispatchKey::Batched: return "Batched";
-    case DispatchKey::Trace: return "Trace";
+    case DispatchKey::CPU:
+      return "CPU";
+    case DispatchKey::CUDA:
+      return "CUDA";
+    case DispatchKey::Fake:
+      return "Fake";
+    case DispatchKey::Mode:
+      return "Mode";
+    case DispatchKey::Autograd:
+      return "Autograd";
+    case DispatchKey::Autocast:
+      return "Autocast";
+    case DispatchKey::Batched:
+      return "Batched";
+    case DispatchKey::Trace:
+      return "Trace";
   }
   return "?";
 }
@@ -60,15 +68,16 @@ void TensorImpl::refresh_keys() {
 }
 
 void Tensor::throw_undefined() {
-  MT_ERROR("[tensor] this Tensor is undefined (default-constructed or moved from); "
-           "make one with a factory such as mt::zeros or mt::from_vector");
+  MT_ERROR(
+      "[tensor] this Tensor is undefined (default-constructed or moved from); "
+      "make one with a factory such as mt::zeros or mt::from_vector");
 }
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dims -1 and 0
   MT_CHECK(dim >= -n && dim < n,
-           "[{}] dimension {} is out of range for a {}-d tensor (expected a value in [{}, {}])",
-           op, dim, ndim, -n, n - 1);
+           "[{}] dimension {} is out of range for a {}-d tensor (expected a value in [{}, {}])", op,
+           dim, ndim, -n, n - 1);
   return dim < 0 ? dim + n : dim;
 }
 
@@ -113,15 +122,17 @@ void Tensor::throw_fake_data() const {
            "mt::vmap a tensor stands for every sample of the batch; return it from the vmapped "
            "function and read the result",
            t->sizes);
-  MT_ERROR("[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
-           "carry only metadata; run the op on a real tensor to get values",
-           t->sizes, t->dtype, t->device);
+  MT_ERROR(
+      "[data_ptr] cannot read the data of a fake tensor (shape {}, {}, {}): fake tensors "
+      "carry only metadata; run the op on a real tensor to get values",
+      t->sizes, t->dtype, t->device);
 }
 
 void Tensor::throw_dtype_mismatch(DType want) const {
-  MT_ERROR("[data_ptr] data_ptr<T>() with T of dtype {} was called on a {} tensor; use the "
-           "matching T or convert first with .to(mt::DType::...)",
-           want, dtype());
+  MT_ERROR(
+      "[data_ptr] data_ptr<T>() with T of dtype {} was called on a {} tensor; use the "
+      "matching T or convert first with .to(mt::DType::...)",
+      want, dtype());
 }
 
 uint32_t Tensor::version() const {
@@ -163,9 +174,7 @@ Tensor Tensor::grad() const {
   return Tensor(t->autograd->grad);
 }
 
-void Tensor::set_grad(const Tensor& g) const {
-  ensure_autograd_meta().grad = g.impl_ptr();
-}
+void Tensor::set_grad(const Tensor& g) const { ensure_autograd_meta().grad = g.impl_ptr(); }
 
 bool Tensor::is_leaf() const {
   const TensorImpl* t = checked();
@@ -175,7 +184,7 @@ bool Tensor::is_leaf() const {
 namespace detail {
 // A batched tensor's detach (autograd/vmap.cpp sets it): the same batch with its value detached.
 std::atomic<Tensor (*)(const Tensor&)> g_detach_batched{nullptr};
-}
+}  // namespace detail
 
 Tensor Tensor::detach() const {
   const TensorImpl* t = checked();
@@ -234,23 +243,25 @@ void throw_bad_shape(const Shape& s, const char* op) {
   double n = 1, nonzero = 1;
   for (int64_t v : s) n *= double(v), nonzero *= double(std::max<int64_t>(v, 1));
   if (n != 0)
-    MT_ERROR("[{}] the sizes {} have {} elements, more than int64 can count; make the tensor "
-             "smaller (at most 2^63 - 1 elements)",
-             op, s, describe_count(n, all_powers_of_two(s)));
-  MT_ERROR("[{}] the sizes {} have no elements, but their nonzero sizes multiply to {}, more "
-           "than int64 can count, so the strides cannot be computed; make the other sizes "
-           "smaller",
-           op, s, describe_count(nonzero, all_powers_of_two(s)));
+    MT_ERROR(
+        "[{}] the sizes {} have {} elements, more than int64 can count; make the tensor "
+        "smaller (at most 2^63 - 1 elements)",
+        op, s, describe_count(n, all_powers_of_two(s)));
+  MT_ERROR(
+      "[{}] the sizes {} have no elements, but their nonzero sizes multiply to {}, more "
+      "than int64 can count, so the strides cannot be computed; make the other sizes "
+      "smaller",
+      op, s, describe_count(nonzero, all_powers_of_two(s)));
 }
 
 int64_t checked_nbytes(const Shape& s, int64_t elements, DType t, const char* op) {
   int64_t bytes = 0;
-  MT_CHECK(!__builtin_mul_overflow(elements, int64_t(dtype_size(t)), &bytes),
-           "[{}] a {} tensor of sizes {} takes {} bytes, more than int64 can count; make the "
-           "tensor smaller",
-           op, t, s,
-           describe_count(double(elements) * double(dtype_size(t)),
-                          (elements & (elements - 1)) == 0));
+  MT_CHECK(
+      !__builtin_mul_overflow(elements, int64_t(dtype_size(t)), &bytes),
+      "[{}] a {} tensor of sizes {} takes {} bytes, more than int64 can count; make the "
+      "tensor smaller",
+      op, t, s,
+      describe_count(double(elements) * double(dtype_size(t)), (elements & (elements - 1)) == 0));
   return bytes;
 }
 
@@ -302,7 +313,8 @@ FakeFactoryObserver* set_fake_factory_observer(FakeFactoryObserver* observer) {
 }
 void notify_fake_made(const Tensor& t, const char* factory, std::optional<double> fill,
                       const Tensor* source) {
-  if (t_fake_observer) [[unlikely]] t_fake_observer->made(t, factory, fill, source);
+  if (t_fake_observer) [[unlikely]]
+    t_fake_observer->made(t, factory, fill, source);
 }
 }  // namespace detail
 
@@ -362,8 +374,10 @@ Tensor empty_like(const Tensor& t, const TensorOptions& opts) { return empty(t.s
 
 Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
   Tensor t = empty(shape, {.dtype = opts.dtype, .device = opts.device});
-  if (!t.is_fake()) detail::fill_impl(t, value);
-  else detail::notify_fake_made(t, "full", value);
+  if (!t.is_fake())
+    detail::fill_impl(t, value);
+  else
+    detail::notify_fake_made(t, "full", value);
   return finish(t, opts);
 }
 Tensor zeros(const Shape& shape, const TensorOptions& opts) { return full(shape, 0, opts); }
@@ -444,8 +458,8 @@ void manual_seed(uint64_t seed) {
 
 // A draw made on the GPU by the kernel library's random kernel (the same values as the
 // host's); undefined when the tensor is not a real CUDA tensor or there is no kernel.
-static Tensor device_random(const Shape& shape, const TensorOptions& opts, uint64_t seed, uint64_t base,
-                     bool normal) {
+static Tensor device_random(const Shape& shape, const TensorOptions& opts, uint64_t seed,
+                            uint64_t base, bool normal) {
   if (!opts.device.is_cuda() || t_fake_mode) return Tensor();
   cuda::RandomKernel k = cuda::random_kernel();
   if (!k) return Tensor();
@@ -466,8 +480,7 @@ Tensor rand(const Shape& shape, const TensorOptions& opts, Generator* gen) {
   }
   if (Tensor t = device_random(shape, opts, seed, base, false); t.defined()) return t;
   // As many bits as the dtype holds, so the value stays below 1 (Note [The random stream]).
-  const int bits =
-      philox_uniform_bits(int(dtype_size(opts.dtype)), opts.dtype == DType::BFloat16);
+  const int bits = philox_uniform_bits(int(dtype_size(opts.dtype)), opts.dtype == DType::BFloat16);
   return generate(shape, opts, "rand", [&](int64_t i) {
     const Philox4x32 r = philox_block(seed, base + uint64_t(i));
     return philox_uniform(r.v[0], r.v[1], bits);

@@ -58,8 +58,14 @@ struct TensorImpl {
   TensorImpl() = default;
   TensorImpl(const Shape& sizes_, const Shape& strides_, int64_t offset_, DType dtype_,
              Device device_, Storage storage_, bool fake_)
-      : sizes(sizes_), strides(strides_), offset(offset_), numel(shape_numel(sizes_)),
-        dtype(dtype_), device(device_), storage(std::move(storage_)), fake(fake_) {
+      : sizes(sizes_),
+        strides(strides_),
+        offset(offset_),
+        numel(shape_numel(sizes_)),
+        dtype(dtype_),
+        device(device_),
+        storage(std::move(storage_)),
+        fake(fake_) {
     refresh_keys();
   }
 
@@ -99,12 +105,14 @@ class Tensor {
   // Dims may be negative (counted from the end); out of range is an error.
   int64_t size(int64_t dim) const {
     const TensorImpl* t = checked();
-    if (dim >= 0 && size_t(dim) < t->sizes.size()) [[likely]] return t->sizes[size_t(dim)];
+    if (dim >= 0 && size_t(dim) < t->sizes.size()) [[likely]]
+      return t->sizes[size_t(dim)];
     return size_slow(dim);
   }
   int64_t stride(int64_t dim) const {
     const TensorImpl* t = checked();
-    if (dim >= 0 && size_t(dim) < t->strides.size()) [[likely]] return t->strides[size_t(dim)];
+    if (dim >= 0 && size_t(dim) < t->strides.size()) [[likely]]
+      return t->strides[size_t(dim)];
     return stride_slow(dim);
   }
   int64_t dim() const { return int64_t(checked()->sizes.size()); }
@@ -123,7 +131,8 @@ class Tensor {
   // Data. Reading the data of a fake tensor is an error, never a crash.
   void* data_ptr() const {
     const TensorImpl* t = checked();
-    if (t->fake) [[unlikely]] throw_fake_data();
+    if (t->fake) [[unlikely]]
+      throw_fake_data();
     const StorageImpl* st = t->storage.get();
     if (st == nullptr || st->data() == nullptr) return nullptr;
     return static_cast<char*>(st->data()) + t->offset * int64_t(dtype_size(t->dtype));
@@ -189,7 +198,8 @@ class Tensor {
  private:
   // Every accessor goes through here: inline, with the error out of line.
   TensorImpl* checked() const {
-    if (impl_ == nullptr) [[unlikely]] throw_undefined();
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
     return impl_.get();
   }
   [[noreturn]] static void throw_undefined();
@@ -197,7 +207,8 @@ class Tensor {
   int64_t size_slow(int64_t dim) const;
   int64_t stride_slow(int64_t dim) const;
   void check_dtype_for_data_ptr(DType want) const {
-    if (dtype() != want) [[unlikely]] throw_dtype_mismatch(want);
+    if (dtype() != want) [[unlikely]]
+      throw_dtype_mismatch(want);
   }
   [[noreturn]] void throw_dtype_mismatch(DType want) const;
   std::shared_ptr<TensorImpl> impl_;
@@ -208,7 +219,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // Factories. Under FakeMode (runtime/fake.h) they make fake tensors.
 Tensor empty(const Shape& shape, const TensorOptions& opts = {});
 Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& opts = {});
-Tensor empty_like(const Tensor& t);                          // contiguous, same dtype and device
+Tensor empty_like(const Tensor& t);  // contiguous, same dtype and device
 Tensor empty_like(const Tensor& t, const TensorOptions& opts);
 Tensor zeros(const Shape& shape, const TensorOptions& opts = {});
 Tensor ones(const Shape& shape, const TensorOptions& opts = {});
@@ -230,7 +241,12 @@ class Generator {
   void manual_seed(uint64_t seed) { seed_ = seed, offset_ = 0; }
   uint64_t seed() const { return seed_; }
   // Reserves n counters and returns the first.
-  uint64_t advance(uint64_t n) { uint64_t o = offset_; offset_ += n; return o; }
+  uint64_t advance(uint64_t n) {
+    uint64_t o = offset_;
+    offset_ += n;
+    return o;
+  }
+
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
@@ -254,8 +270,8 @@ Tensor from_vector(const std::vector<T>& values) {
 }
 // Wraps user memory without copying; `deleter` (may be empty) runs when the last
 // view dies. Strides default to contiguous.
-Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter = {},
-                 Device device = kCPU);
+Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                 std::function<void(void*)> deleter = {}, Device device = kCPU);
 Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
                  std::function<void(void*)> deleter = {}, Device device = kCPU);
 

@@ -123,8 +123,9 @@ Tensor slice_of(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_
   if (!__builtin_mul_overflow(strides[size_t(d)], step, &stride)) {
     strides[size_t(d)] = stride;
   } else {
-    MT_CHECK(n < 2, "[slice] step {} times stride {} overflows int64 for a dimension of {} elements",
-             step, strides[size_t(d)], n);
+    MT_CHECK(n < 2,
+             "[slice] step {} times stride {} overflows int64 for a dimension of {} elements", step,
+             strides[size_t(d)], n);
   }
   // start == len (an empty slice) can point one stride past the storage's last element
   int64_t offset = 0;
@@ -142,8 +143,8 @@ Tensor narrow_of(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   int64_t len = t.sizes()[size_t(d)];
   if (start < 0) start += len;
   MT_CHECK(start >= 0 && start <= len && length >= 0 && length <= len - start,
-           "[narrow] start {} and length {} are out of range for dimension {} of size {}",
-           start, length, d, len);
+           "[narrow] start {} and length {} are out of range for dimension {} of size {}", start,
+           length, d, len);
   return slice_of(t, d, start, start + length, 1);
 }
 
@@ -208,7 +209,8 @@ Tensor squeeze_of(const Tensor& t) {
 
 Tensor squeeze_of(const Tensor& t, int64_t dim) {
   int64_t d = wrap_dim(dim, t.dim(), "squeeze");
-  if (t.dim() == 0 || t.sizes()[size_t(d)] != 1) return make_view(t, t.sizes(), t.strides(), t.storage_offset());
+  if (t.dim() == 0 || t.sizes()[size_t(d)] != 1)
+    return make_view(t, t.sizes(), t.strides(), t.storage_offset());
   Shape sizes = t.sizes(), strides = t.strides();
   sizes.erase(size_t(d));
   strides.erase(size_t(d));

@@ -9,8 +9,7 @@ namespace mt::detail {
 
 // The strides of `shape` viewed over (sizes, strides), or false if no view exists
 // (PyTorch's computeStride: merge runs of dims that are contiguous with each other).
-bool compute_view_strides(const Shape& sizes, const Shape& strides, const Shape& shape,
-                          Shape* out);
+bool compute_view_strides(const Shape& sizes, const Shape& strides, const Shape& shape, Shape* out);
 // Resolves one -1 in `shape` against numel; `op` names the caller in errors.
 Shape infer_size(const Shape& shape, int64_t numel, const char* op);
 

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   if (std::getenv("MT_KERNEL_CACHE") == nullptr) {
     std::error_code ec;
     const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (!ec) setenv("MT_KERNEL_CACHE", (exe.parent_path().parent_path() / "test-kernel-cache").c_str(), 0);
+    if (!ec)
+      setenv("MT_KERNEL_CACHE", (exe.parent_path().parent_path() / "test-kernel-cache").c_str(), 0);
   }
   doctest::Context ctx(argc, argv);
   int rc = ctx.run();

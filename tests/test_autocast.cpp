@@ -11,7 +11,9 @@
 using namespace mt;
 
 TEST_SUITE("autocast") {
-  TEST_CASE("AutocastGuard on CPU: matmul in bfloat16, reductions and softmax in float32, binary ops promote") {
+  TEST_CASE(
+      "AutocastGuard on CPU: matmul in bfloat16, reductions and softmax in float32, binary ops "
+      "promote") {
     const Tensor a = randn({4, 3}), b = randn({3, 2});
     CHECK(mt::matmul(a, b).dtype() == DType::Float32);
     {
@@ -30,10 +32,12 @@ TEST_SUITE("autocast") {
       CHECK(mt::relu(p).dtype() == DType::BFloat16);  // no policy: as it is
       CHECK(mt::matmul(a.to(DType::Float64), b.to(DType::Float64)).dtype() == DType::Float64);
       // the values: bfloat16's rounding of the float32 product
-      const auto want = mt::matmul(a.to(DType::BFloat16).to(DType::Float32), b.to(DType::BFloat16).to(DType::Float32))
+      const auto want = mt::matmul(a.to(DType::BFloat16).to(DType::Float32),
+                                   b.to(DType::BFloat16).to(DType::Float32))
                             .to_vector<float>();
       const auto got = p.to(DType::Float32).to_vector<float>();
-      for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-2));
+      for (size_t i = 0; i < got.size(); ++i)
+        CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-2));
     }
     CHECK(!autocast_enabled(DeviceType::CPU));
     CHECK(mt::matmul(a, b).dtype() == DType::Float32);
@@ -99,12 +103,14 @@ TEST_SUITE("autocast") {
     {
       Registration r = register_autocast(same, DeviceType::CPU, DType::Float32);
       CHECK(same(x).dtype() == DType::Float32);
-      CHECK(dispatcher().dump_table("autocast_test::same").find(
-                "  Autocast  kernel      [tests/test_autocast.cpp:") != std::string::npos);
+      CHECK(dispatcher()
+                .dump_table("autocast_test::same")
+                .find("  Autocast  kernel      [tests/test_autocast.cpp:") != std::string::npos);
     }
     CHECK(same(x).dtype() == DType::BFloat16);
-    CHECK(dispatcher().dump_table("autocast_test::same").find(
-              "  Autocast  fallthrough [autograd/autocast.cpp:") != std::string::npos);
+    CHECK(dispatcher()
+              .dump_table("autocast_test::same")
+              .find("  Autocast  fallthrough [autograd/autocast.cpp:") != std::string::npos);
     {
       Registration r = register_autocast("autocast_test::same", DeviceType::CPU, DType::Float32);
       CHECK(same(x).dtype() == DType::Float32);
@@ -123,10 +129,13 @@ TEST_SUITE("autocast") {
     CHECK(table.find("mt::matmul           lower_precision\n") != std::string::npos);
     CHECK(table.find("mt::softmax          float32\n") != std::string::npos);
     CHECK(table.find("mt::add              promote\n") != std::string::npos);
-    CHECK(dispatcher().dump_table("mt::matmul").find(
-              "  Autocast  kernel      [kernels/ops/autocast_policies.cpp:") != std::string::npos);
-    CHECK(dispatcher().dump_table("mt::relu").find("  Autocast  fallthrough [autograd/autocast.cpp:") !=
+    CHECK(dispatcher()
+              .dump_table("mt::matmul")
+              .find("  Autocast  kernel      [kernels/ops/autocast_policies.cpp:") !=
           std::string::npos);
+    CHECK(dispatcher()
+              .dump_table("mt::relu")
+              .find("  Autocast  fallthrough [autograd/autocast.cpp:") != std::string::npos);
     const Tensor a = randn({2, 2});
     LogCapture log;
     {

@@ -37,7 +37,9 @@ Tensor silu_backward_formula(AutogradContext& ctx, const Tensor& grad) {
   return mul(grad, mul(s, add(mul(x, sub(ones_like(s), s)), 1.0)));
 }
 
-void silu_setup(AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward({x}); }
+void silu_setup(AutogradContext& ctx, const Tensor& x, const Tensor&) {
+  ctx.save_for_backward({x});
+}
 
 auto make_silu() {
   auto op = custom_op("triton_demo::silu", silu_cpu);
@@ -54,7 +56,8 @@ std::vector<double> reference_silu(const std::vector<double>& x) {
 
 }  // namespace
 
-TEST_CASE("the tutorial's flow: custom_op, register_fake, register_autograd, check, gradcheck, opcheck") {
+TEST_CASE(
+    "the tutorial's flow: custom_op, register_fake, register_autograd, check, gradcheck, opcheck") {
   auto silu = make_silu();
   CHECK(silu.schema().str() == "triton_demo::silu(Tensor _0) -> Tensor");
   manual_seed(0);
@@ -87,14 +90,16 @@ TEST_CASE("pitfall 1: without register_fake, fake tensors get a message saying h
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("[triton_demo::silu_nofake] 'triton_demo::silu_nofake' has no Fake "
-                        "kernel; register one with register_fake"));
+  CHECK(
+      msg.starts_with("[triton_demo::silu_nofake] 'triton_demo::silu_nofake' has no Fake "
+                      "kernel; register one with register_fake"));
   OpCheckReport r = opcheck(op.handle(), {Stack{randn({3})}});
   CHECK_FALSE(r.ok());
   CHECK_FALSE(r.find("test_faketensor")->passed);
 }
 
-TEST_CASE("pitfall 2: a namespace written with an underscore is refused with the namespace::op form") {
+TEST_CASE(
+    "pitfall 2: a namespace written with an underscore is refused with the namespace::op form") {
   CHECK_THROWS_WITH_AS(custom_op("triton_demo_silu", silu_cpu),
                        "[schema] invalid operator name 'triton_demo_silu' (it has no namespace); "
                        "operator names have the form 'namespace::op_name' (for example "
@@ -123,24 +128,28 @@ TEST_CASE("pitfall 4: a wrong backward formula runs, and gradcheck catches it") 
   auto op = custom_op("triton_demo::silu_wrong", silu_cpu);
   op.register_fake([](const Tensor& x) { return empty_like(x); });
   op.register_autograd(
-      [](AutogradContext& ctx, const Tensor& g) { return mul(g, sigmoid(ctx.saved()[0])); },  // forgot the x*s*(1-s) term
+      [](AutogradContext& ctx, const Tensor& g) {
+        return mul(g, sigmoid(ctx.saved()[0]));
+      },  // forgot the x*s*(1-s) term
       silu_setup);
   Tensor x = from_vector<double>({0.5, -1.0, 2.0});
   x.requires_grad_();
   GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return op(in[0]); }, {x});
   CHECK_FALSE(r.ok);
-  CHECK(r.message.starts_with("[gradcheck] Jacobian mismatch for output 0 with respect to input 0"));
+  CHECK(
+      r.message.starts_with("[gradcheck] Jacobian mismatch for output 0 with respect to input 0"));
   OpCheckReport report = opcheck(op.handle(), {Stack{from_vector<float>({0.5f, -1.0f})}});
   CHECK_FALSE(report.find("test_gradcheck")->passed);
   CHECK(report.find("test_autograd_registration")->passed);
 }
 
 TEST_CASE("pitfall 5: a kernel called without registration is not an op") {
-  CHECK_THROWS_WITH_AS(call<Tensor>("triton_demo::never_registered", zeros({1})),
-                       "[dispatcher] no operator named 'triton_demo::never_registered' is "
-                       "registered; define it with mt::custom_op(\"triton_demo::never_registered\", "
-                       "fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      call<Tensor>("triton_demo::never_registered", zeros({1})),
+      "[dispatcher] no operator named 'triton_demo::never_registered' is "
+      "registered; define it with mt::custom_op(\"triton_demo::never_registered\", "
+      "fn) or MT_LIBRARY (run `minitensor ops` to list the ops)",
+      Error);
 }
 
 TEST_CASE("a kernel without autograd: its gradient is an error at backward naming the op") {
@@ -187,13 +196,12 @@ TEST_CASE("backward: a fresh leaf gradient becomes .grad without a copy, shared 
 }
 
 TEST_CASE("custom_op: declared mutations bump versions; undeclared aliasing is refused") {
-  auto scale_ = custom_op(
-      "triton_demo::scale_",
-      [](const Tensor& x, double a) {
-        auto p = x.data_ptr<float>();
-        for (int64_t i = 0; i < x.numel(); ++i) p[i] *= float(a);
-      },
-      {.mutates_args = {"_0"}});
+  auto scale_ = custom_op("triton_demo::scale_",
+                          [](const Tensor& x, double a) {
+                            auto p = x.data_ptr<float>();
+                            for (int64_t i = 0; i < x.numel(); ++i) p[i] *= float(a);
+                          },
+                          {.mutates_args = {"_0"}});
   CHECK(scale_.schema().str() == "triton_demo::scale_(Tensor(a0!) _0, float _1) -> ()");
   Tensor x = ones({2});
   uint32_t v = x.version();
@@ -212,24 +220,26 @@ TEST_CASE("custom_op: declared mutations bump versions; undeclared aliasing is r
   CHECK(r.find("test_schema")->message.find("does not declare it mutated") != std::string::npos);
 
   auto alias = custom_op("triton_demo::alias", [](const Tensor& x) { return x.view({-1}); });
-  CHECK_THROWS_WITH_AS(alias(ones({2, 2})),
-                       "[custom_op] 'triton_demo::alias' returned a tensor that shares memory with "
-                       "its input 0 (output 0), but the schema triton_demo::alias(Tensor _0) -> "
-                       "Tensor declares no alias. Return a fresh tensor (for example x.clone()), or "
-                       "declare the alias with Tensor(a) in an explicit schema",
-                       Error);
-  auto bump = custom_op(
-      "triton_demo::bump_", [](const Tensor& x) { return x.clone(); }, {.mutates_args = {"_0"}});
+  CHECK_THROWS_WITH_AS(
+      alias(ones({2, 2})),
+      "[custom_op] 'triton_demo::alias' returned a tensor that shares memory with "
+      "its input 0 (output 0), but the schema triton_demo::alias(Tensor _0) -> "
+      "Tensor declares no alias. Return a fresh tensor (for example x.clone()), or "
+      "declare the alias with Tensor(a) in an explicit schema",
+      Error);
+  auto bump = custom_op("triton_demo::bump_", [](const Tensor& x) { return x.clone(); },
+                        {.mutates_args = {"_0"}});
   auto register_on_mutating = [&] {
     bump.register_autograd([](AutogradContext&, const Tensor& g) { return g; },
                            [](AutogradContext&, const Tensor&, const Tensor&) {});
   };
-  CHECK_THROWS_WITH_AS(register_on_mutating(),
-                       "[register_autograd] 'triton_demo::bump_' mutates its inputs "
-                       "(triton_demo::bump_(Tensor(a0!) _0) -> Tensor); autograd formulas can only "
-                       "be registered for functional ops: return a new tensor instead of writing to "
-                       "an input",
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      register_on_mutating(),
+      "[register_autograd] 'triton_demo::bump_' mutates its inputs "
+      "(triton_demo::bump_(Tensor(a0!) _0) -> Tensor); autograd formulas can only "
+      "be registered for functional ops: return a new tensor instead of writing to "
+      "an input",
+      Error);
 }
 
 TEST_CASE("opcheck catches a fake kernel of the wrong shape") {
@@ -287,8 +297,9 @@ TEST_CASE("autograd: a second backward over freed entries says so; retain_graph 
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("[backward] trying to go backward through the graph a second time: the "
-                        "tape entry of 'mt::"));
+  CHECK(
+      msg.starts_with("[backward] trying to go backward through the graph a second time: the "
+                      "tape entry of 'mt::"));
   CHECK(msg.find("Pass retain_graph=true") != std::string::npos);
 }
 
@@ -317,8 +328,9 @@ TEST_CASE("autograd: in-place ops on tensors that need grad are refused while re
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("[autograd] 'mt::add_' modifies its inputs in place, and one of them "
-                        "requires grad"));
+  CHECK(
+      msg.starts_with("[autograd] 'mt::add_' modifies its inputs in place, and one of them "
+                      "requires grad"));
   NoGradGuard no_grad;  // an optimizer step
   add_(w, ones({2}), -0.5);
   CHECK(w.to_vector<float>() == std::vector<float>{0.5f, 0.5f});
@@ -355,7 +367,8 @@ TEST_CASE("autograd: create_graph gives higher-order gradients") {
   CHECK(g3[0].item<double>() == doctest::Approx(6.0));
   Tensor z = from_vector<double>({0.3, -1.2});
   z.requires_grad_();
-  GradcheckResult r = gradgradcheck([](const std::vector<Tensor>& in) { return mt::silu(in[0]); }, {z});
+  GradcheckResult r =
+      gradgradcheck([](const std::vector<Tensor>& in) { return mt::silu(in[0]); }, {z});
   CHECK_MESSAGE(r.ok, r.message);
 }
 
@@ -404,21 +417,25 @@ TEST_CASE("dump_tape: the entries as text and as a Graphviz graph") {
 TEST_CASE("trace_fake: shapes of every call without computing, on a fake cuda:0 too") {
   Tensor x = zeros({4, 3}, {.requires_grad = true});
   CallTrace t = trace_fake(
-      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(mt::silu(mul(in[0], 2.0)))}; },
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{sum(mt::silu(mul(in[0], 2.0)))};
+      },
       {x});
   REQUIRE(t.calls.size() >= 3);
   CHECK(t.calls[0].op == "mt::mul.Scalar");
   CHECK(t.calls[0].args[0] == "Tensor[4, 3] float32 cpu fake");
   CHECK(t.calls[0].results[0] == "Tensor[4, 3] float32 cpu fake");
-  CHECK(t.str().find("mt::silu(Tensor[4, 3] float32 cpu fake) -> (Tensor[4, 3] float32 cpu fake)") !=
-        std::string::npos);
+  CHECK(
+      t.str().find("mt::silu(Tensor[4, 3] float32 cpu fake) -> (Tensor[4, 3] float32 cpu fake)") !=
+      std::string::npos);
   Tensor fake_gpu;
   {
     FakeMode f;
     fake_gpu = empty({2, 2}, {.device = Device("cuda:0")});
   }
-  CallTrace g = trace_fake(
-      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::silu(in[0])}; }, {fake_gpu});
+  CallTrace g =
+      trace_fake([](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::silu(in[0])}; },
+                 {fake_gpu});
   CHECK(g.calls.at(0).results.at(0) == "Tensor[2, 2] float32 cuda:0 fake");
 }
 
@@ -435,11 +452,13 @@ TEST_CASE("autograd: .grad owns contiguous memory, and saved outputs keep their 
   // an op whose backward uses its saved output: double backward must flow through it
   auto op = custom_op("triton_demo::exp_saving_output", [](const Tensor& t) { return mt::exp(t); });
   op.register_fake([](const Tensor& t) { return empty_like(t); });
-  op.register_autograd([](AutogradContext& ctx, const Tensor& g) { return mul(g, ctx.saved()[0]); },
-                       [](AutogradContext& ctx, const Tensor&, const Tensor& out) { ctx.save_for_backward({out}); });
+  op.register_autograd(
+      [](AutogradContext& ctx, const Tensor& g) { return mul(g, ctx.saved()[0]); },
+      [](AutogradContext& ctx, const Tensor&, const Tensor& out) { ctx.save_for_backward({out}); });
   Tensor z = from_vector<double>({0.2, -0.7});
   z.requires_grad_();
-  GradcheckResult r = gradgradcheck([&](const std::vector<Tensor>& in) { return mul(op(in[0]), op(in[0])); }, {z});
+  GradcheckResult r =
+      gradgradcheck([&](const std::vector<Tensor>& in) { return mul(op(in[0]), op(in[0])); }, {z});
   CHECK_MESSAGE(r.ok, r.message);
 }
 
@@ -459,7 +478,6 @@ TEST_CASE("autograd: a leaf's fresh gradient from a custom op becomes .grad with
   CHECK(x.grad().data_ptr() == made);  // the backward's own tensor, not a clone of it
   CHECK(x.grad().to_vector<float>() == std::vector<float>(1000, 2.0f));
 }
-
 
 namespace {
 int g_prune_backward_calls = 0;  // how often prune_test::twice's backward ran

@@ -55,8 +55,18 @@ TEST_CASE("host_loop: ns_per_call_paired reports g over f, and alternates which 
     CHECK(p.g == 40000);
     CHECK(p.ratio == 2.0);
     // calls_for sizes f's loop (16 calls, then 64) and g's, then the five pairs alternate
-    CHECK(bench_test_loops() == (f_first ? "ffgg" "fg" "gf" "fg" "gf" "fg"
-                                         : "ffgg" "gf" "fg" "gf" "fg" "gf"));
+    CHECK(bench_test_loops() == (f_first ? "ffgg"
+                                           "fg"
+                                           "gf"
+                                           "fg"
+                                           "gf"
+                                           "fg"
+                                         : "ffgg"
+                                           "gf"
+                                           "fg"
+                                           "gf"
+                                           "fg"
+                                           "gf"));
     mt::bench::PairedNs q = mt::bench::ns_per_call_paired<BenchTestClock>(g, f, 5, 2.0, f_first);
     CHECK(q.ratio == 0.5);
   }

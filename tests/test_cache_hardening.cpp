@@ -3,9 +3,6 @@
 // FIFOs, directories, huge sparse files, unwritable and foreign directories. Most cases
 // store made-up results under made-up keys and need no NVRTC; the ones through get() do.
 #include <doctest/doctest.h>
-
-#include "child.h"
-#include "helpers.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +15,8 @@
 #include <functional>
 #include <string>
 
+#include "child.h"
+#include "helpers.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
 #include "runtime/error.h"
@@ -42,7 +41,6 @@ struct TempDir {
   }
   std::string sub(const std::string& name) const { return path + "/" + name; }
 };
-
 
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -72,7 +70,6 @@ CompileRequest request(int arch, std::vector<std::string> options) {
   r.options = std::move(options);
   return r;
 }
-
 
 bool not_root() { return ::geteuid() != 0; }
 

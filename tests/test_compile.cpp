@@ -16,7 +16,6 @@ using namespace mt;
 
 namespace {
 
-
 using Tensors = std::vector<Tensor>;
 
 // Same sizes, dtype and bytes.
@@ -136,7 +135,8 @@ TEST_SUITE("compile") {
         "[compile] capturing runs every op on fake tensors to lay out the graph before anything "
         "runs, so each op needs a Fake kernel (in 'test_compile::no_fake'):\n"
         "[test_compile::no_fake] 'test_compile::no_fake' has no Fake kernel; register one with "
-        "register_fake (or m.impl(\"no_fake\", ...) in MT_LIBRARY_IMPL(test_compile, Fake, m)), so that it can run "
+        "register_fake (or m.impl(\"no_fake\", ...) in MT_LIBRARY_IMPL(test_compile, Fake, m)), so "
+        "that it can run "
         "on fake tensors."));
     // and with the fake kernel registered, the capture works
     op.register_fake([](const Tensor& x) { return empty_like(x); });
@@ -420,9 +420,7 @@ TEST_SUITE("compile") {
 
   TEST_CASE("fusion: an op folder's elementwise op fuses through the formula its folder gives") {
     // kernels/ops/silu/silu.cpp gives mt::silu_backward's; kernels/compile knows no op by name.
-    auto fn = [](const Tensors& in) {
-      return one(mt::exp(mt::silu_backward(in[0] * 2.0, in[1])));
-    };
+    auto fn = [](const Tensors& in) { return one(mt::exp(mt::silu_backward(in[0] * 2.0, in[1]))); };
     auto groups = fusion_groups(capture(fn, {randn({4, 3}), randn({4, 3})}));
     CHECK(ops::pointwise_formula("mt::silu_backward") != nullptr);
     REQUIRE(groups.size() == 1);

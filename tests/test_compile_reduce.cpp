@@ -86,9 +86,10 @@ TEST_SUITE("compile") {
       Compiled logged = mt::compile(sum_of_squares);
       CHECK(close(logged({small})[0], sum_of_squares({small})[0], 1e-5));
       CHECK(logged.plan_str() == "kernel   mt::mul -> mul\nkernel   mt::sum -> sum\n");
-      CHECK(log.has("[compile] cpu fusion: 0 of 1 groups fused (a group of fewer than 4096 "
-                    "elements, a reduction group of fewer than 16384 in its map, stays op "
-                    "calls: Note [CPU fusion])"));
+      CHECK(
+          log.has("[compile] cpu fusion: 0 of 1 groups fused (a group of fewer than 4096 "
+                  "elements, a reduction group of fewer than 16384 in its map, stays op "
+                  "calls: Note [CPU fusion])"));
     }
     Compiled forced = mt::compile(sum_of_squares, {.fuse = true});
     CHECK(close(forced({small})[0], sum_of_squares({small})[0], 1e-5));
@@ -158,8 +159,9 @@ TEST_SUITE("compile") {
     const Tensors eager = write({x, ye});
     Compiled c = mt::compile(write, {.fuse = true});
     const Tensors out = c({x, yc});
-    CHECK(c.plan_str() == "kernel   mt::mul -> mul\nalloc    full -> full\n"
-                          "kernel   mt::mul_ -> x1\nkernel   mt::sum -> sum\n");
+    CHECK(c.plan_str() ==
+          "kernel   mt::mul -> mul\nalloc    full -> full\n"
+          "kernel   mt::mul_ -> x1\nkernel   mt::sum -> sum\n");
     CHECK(close(out[0], eager[0], 0));
     CHECK(close(yc, ye, 0));
     // a reduction of an input, or of a matmul, is no group
@@ -246,8 +248,9 @@ TEST_SUITE("compile") {
     Tensor x = randn({6, 4096});
     CHECK(close(logged({x})[0], fn({x})[0], 1e-5));
     CHECK(log.has("[compile] fusion group fused_abs_mean: mt::abs, mt::mean -> mean"));
-    CHECK(log.has("[compile] reduction: mean of the map over dims [1], keepdim, one "
-                  "jit::reduction"));
+    CHECK(
+        log.has("[compile] reduction: mean of the map over dims [1], keepdim, one "
+                "jit::reduction"));
     CHECK(log.has("[compile] fused    fused_abs_mean -> mean"));
   }
 
@@ -278,8 +281,8 @@ TEST_SUITE("compile") {
       const jit::Reduction r = fg.reduction();
       for (int arch : cubin_test_archs()) {
         CAPTURE(arch);
-        const auto res = jit::compile(r.cuda_source(), fg.name + ".reduce.cu",
-                                      r.name_expressions(), jit::default_options(), arch);
+        const auto res = jit::compile(r.cuda_source(), fg.name + ".reduce.cu", r.name_expressions(),
+                                      jit::default_options(), arch);
         CHECK(res.is_cubin());
       }
     }

@@ -5,8 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <bit>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
@@ -137,8 +137,9 @@ const Shape kShapes[] = {{},     {0},     {1},       {7},       {33},
 
 }  // namespace
 
-TEST_CASE("cpu unary: every row of the table matches its float64 functor on every float dtype, "
-          "shape and layout") {
+TEST_CASE(
+    "cpu unary: every row of the table matches its float64 functor on every float dtype, "
+    "shape and layout") {
   Threads th(2);
   CHECK(unary_rows().size() >= 11);
   for (const ew::Row& r : unary_rows()) {
@@ -274,7 +275,7 @@ static double ulp_error(float got, double want) {
   int e = 0;
   std::frexp(a, &e);
   const double ulp = a < double(std::numeric_limits<float>::min()) ? std::ldexp(1.0, -149)
-                                                                    : std::ldexp(1.0, e - 24);
+                                                                   : std::ldexp(1.0, e - 24);
   return std::abs(double(got) - want) / ulp;
 }
 
@@ -284,8 +285,20 @@ static double ulp_error(float got, double want) {
 // float, which takes minutes), with the special values first and last, so that they go
 // through both the AVX-512 loops' wide bodies and their one-vector tails.
 static std::vector<float> float_sweep() {
-  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.72f, -88.72f, 89.0f,
-                            -103.9f, -104.0f, -108.0f, -150.0f, -1e10f, 1e10f,
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            INFINITY,
+                            -INFINITY,
+                            NAN,
+                            88.72f,
+                            -88.72f,
+                            89.0f,
+                            -103.9f,
+                            -104.0f,
+                            -108.0f,
+                            -150.0f,
+                            -1e10f,
+                            1e10f,
                             std::numeric_limits<float>::denorm_min(),
                             -std::numeric_limits<float>::denorm_min()};
   const char* env = std::getenv("MT_SWEEP_STEP");
@@ -300,8 +313,9 @@ static std::vector<float> float_sweep() {
   return xs;
 }
 
-TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against float64 over every "
-          "exponent, subnormals, +-inf and NaN, AVX-512 and portable") {
+TEST_CASE(
+    "cpu exp, sigmoid, silu, silu_backward: the float32 loops against float64 over every "
+    "exponent, subnormals, +-inf and NaN, AVX-512 and portable") {
   const std::vector<float> xs = float_sweep();
   const int64_t n = int64_t(xs.size());
   std::vector<float> y(xs.size()), ones(xs.size(), 1.0f);
@@ -336,9 +350,10 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
         if (e > worst) worst = e, at = xs[i];
         if (std::abs(want) >= 1e-36 || want == 0) worst_normal = std::max(worst_normal, e);
       }
-      MESSAGE(fmt::format("{} {}: max error {:.3g} ulp (at x = {}), {:.3g} ulp where |result| >= "
-                          "1e-36",
-                          op.name, vec ? "AVX-512" : "portable", worst, at, worst_normal));
+      MESSAGE(
+          fmt::format("{} {}: max error {:.3g} ulp (at x = {}), {:.3g} ulp where |result| >= "
+                      "1e-36",
+                      op.name, vec ? "AVX-512" : "portable", worst, at, worst_normal));
       if (vec)
         CHECK(worst <= op.avx512_ulp);  // subnormal results too
       else
@@ -368,10 +383,11 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
       if (scale > 1e-36 && e > gelu_worst) gelu_worst = e, gelu_at = xs[i];
       if (std::abs(w) <= 2) gelu_near0 = std::max(gelu_near0, ulp_error(y[i], want));
     }
-    MESSAGE(fmt::format("gelu {}: max error {:.3g} units of 2^-24 (|gelu| + |x| s (1 - s) |w|) "
-                        "(at x = {}); {:.3g} ulp where |w| <= 2",
-                        vec ? "AVX-512" : "portable", gelu_worst, gelu_at, gelu_near0));
-    if (vec) CHECK(gelu_worst <= 4);  // the portable 1 + tanh(u) cancels for x < 0
+    MESSAGE(
+        fmt::format("gelu {}: max error {:.3g} units of 2^-24 (|gelu| + |x| s (1 - s) |w|) "
+                    "(at x = {}); {:.3g} ulp where |w| <= 2",
+                    vec ? "AVX-512" : "portable", gelu_worst, gelu_at, gelu_near0));
+    if (vec) CHECK(gelu_worst <= 4);       // the portable 1 + tanh(u) cancels for x < 0
     CHECK(gelu_near0 <= (vec ? 3.5 : 6));  // measured 2.59 (3.33 every 97th float) and 5.02
 
     // The backward with g = 1, and with a small, a tiny, a huge and a negative g (a loop that
@@ -400,9 +416,10 @@ TEST_CASE("cpu exp, sigmoid, silu, silu_backward: the float32 loops against floa
         }
       }
     }
-    MESSAGE(fmt::format("silu_backward {}: max error {:.3g} ulp of s (1 + |x| (1 - s)), {:.3g} "
-                        "with g in 2^-20, 1e-30, 1e30, -3",
-                        vec ? "AVX-512" : "portable", worst, worst_g));
+    MESSAGE(
+        fmt::format("silu_backward {}: max error {:.3g} ulp of s (1 + |x| (1 - s)), {:.3g} "
+                    "with g in 2^-20, 1e-30, 1e30, -3",
+                    vec ? "AVX-512" : "portable", worst, worst_g));
     // Measured 3.79 (4.10 every 97th float) and 16.3: the portable 1 - s cancels for x > 0.
     CHECK(worst <= (vec ? 4.5 : 20));
     CHECK(worst_g <= (vec ? 5.5 : 20));  // measured 4.38 (4.76) and 17.4: g s is one rounding more
@@ -469,8 +486,9 @@ TEST_CASE("cpu binary: add, sub, mul, div with broadcasting, layouts and dtypes"
         }
 }
 
-TEST_CASE("cpu elementwise: dense operands of one shape, one at a storage offset, give what the "
-          "general loop gives") {
+TEST_CASE(
+    "cpu elementwise: dense operands of one shape, one at a storage offset, give what the "
+    "general loop gives") {
   // Note [Dense operands of one shape] in kernels/cpu/loops.cpp: a contiguous out takes the
   // dense path, a transposed out of the same shape the general one.
   for (DType dt : kFloatTypes) {
@@ -974,8 +992,8 @@ TEST_CASE("cpu matmul: BLAS and blocked, transposed and strided views, batches, 
     int64_t m, k, n;
   };
   // k = 1 (an outer product) runs a loop of its own, on threads from 2^16 outputs
-  const Dims dims[] = {{1, 1, 1}, {7, 33, 5}, {65, 130, 257}, {0, 3, 4}, {3, 0, 4}, {300, 1, 2},
-                       {300, 1, 257}};
+  const Dims dims[] = {{1, 1, 1}, {7, 33, 5},  {65, 130, 257}, {0, 3, 4},
+                       {3, 0, 4}, {300, 1, 2}, {300, 1, 257}};
   for (bool blas : paths) {
     cpu::set_use_blas(blas);
     CHECK(cpu::have_blas() == blas);

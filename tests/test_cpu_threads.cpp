@@ -4,9 +4,6 @@
 // and concurrent callers, a forked child without the pool's threads, the thread count
 // from the environment, and out of memory inside a parallel loop.
 #include <doctest/doctest.h>
-
-#include "tests/child.h"
-#include "tests/scoped_env.h"
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +21,8 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/loops.h"
 #include "runtime/error.h"
+#include "tests/child.h"
+#include "tests/scoped_env.h"
 
 #ifndef MT_TESTS_CORE_ONLY
 #include "kernels/jit/pointwise.h"
@@ -51,7 +50,6 @@ std::string pool_error_of(const std::function<void()>& fn) {
   return "no exception";
 }
 
-
 // Whether parallel_for(n, grain) called f exactly once on every index.
 bool covers_once(int64_t n, int64_t grain) {
   std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
@@ -62,7 +60,6 @@ bool covers_once(int64_t n, int64_t grain) {
     if (h.load() != 1) return false;
   return true;
 }
-
 
 }  // namespace
 
@@ -86,8 +83,9 @@ TEST_SUITE("cpu threads") {
             cpu::parallel_for(n, 1024, [&](int64_t, int64_t e) {
               if (e > n / 2) throw std::bad_alloc();
             });
-          }) == "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
-                "use smaller tensors");
+          }) ==
+          "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
+          "use smaller tensors");
     CHECK(pool_error_of([&] {
             cpu::parallel_for(n, 1024, [&](int64_t, int64_t e) {
               if (e > n / 2) throw std::runtime_error("boom");
@@ -106,8 +104,9 @@ TEST_SUITE("cpu threads") {
           }) == "[test_op] piece at 1 failed");
     CHECK(pool_error_of([&] {
             cpu::parallel_for(10, 1024, [](int64_t, int64_t) { throw std::bad_alloc(); });
-          }) == "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
-                "use smaller tensors");
+          }) ==
+          "[cpu] out of memory inside a CPU kernel's loop (std::bad_alloc); free memory or "
+          "use smaller tensors");
     // The pool is still usable after a failed loop.
     CHECK(covers_once(1 << 20, 1024));
   }
@@ -158,7 +157,8 @@ TEST_SUITE("cpu threads") {
     CHECK(next_backoff(4, 9 * ms, 0, 0, 8) == 4);  // the caller ran no chunk
   }
 
-  TEST_CASE("cpu threads: the count comes from MT_NUM_THREADS, then OMP_NUM_THREADS, at most the CPUs") {
+  TEST_CASE(
+      "cpu threads: the count comes from MT_NUM_THREADS, then OMP_NUM_THREADS, at most the CPUs") {
     ScopedEnv mt_env("MT_NUM_THREADS"), omp_env("OMP_NUM_THREADS");
     mt_env.set(nullptr);
     omp_env.set(nullptr);
@@ -215,9 +215,9 @@ TEST_SUITE("cpu threads") {
   // The pointwise builder's CPU evaluation allocates its tile buffers (4 KiB for each value
   // alive at once) inside the parallel loop; with a 16 MiB address-space margin, those of an
   // expression with 100000 values alive together (400 MB) do not fit, even where earlier
-  // cases left freed memory in the heap. Before the loop went through cpu::parallel_for, std::bad_alloc left an
-  // OpenMP region and the process was terminated (SIGABRT). Not under ASan or TSan, whose
-  // shadow memory needs the address space.
+  // cases left freed memory in the heap. Before the loop went through cpu::parallel_for,
+  // std::bad_alloc left an OpenMP region and the process was terminated (SIGABRT). Not under ASan
+  // or TSan, whose shadow memory needs the address space.
   TEST_CASE("cpu threads: out of memory inside the pointwise builder's CPU loop is an mt::Error") {
     std::string body, sum = "x";
     for (int i = 0; i < 100000; ++i) {

@@ -4,13 +4,12 @@
 // and says why.
 #include <doctest/doctest.h>
 
-#include "helpers.h"
-
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "helpers.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"
 #include "runtime/cuda/memory.h"
@@ -24,8 +23,6 @@
 namespace cuda = mt::cuda;
 
 namespace {
-
-
 
 constexpr size_t kMiB = size_t(1) << 20;
 const mt::Device kCuda0("cuda:0");

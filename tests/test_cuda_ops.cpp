@@ -16,17 +16,21 @@ namespace {
 
 using namespace mt;
 
-
 struct CudaTol {
   double rtol, atol;
 };
 CudaTol tol_of(DType t) {
   switch (t) {
-    case DType::Float64: return {1e-12, 1e-12};
-    case DType::Float32: return {1e-5, 1e-6};
-    case DType::Float16: return {2e-3, 2e-3};
-    case DType::BFloat16: return {1.6e-2, 1e-2};
-    default: return {0, 0};
+    case DType::Float64:
+      return {1e-12, 1e-12};
+    case DType::Float32:
+      return {1e-5, 1e-6};
+    case DType::Float16:
+      return {2e-3, 2e-3};
+    case DType::BFloat16:
+      return {1.6e-2, 1e-2};
+    default:
+      return {0, 0};
   }
 }
 
@@ -51,8 +55,8 @@ void check_close(const Tensor& got_gpu, const Tensor& ref64, DType t, const char
 // "Accuracy and Stability of Numerical Algorithms", 4.2); near a cancellation that is far
 // more than a tolerance relative to the result. The bound here allows 2 ulps of slack a
 // level (the chunked kernels add a sequential run per thread before the tree).
-void check_sum_close(const Tensor& got_gpu, const Tensor& ref64, const Tensor& abs_sum64,
-                     int64_t n, const char* what) {
+void check_sum_close(const Tensor& got_gpu, const Tensor& ref64, const Tensor& abs_sum64, int64_t n,
+                     const char* what) {
   REQUIRE(got_gpu.is_cuda());
   Tensor got = got_gpu.cpu().to(DType::Float64);
   const double u = std::ldexp(1.0, -24), levels = std::ceil(std::log2(double(n))) + 1;
@@ -62,7 +66,8 @@ void check_sum_close(const Tensor& got_gpu, const Tensor& ref64, const Tensor& a
   double worst = 0;  // the largest error as a fraction of its bound
   for (size_t i = 0; i < g.size(); ++i)
     worst = std::max(worst, std::abs(g[i] - r[i]) / (2 * levels * u * a[i] + 1e-30));
-  INFO(fmt::format("{} n {} max diff {} ({} of the bound)", what, n, max_abs_diff(got, ref64), worst));
+  INFO(fmt::format("{} n {} max diff {} ({} of the bound)", what, n, max_abs_diff(got, ref64),
+                   worst));
   CHECK(worst <= 1.0);
 }
 
@@ -78,7 +83,8 @@ const std::vector<DType> kFloatTypes = {DType::Float32, DType::Float64, DType::F
 
 }  // namespace
 
-TEST_CASE("cuda ops (gpu): silu forward matches a float64 CPU reference" * doctest::skip(no_gpu())) {
+TEST_CASE("cuda ops (gpu): silu forward matches a float64 CPU reference" *
+          doctest::skip(no_gpu())) {
   for (DType t : kFloatTypes) {
     for (int64_t n : {int64_t(1), int64_t(7), int64_t(4096 + 3), int64_t(1) << 20}) {
       Tensor x = input({n}, t, 1 + n);
@@ -124,10 +130,10 @@ TEST_CASE("cuda ops (gpu): silu_backward matches a float64 CPU reference" *
                 "silu bwd transposed");
     const int64_t m = 4096 + 5;
     Tensor xm = input({m}, t, 23), gm = input({m}, t, 29);
-    check_close(silu_backward(gm.to(kGpu).slice(0, 1, m), xm.to(kGpu).slice(0, 1, m)),
-                silu_backward(gm.slice(0, 1, m).to(DType::Float64),
-                              xm.slice(0, 1, m).to(DType::Float64)),
-                t, "silu bwd misaligned");
+    check_close(
+        silu_backward(gm.to(kGpu).slice(0, 1, m), xm.to(kGpu).slice(0, 1, m)),
+        silu_backward(gm.slice(0, 1, m).to(DType::Float64), xm.slice(0, 1, m).to(DType::Float64)),
+        t, "silu bwd misaligned");
   }
 }
 
@@ -327,9 +333,8 @@ Mlp make_mlp(int64_t batch, int64_t in, int64_t hidden, int64_t out, Device dev)
   Mlp m;
   m.x = randn({batch, in}, {}, &g).to(dev);
   m.target = randn({batch, out}, {}, &g).to(dev);
-  m.params = {mul(randn({in, hidden}, {}, &g), 1 / std::sqrt(double(in))),
-              zeros({hidden}), mul(randn({hidden, out}, {}, &g), 1 / std::sqrt(double(hidden))),
-              zeros({out})};
+  m.params = {mul(randn({in, hidden}, {}, &g), 1 / std::sqrt(double(in))), zeros({hidden}),
+              mul(randn({hidden, out}, {}, &g), 1 / std::sqrt(double(hidden))), zeros({out})};
   for (Tensor& p : m.params) p = p.to(dev).requires_grad_();
   return m;
 }
@@ -436,8 +441,7 @@ TEST_CASE("cuda ops (gpu): long reductions go over chunks and partials, short on
     for (int64_t d : {int64_t(0), int64_t(1)}) {
       INFO(fmt::format("shape {} dim {}", shape, d));
       check_sum_close(sum(xg, {d}), sum(x64, {d}), sum(abs(x64), {d}), shape[size_t(d)], "sum");
-      check_sum_close(mean(xg, {d}), mean(x64, {d}), mean(abs(x64), {d}), shape[size_t(d)],
-                      "mean");
+      check_sum_close(mean(xg, {d}), mean(x64, {d}), mean(abs(x64), {d}), shape[size_t(d)], "mean");
       auto [mg, ig] = max(xg, d);
       auto [m64, i64] = max(x64, d);
       check_close(mg, m64, DType::Float32, "max");
@@ -472,8 +476,10 @@ void check_foreach_against_cpu(const std::vector<Tensor>& self_cpu,
 }
 }  // namespace
 
-TEST_CASE("cuda ops (gpu): foreach_add_ over 150 tensors, across chunks and tables, matches the "
-          "CPU" * doctest::skip(no_gpu())) {
+TEST_CASE(
+    "cuda ops (gpu): foreach_add_ over 150 tensors, across chunks and tables, matches the "
+    "CPU" *
+    doctest::skip(no_gpu())) {
   // More pairs than one table holds (64), a tensor of several chunks (16384 elements each),
   // empty and odd sizes: several multi-tensor launches.
   std::vector<Tensor> self, other;
@@ -489,13 +495,20 @@ TEST_CASE("cuda ops (gpu): foreach_add_ over 150 tensors, across chunks and tabl
 
 TEST_CASE("cuda ops (gpu): foreach_add_ with mixed dtypes, views, int64 and bool, in one list" *
           doctest::skip(no_gpu())) {
-  std::vector<Tensor> self = {randn({5, 7}), randn({6}).to(DType::BFloat16),
-                              randn({4, 3}).transpose(0, 1), full({9}, 3.0, {.dtype = DType::Int64}),
-                              full({4}, 1.0, {.dtype = DType::Bool}), randn({3}).to(DType::Float64)};
-  std::vector<Tensor> other = {randn({5, 7}).to(DType::Float16), randn({6}).to(DType::BFloat16),
-                               randn({3, 4}), full({9}, -2.0, {.dtype = DType::Int64}),
-                               full({4}, 0.0, {.dtype = DType::Bool}), randn({3})};
+  std::vector<Tensor> self = {randn({5, 7}),
+                              randn({6}).to(DType::BFloat16),
+                              randn({4, 3}).transpose(0, 1),
+                              full({9}, 3.0, {.dtype = DType::Int64}),
+                              full({4}, 1.0, {.dtype = DType::Bool}),
+                              randn({3}).to(DType::Float64)};
+  std::vector<Tensor> other = {randn({5, 7}).to(DType::Float16),
+                               randn({6}).to(DType::BFloat16),
+                               randn({3, 4}),
+                               full({9}, -2.0, {.dtype = DType::Int64}),
+                               full({4}, 0.0, {.dtype = DType::Bool}),
+                               randn({3})};
   check_foreach_against_cpu(self, other, 2.0);
-  CHECK(error_of([&] { foreach_add_({randn({2}).to(kGpu)}, {randn({2})}); })
-            .starts_with("[foreach_add_] pair 0: self is on cuda:0 and other on cpu"));
+  CHECK(error_of([&] {
+          foreach_add_({randn({2}).to(kGpu)}, {randn({2})});
+        }).starts_with("[foreach_add_] pair 0: self is on cuda:0 and other on cpu"));
 }

@@ -42,8 +42,7 @@ TEST_CASE("def + impl: a CPU kernel runs through typed, boxed and by-name calls"
   REQUIRE(s.size() == 1);
   CHECK(s[0].to_tensor().to_vector<float>() == std::vector<float>{2, 3, 4});
 
-  CHECK(call<Tensor>("test_basic::plus_one", x).to_vector<float>() ==
-        std::vector<float>{2, 3, 4});
+  CHECK(call<Tensor>("test_basic::plus_one", x).to_vector<float>() == std::vector<float>{2, 3, 4});
   // a kernel taking Tensor by value has the same schema as one taking const Tensor&
   auto by_value = dispatcher().find_or_throw("test_basic::plus_one").typed<Tensor(Tensor)>();
   CHECK(by_value(x).to_vector<float>() == std::vector<float>{2, 3, 4});
@@ -61,7 +60,8 @@ TEST_CASE("typed handles check the C++ signature against the schema once") {
                        Error);
 }
 
-TEST_CASE("impl: a kernel whose signature disagrees with the schema is refused, leaving all as it was") {
+TEST_CASE(
+    "impl: a kernel whose signature disagrees with the schema is refused, leaving all as it was") {
   Library lib(Library::Kind::Def, "test_sig");
   lib.def("f(Tensor x, int n) -> Tensor");
   std::string before = dispatcher().dump("test_sig::f");
@@ -81,9 +81,8 @@ TEST_CASE("impl: a kernel whose signature disagrees with the schema is refused, 
 
 TEST_CASE("schema inference from a C++ signature") {
   auto fn = [](const Tensor&, std::optional<Tensor>, int64_t, double, bool, std::string,
-               std::vector<int64_t>, DType, Device, std::vector<Tensor>) {
-    return std::tuple<Tensor, Tensor>();
-  };
+               std::vector<int64_t>, DType, Device,
+               std::vector<Tensor>) { return std::tuple<Tensor, Tensor>(); };
   CHECK(infer_schema<decltype(fn)>("ns::op").str() ==
         "ns::op(Tensor _0, Tensor? _1, int _2, float _3, bool _4, str _5, int[] _6, "
         "ScalarType _7, Device _8, Tensor[] _9) -> (Tensor, Tensor)");
@@ -103,9 +102,11 @@ TEST_CASE("the missing-kernel error names the backend, the available ones and th
   auto op = dispatcher().find_or_throw("test_missing::op").typed<Tensor(const Tensor&)>();
   std::string dumped = dispatcher().dump_table("test_missing::op");
   // Trace and Autograd may carry the library's own fallbacks; check the rest exactly
-  CHECK(dumped.find(fmt::format("  Fake      kernel      [{}]\n", loc(fake_line))) != std::string::npos);
+  CHECK(dumped.find(fmt::format("  Fake      kernel      [{}]\n", loc(fake_line))) !=
+        std::string::npos);
   CHECK(dumped.find("  CUDA      missing\n") != std::string::npos);
-  CHECK(dumped.find(fmt::format("  CPU       kernel      [{}]\n", loc(cpu_line))) != std::string::npos);
+  CHECK(dumped.find(fmt::format("  CPU       kernel      [{}]\n", loc(cpu_line))) !=
+        std::string::npos);
 
   IncludeDispatchKeyGuard pretend_cuda(DispatchKey::CUDA);
   std::string msg;
@@ -114,9 +115,10 @@ TEST_CASE("the missing-kernel error names the backend, the available ones and th
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("[test_missing::op] Could not run 'test_missing::op' with arguments from "
-                        "the 'CUDA' backend. 'test_missing::op' is only available for these backends: [CPU, Fake].\n"
-                        "test_missing::op\n"));
+  CHECK(msg.starts_with(
+      "[test_missing::op] Could not run 'test_missing::op' with arguments from "
+      "the 'CUDA' backend. 'test_missing::op' is only available for these backends: [CPU, Fake].\n"
+      "test_missing::op\n"));
   CHECK(msg.find("  CUDA      missing\n") != std::string::npos);
 }
 
@@ -131,9 +133,10 @@ TEST_CASE("register_fake pitfall: an op without a Fake kernel says how to add on
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("[test_nofake::op] 'test_nofake::op' has no Fake kernel; register one with "
-                        "register_fake (or m.impl(\"op\", ...) in MT_LIBRARY_IMPL(test_nofake, Fake, m)), so that it "
-                        "can run on fake tensors.\ntest_nofake::op\n"));
+  CHECK(msg.starts_with(
+      "[test_nofake::op] 'test_nofake::op' has no Fake kernel; register one with "
+      "register_fake (or m.impl(\"op\", ...) in MT_LIBRARY_IMPL(test_nofake, Fake, m)), so that it "
+      "can run on fake tensors.\ntest_nofake::op\n"));
 }
 
 TEST_CASE("an Autograd-key kernel redispatches below itself; a fallthrough skips its key") {
@@ -141,7 +144,9 @@ TEST_CASE("an Autograd-key kernel redispatches below itself; a fallthrough skips
   lib.def("op(Tensor x) -> Tensor");
   lib.impl("op", DispatchKey::CPU, plus_one);
   std::vector<std::string> seen;
-  auto op = [&] { return dispatcher().find_or_throw("test_redispatch::op").typed<Tensor(const Tensor&)>(); };
+  auto op = [&] {
+    return dispatcher().find_or_throw("test_redispatch::op").typed<Tensor(const Tensor&)>();
+  };
   {
     Library ag(Library::Kind::Impl, "test_redispatch", DispatchKey::Autograd);
     ag.impl("op", [&](DispatchKeySet ks, const Tensor& x) {
@@ -249,10 +254,12 @@ TEST_CASE("only one defining library per namespace; fragments add to it") {
   } catch (const Error& e) {
     msg = e.what();
   }
-  CHECK(msg.starts_with("[library] namespace 'test_once' is already defined by the library at "
-                        "tests/test_dispatcher.cpp:"));
-  CHECK(msg.ends_with("a namespace has one MT_LIBRARY: add ops to it from elsewhere with "
-                      "MT_LIBRARY_FRAGMENT(test_once, m)"));
+  CHECK(
+      msg.starts_with("[library] namespace 'test_once' is already defined by the library at "
+                      "tests/test_dispatcher.cpp:"));
+  CHECK(
+      msg.ends_with("a namespace has one MT_LIBRARY: add ops to it from elsewhere with "
+                    "MT_LIBRARY_FRAGMENT(test_once, m)"));
   Library frag(Library::Kind::Fragment, "test_once");
   frag.def("y(Tensor a) -> Tensor");
   CHECK(dispatcher().find("test_once::y").has_value());
@@ -321,7 +328,8 @@ TEST_CASE("boxed calls fill defaults and check arguments") {
 TEST_CASE("a boxed fallback sees every op's arguments and can redispatch") {
   Library lib(Library::Kind::Def, "test_fallback");
   lib.def("op(Tensor x, int n) -> Tensor");
-  lib.impl("op", DispatchKey::CPU, [](const Tensor& x, int64_t n) { return full_like(x, double(n)); });
+  lib.impl("op", DispatchKey::CPU,
+           [](const Tensor& x, int64_t n) { return full_like(x, double(n)); });
   std::vector<std::string> calls;
   Library fb(Library::Kind::Impl, "_", DispatchKey::Trace);
   fb.fallback([&](const OperatorHandle& op, DispatchKeySet ks, Stack* s) {
@@ -342,7 +350,9 @@ TEST_CASE("MT_TRACE=dispatch: every call and redispatch with its keys, indented 
   lib.def("op(Tensor x) -> Tensor");
   int cpu_line = __LINE__ + 1;
   lib.impl("op", DispatchKey::CPU, plus_one);
-  auto op = [] { return dispatcher().find_or_throw("test_trace::op").typed<Tensor(const Tensor&)>(); };
+  auto op = [] {
+    return dispatcher().find_or_throw("test_trace::op").typed<Tensor(const Tensor&)>();
+  };
   int ag_line = __LINE__ + 1;
   lib.impl("op", DispatchKey::Autograd, [&](DispatchKeySet ks, const Tensor& x) {
     return op().redispatch(ks.below(DispatchKey::Autograd), x);
@@ -355,8 +365,9 @@ TEST_CASE("MT_TRACE=dispatch: every call and redispatch with its keys, indented 
   h(x);
   Dispatcher::singleton().set_trace_dispatch(false);
   REQUIRE(cap.lines.size() == 2);
-  CHECK(cap.lines[0] == fmt::format("[call] test_trace::op keys={{Autograd, CPU}} -> Autograd kernel [{}]",
-                                    loc(ag_line)));
+  CHECK(cap.lines[0] ==
+        fmt::format("[call] test_trace::op keys={{Autograd, CPU}} -> Autograd kernel [{}]",
+                    loc(ag_line)));
   CHECK(cap.lines[1] == fmt::format("  [redispatch] test_trace::op keys={{CPU}} -> CPU kernel [{}]",
                                     loc(cpu_line)));
 }
@@ -372,10 +383,14 @@ TEST_CASE("MT_LOG=registration: every registration and deregistration with file:
   }
   Dispatcher::singleton().set_log_registrations(false);
   REQUIRE(cap.lines.size() == 4);
-  CHECK(cap.lines[0] == fmt::format("[registration] def test_log::op(Tensor x) -> Tensor at {}", loc(line)));
-  CHECK(cap.lines[1] == fmt::format("[registration] impl test_log::op for CPU at {}", loc(line + 1)));
-  CHECK(cap.lines[2] == fmt::format("[deregistration] impl test_log::op for CPU at {}", loc(line + 1)));
-  CHECK(cap.lines[3] == fmt::format("[deregistration] def test_log::op(Tensor x) -> Tensor at {}", loc(line)));
+  CHECK(cap.lines[0] ==
+        fmt::format("[registration] def test_log::op(Tensor x) -> Tensor at {}", loc(line)));
+  CHECK(cap.lines[1] ==
+        fmt::format("[registration] impl test_log::op for CPU at {}", loc(line + 1)));
+  CHECK(cap.lines[2] ==
+        fmt::format("[deregistration] impl test_log::op for CPU at {}", loc(line + 1)));
+  CHECK(cap.lines[3] ==
+        fmt::format("[deregistration] def test_log::op(Tensor x) -> Tensor at {}", loc(line)));
 }
 
 TEST_CASE("dump: schema, debug info and every registration, active or not") {
@@ -408,11 +423,22 @@ TEST_CASE("registration order: the dump and table depend only on which registrat
   Dispatcher& d = Dispatcher::singleton();
   std::vector<Step> steps = {
       {"def", [&] { return d.def(parse_schema("test_order::op(Tensor x) -> Tensor"), "def"); }},
-      {"cpu", [&] { return d.impl("test_order::op", DispatchKey::CPU, KernelFunction::make(plus_one), "cpu"); }},
-      {"fake", [&] { return d.impl("test_order::op", DispatchKey::Fake, KernelFunction::make(plus_one), "fake"); }},
-      {"autograd", [&] { return d.impl("test_order::op", DispatchKey::Autograd, fallthrough(), "autograd"); }},
-      {"fallback", [&] {
-         return d.fallback(DispatchKey::CUDA, KernelFunction::boxed([](const OperatorHandle&, DispatchKeySet, Stack*) {}), "fallback");
+      {"cpu",
+       [&] {
+         return d.impl("test_order::op", DispatchKey::CPU, KernelFunction::make(plus_one), "cpu");
+       }},
+      {"fake",
+       [&] {
+         return d.impl("test_order::op", DispatchKey::Fake, KernelFunction::make(plus_one), "fake");
+       }},
+      {"autograd",
+       [&] { return d.impl("test_order::op", DispatchKey::Autograd, fallthrough(), "autograd"); }},
+      {"fallback",
+       [&] {
+         return d.fallback(
+             DispatchKey::CUDA,
+             KernelFunction::boxed([](const OperatorHandle&, DispatchKeySet, Stack*) {}),
+             "fallback");
        }},
   };
   std::map<unsigned, std::string> expected;  // active mask -> dump + table

@@ -3,16 +3,14 @@
 // cannot cut what() short and a terminal escape cannot reach the terminal.
 #include <doctest/doctest.h>
 
-#include "helpers.h"
-
 #include <string>
 
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/schema.h"
+#include "helpers.h"
 #include "runtime/error.h"
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("quoted: user text in single quotes, with control characters and bad bytes escaped") {
   CHECK(mt::quoted("ns::op") == "'ns::op'");

@@ -126,8 +126,9 @@ TEST_CASE("explain: an op with no kernel at all; dispatch:why then the call's cl
   {
     WhyCapture capture;
     const std::string err = error_of([&] { (void)call<Tensor>("test_explain_none::op", x); });
-    CHECK(err.starts_with("[test_explain_none::op] Could not run 'test_explain_none::op' with "
-                          "arguments from the 'CPU' backend."));
+    CHECK(
+        err.starts_with("[test_explain_none::op] Could not run 'test_explain_none::op' with "
+                        "arguments from the 'CPU' backend."));
     REQUIRE(!capture.lines.empty());
     CHECK(capture.lines[0].starts_with("why test_explain_none::op (a call)\n"));
     CHECK(capture.lines[0].find("  CPU       missing: no kernel and no fallback; the call is an "
@@ -142,9 +143,12 @@ TEST_CASE("explain: an op with no kernel at all; dispatch:why then the call's cl
 }
 
 TEST_CASE("explain: bad use is a clear error") {
-  CHECK(error_of([] { (void)explain_dispatch("mt::nope_not_an_op", Stack{}); })
-            .starts_with("[dispatcher] no operator named 'mt::nope_not_an_op' is registered"));
-  CHECK(error_of([] { (void)explain_dispatch("mt::exp", Stack{randn({1}), randn({1})}); }) ==
+  CHECK(error_of([] {
+          (void)explain_dispatch("mt::nope_not_an_op", Stack{});
+        }).starts_with("[dispatcher] no operator named 'mt::nope_not_an_op' is registered"));
+  CHECK(error_of([] {
+          (void)explain_dispatch("mt::exp", Stack{randn({1}), randn({1})});
+        }) ==
         "[explain] 'mt::exp' takes 1 arguments but 2 were given; the schema is "
         "mt::exp(Tensor self) -> Tensor");
 }
@@ -158,8 +162,9 @@ TEST_CASE("MT_TRACE=dispatch:why: each call and redispatch prints its explanatio
   for (const std::string& l : capture.lines)
     if (l.starts_with("why ")) whys.push_back(l);
   REQUIRE(whys.size() >= 2);
-  CHECK(whys[0].starts_with("why mt::exp (a call)\n  argument self = Tensor[2] float32 cpu: "
-                            "{Autograd, CPU}  (CPU from device cpu; Autograd from requires_grad)\n"));
+  CHECK(
+      whys[0].starts_with("why mt::exp (a call)\n  argument self = Tensor[2] float32 cpu: "
+                          "{Autograd, CPU}  (CPU from device cpu; Autograd from requires_grad)\n"));
   CHECK(whys[1].starts_with("why mt::exp (a redispatch: keys from the kernel above)\n"));
   CHECK(whys[1].find("thread-local excluded: {Autograd}  (Autograd from NoGradGuard, or an "
                      "Autograd kernel running the op below itself)") != std::string::npos);
@@ -178,8 +183,8 @@ TEST_CASE("explain: a key a guard includes: under a ModeGuard the Mode fallback 
   ModeGuard guard(mode);
   DispatchExplanation w = explain_dispatch("mt::exp", Stack{randn({2})});
   CHECK(w.included == DispatchKeySet(DispatchKey::Mode));
-  CHECK(w.included_by ==
-        std::vector<KeySource>{{DispatchKey::Mode, "ModeGuard (modes, innermost last: 'PassMode')"}});
+  CHECK(w.included_by == std::vector<KeySource>{
+                             {DispatchKey::Mode, "ModeGuard (modes, innermost last: 'PassMode')"}});
   CHECK(w.computed == DispatchKeySet{DispatchKey::Mode, DispatchKey::CPU});
   REQUIRE(w.winner.has_value());
   CHECK(*w.winner == DispatchKey::Mode);

@@ -23,12 +23,12 @@
 
 #include "child.h"
 #include "helpers.h"
-#include "scoped_env.h"
 #include "kernels/compile/compile.h"
 #include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/sha256.h"
 #include "runtime/philox.h"
+#include "scoped_env.h"
 
 using namespace mt;
 namespace fs = std::filesystem;
@@ -60,7 +60,6 @@ void write_all(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
 }
-
 
 // What fn printed on stderr.
 std::string stderr_of(const std::function<void()>& fn) {
@@ -109,7 +108,6 @@ std::string tune_line(const std::string& body) {
   return body + "\t" + jit::to_hex(jit::sha256(body)).substr(0, 16) + "\n";
 }
 
-
 }  // namespace
 
 // ---- the kernel cache and autotune.tsv trust only a directory of this user's alone -----
@@ -121,8 +119,8 @@ TEST_CASE("jit cache: a directory writable by its group or others is refused, en
     mode_t mode;
     const char* who;
   };
-  for (const Case c : {Case{0770, "its group"}, Case{0707, "others"},
-                       Case{01777, "its group and others"}}) {
+  for (const Case c :
+       {Case{0770, "its group"}, Case{0707, "others"}, Case{01777, "its group and others"}}) {
     CAPTURE(c.who);
     jit::KernelCache cache({.dir = where, .warn = false});
     REQUIRE(cache.store(key_of('a'), fake_result("A")));  // a valid entry, then chmod
@@ -182,8 +180,7 @@ TEST_CASE("autotune: autotune.tsv in a directory others can write is neither rea
   CHECK(index == 0);  // timed here (a tie: the first), not taken from the file
   CHECK(tuner.choice("k")->source == jit::TuneChoice::Source::Tuned);
   CHECK(printed ==
-        "minitensor: [autotune] '" + file + "' is not read or written: the directory '" +
-            dir.path +
+        "minitensor: [autotune] '" + file + "' is not read or written: the directory '" + dir.path +
             "' cannot be trusted: it is writable by its group and others (mode 0777), and "
             "whoever can write it chooses the kernels that get loaded; chmod 700 it; tuning "
             "results are kept in memory only (set MT_KERNEL_CACHE to a directory of your own, "
@@ -208,9 +205,10 @@ TEST_CASE("autotune: a NaN or infinite timing is a clear error, not a crash") {
             jit::Autotuner tuner({.warmup = 0, .reps = 3}, constant_timing(ms));
             std::vector<jit::TuneCandidate> c = {{"a", [] {}}, {"b", [] {}}};
             return error_of([&] { tuner.run("op k", c); }) ==
-                   fmt::format("[autotune] key 'op k': the timing gave {} ms for candidate 'a'; "
-                               "time_ms must return finite, non-negative milliseconds",
-                               ms);
+                   fmt::format(
+                       "[autotune] key 'op k': the timing gave {} ms for candidate 'a'; "
+                       "time_ms must return finite, non-negative milliseconds",
+                       ms);
           }) == 0);
   }
   // One candidate with a NaN time loses to one with a number (before: a crash too).
@@ -338,7 +336,8 @@ TEST_CASE("rand: float16 and bfloat16 draws stay below 1") {
   Generator g(7);
   for (DType t : {DType::Float16, DType::BFloat16, DType::Float32}) {
     CAPTURE(t);
-    const std::vector<float> v = rand({200000}, {.dtype = t}, &g).to(DType::Float32).to_vector<float>();
+    const std::vector<float> v =
+        rand({200000}, {.dtype = t}, &g).to(DType::Float32).to_vector<float>();
     CHECK(*std::max_element(v.begin(), v.end()) < 1.0f);
     CHECK(*std::min_element(v.begin(), v.end()) >= 0.0f);
   }
@@ -357,7 +356,8 @@ const std::string kPlainNoGradError =
     "not run it under NoGradGuard";
 }  // namespace
 
-TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names it, with file:line") {
+TEST_CASE(
+    "backward: a loss whose history an Autograd fallthrough dropped names it, with file:line") {
   Library def(Library::Kind::Def, "test_dropped");
   def.def("twice(Tensor x) -> Tensor");
   def.impl("twice", DispatchKey::CPU, twice_cpu);
@@ -381,10 +381,13 @@ TEST_CASE("backward: a loss whose history an Autograd fallthrough dropped names 
                       "the forward pass, and do not run it under NoGradGuard",
                       line));
   }
-  CHECK(error_of([&] { backward(sum(ones({3}))); }) == kPlainNoGradError);  // the fallthrough is gone
+  CHECK(error_of([&] { backward(sum(ones({3}))); }) ==
+        kPlainNoGradError);  // the fallthrough is gone
 }
 
-TEST_CASE("backward: a loss whose history an Autograd kernel with the guard dropped names it, with file:line") {
+TEST_CASE(
+    "backward: a loss whose history an Autograd kernel with the guard dropped names it, with "
+    "file:line") {
   // An Autograd kernel that runs the op below Autograd (the guard and a redispatch) and
   // records no node: its output does not require grad though x does.
   Library def(Library::Kind::Def, "test_dropped_guard");
@@ -392,7 +395,8 @@ TEST_CASE("backward: a loss whose history an Autograd kernel with the guard drop
   def.def("keep(Tensor x) -> Tensor");
   def.impl("halve", DispatchKey::CPU, [](const Tensor& x) { return mul(x.detach(), 0.5); });
   def.impl("keep", DispatchKey::CPU, [](const Tensor& x) { return mul(x.detach(), 1.0); });
-  auto halve = dispatcher().find_or_throw("test_dropped_guard::halve").typed<Tensor(const Tensor&)>();
+  auto halve =
+      dispatcher().find_or_throw("test_dropped_guard::halve").typed<Tensor(const Tensor&)>();
   auto keep = dispatcher().find_or_throw("test_dropped_guard::keep").typed<Tensor(const Tensor&)>();
   const Tensor x = ones({3}).requires_grad_();
   {

@@ -5,8 +5,6 @@
 // "(gpu)" run the same kernels on cuda:0 and are skipped where there is none; cases
 // that need NVRTC are skipped only where libnvrtc cannot be loaded.
 #include <doctest/doctest.h>
-
-#include "helpers.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,22 +25,23 @@
 #include <thread>
 #include <vector>
 
+#include "helpers.h"
 #include "kernels/cuda/layout.h"
 #include "kernels/elementwise_rows.h"
 #include "kernels/gpu/names.h"
-#include "kernels/ops/folders.h"
-#include "kernels/ops/silu/silu.h"
-#include "runtime/tensor.h"
-#include "runtime/philox.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/embedded.h"
 #include "kernels/jit/module.h"
 #include "kernels/jit/nvrtc.h"
 #include "kernels/jit/sha256.h"
+#include "kernels/ops/folders.h"
+#include "kernels/ops/silu/silu.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/philox.h"
+#include "runtime/tensor.h"
 #ifdef MT_HAVE_CUDA
 #include "runtime/cuda/driver.h"
 #endif
@@ -57,16 +56,16 @@ struct Dim {
 };
 Dim threadIdx, blockIdx, blockDim, gridDim;
 namespace mt {
-using ::mt::kMaxKernelDims;
-using ::mt::kMaxKernelOperands;
-using ::mt::philox_block;
-using ::mt::philox_uniform01;
-using ::mt::philox_uniform;
-using ::mt::philox_uniform_bits;
-using ::mt::Philox4x32;
-using ::mt::StridedLayout;
 using ::mt::ForeachTable;
 using ::mt::kForeachChunk;
+using ::mt::kMaxKernelDims;
+using ::mt::kMaxKernelOperands;
+using ::mt::Philox4x32;
+using ::mt::philox_block;
+using ::mt::philox_uniform;
+using ::mt::philox_uniform01;
+using ::mt::philox_uniform_bits;
+using ::mt::StridedLayout;
 }  // namespace mt
 // Warp shuffles exist only on the GPU: reduce_rows compiles here but is not run.
 template <typename T>
@@ -106,14 +105,14 @@ void launch(::mt::jit::LaunchShape s, F&& kernel) {
 
 namespace fs = std::filesystem;
 using namespace mt::jit;
+using mt::DType;
+using mt::StridedLayout;
 using mt::gpu::kSiluDTypes;
 using mt::gpu::kSiluUnroll;
 using mt::gpu::launch_silu_bwd;
 using mt::gpu::launch_silu_fwd;
 using mt::gpu::silu_name_expression;
 using mt::gpu::SiluKernel;
-using mt::DType;
-using mt::StridedLayout;
 
 namespace {
 
@@ -382,7 +381,8 @@ TEST_SUITE("jit") {
           "[jit] a strided kernel handles up to 8 dims after merging; this layout has 9");
   }
 
-  TEST_CASE("jit: launch shapes: 256 threads; at most 8 blocks a SM, uncapped for SiLU's vec kernels") {
+  TEST_CASE(
+      "jit: launch shapes: 256 threads; at most 8 blocks a SM, uncapped for SiLU's vec kernels") {
     CHECK(elementwise_launch_shape(0, 132).grid.x == 1);
     CHECK(elementwise_launch_shape(1000, 132).grid.x == 4);
     CHECK(elementwise_launch_shape(int64_t(1) << 28, 132).grid.x == 132 * 8);
@@ -1310,9 +1310,10 @@ TEST_SUITE("jit") {
   }
   }  // namespace
 
-  TEST_CASE_TEMPLATE("jit emu: every functor of the elementwise table matches its CPU functor in "
-                     "float64, contiguous and strided",
-                     T, float, double, mt::Half, mt::BFloat16) {
+  TEST_CASE_TEMPLATE(
+      "jit emu: every functor of the elementwise table matches its CPU functor in "
+      "float64, contiguous and strided",
+      T, float, double, mt::Half, mt::BFloat16) {
     using namespace mt::ew;  // the rows' flags
     int checked = 0;
 #define MT_EW_CHECK(Id, name, arity, flags, ...) \
@@ -1356,7 +1357,8 @@ TEST_SUITE("jit") {
     HostArray<long long> x(n), y(n), out(n);
     for (int64_t i = 0; i < n; ++i) x[size_t(i)] = i - 4, y[size_t(i)] = 3 * i;
     emu::launch(elementwise_launch_shape(n, 1), [&] {
-      emu::binary_op<long long, emu::mt::op::Sub>(out.data(), x.data(), y.data(), n, OpScalars{2, 0}, 0);
+      emu::binary_op<long long, emu::mt::op::Sub>(out.data(), x.data(), y.data(), n,
+                                                  OpScalars{2, 0}, 0);
     });
     for (int64_t i = 0; i < n; ++i) CHECK(out[size_t(i)] == (i - 4) - 2 * 3 * i);
     emu::launch(elementwise_launch_shape(n, 1), [&] {
@@ -1375,14 +1377,17 @@ TEST_SUITE("jit") {
       std::vector<void*> s(n.size());
       std::vector<const void*> o(n.size());
       for (size_t i = 0; i < n.size(); ++i)
-        s[i] = reinterpret_cast<void*>(0x1000 * (i + 1)), o[i] = reinterpret_cast<const void*>(0x100000 * (i + 1));
-      std::vector<std::vector<std::pair<long long, int>>> got;  // per launch: (numel, chunk) a block
+        s[i] = reinterpret_cast<void*>(0x1000 * (i + 1)),
+        o[i] = reinterpret_cast<const void*>(0x100000 * (i + 1));
+      std::vector<std::vector<std::pair<long long, int>>>
+          got;  // per launch: (numel, chunk) a block
       foreach_tables(s, o, n, [&](const mt::ForeachTable& t, int blocks) {
         got.emplace_back();
         for (int b = 0; b < blocks; ++b) {
           const int k = t.block_tensor[b];
           CHECK(t.self[k] == s[size_t(reinterpret_cast<uintptr_t>(t.self[k]) / 0x1000 - 1)]);
-          CHECK(reinterpret_cast<uintptr_t>(t.other[k]) / 0x100000 == reinterpret_cast<uintptr_t>(t.self[k]) / 0x1000);
+          CHECK(reinterpret_cast<uintptr_t>(t.other[k]) / 0x100000 ==
+                reinterpret_cast<uintptr_t>(t.self[k]) / 0x1000);
           got.back().emplace_back(t.numel[k], t.block_chunk[b]);
         }
       });
@@ -1391,7 +1396,8 @@ TEST_SUITE("jit") {
     const long long C = mt::kForeachChunk;
     auto small = tables_of({5, 0, C, C + 1});  // an empty pair takes no block
     REQUIRE(small.size() == 1);
-    CHECK(small[0] == std::vector<std::pair<long long, int>>{{5, 0}, {C, 0}, {C + 1, 0}, {C + 1, 1}});
+    CHECK(small[0] ==
+          std::vector<std::pair<long long, int>>{{5, 0}, {C, 0}, {C + 1, 0}, {C + 1, 1}});
     auto many = tables_of(std::vector<int64_t>(130, 7));  // 64 + 64 + 2 pairs
     REQUIRE(many.size() == 3);
     CHECK((many[0].size() == 64 && many[1].size() == 64 && many[2].size() == 2));
@@ -1404,8 +1410,8 @@ TEST_SUITE("jit") {
     CHECK(tables_of({0, 0}).empty());
   }
 
-  TEST_CASE_TEMPLATE("jit emu: foreach_binary_op adds alpha * other into every self of a list",
-                     T, float, mt::Half, long long) {
+  TEST_CASE_TEMPLATE("jit emu: foreach_binary_op adds alpha * other into every self of a list", T,
+                     float, mt::Half, long long) {
     // Sizes around a chunk and a pack, an empty pair, one pair off its 16-byte alignment,
     // and more pairs than a table holds (two launches). Small integers: exact in every T.
     std::vector<int64_t> n = {1, 7, 8, 0, mt::kForeachChunk + 9, 2 * mt::kForeachChunk, 33};
@@ -1460,21 +1466,21 @@ TEST_SUITE("jit") {
       CAPTURE(kind);
       emu::launch(elementwise_launch_shape(O * chunks * I, 1), [&] {
         if (kind == 0)
-          emu::reduce_cols<float, float, emu::mt::SumR, false>(x.data(), out.data(), nullptr,
-                                                               partial.data(), O, R, I, chunk_len, chunks, 1.0);
+          emu::reduce_cols<float, float, emu::mt::SumR, false>(
+              x.data(), out.data(), nullptr, partial.data(), O, R, I, chunk_len, chunks, 1.0);
         else
-          emu::reduce_cols<float, float, emu::mt::MaxR, false>(x.data(), out.data(), nullptr,
-                                                               partial.data(), O, R, I, chunk_len, chunks, 1.0);
+          emu::reduce_cols<float, float, emu::mt::MaxR, false>(
+              x.data(), out.data(), nullptr, partial.data(), O, R, I, chunk_len, chunks, 1.0);
       });
       // The second pass reads the partials as [O, chunks, I], scaled (a mean) for sum.
       const double scale = kind == 0 ? 1.0 / double(R) : 1.0;
       emu::launch(LaunchShape{{1, 1, 1}, {8, 1, 1}}, [&] {
         if (kind == 0)
-          emu::reduce_cols<float, float, emu::mt::SumR, true>(partial.data(), out.data(), idx.data(),
-                                                              nullptr, O, chunks, I, chunks, 1, scale);
+          emu::reduce_cols<float, float, emu::mt::SumR, true>(
+              partial.data(), out.data(), idx.data(), nullptr, O, chunks, I, chunks, 1, scale);
         else
-          emu::reduce_cols<float, float, emu::mt::MaxR, true>(partial.data(), out.data(), idx.data(),
-                                                              nullptr, O, chunks, I, chunks, 1, scale);
+          emu::reduce_cols<float, float, emu::mt::MaxR, true>(
+              partial.data(), out.data(), idx.data(), nullptr, O, chunks, I, chunks, 1, scale);
       });
       for (long long o = 0; o < O; ++o)
         for (long long i = 0; i < I; ++i) {
@@ -1502,7 +1508,8 @@ TEST_SUITE("jit") {
     float out = 0;
     long long idx = -1;
     emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] {
-      emu::reduce_cols<float, float, emu::mt::MaxR, false>(x.data(), &out, &idx, nullptr, 1, 4, 1, 4, 1, 1.0);
+      emu::reduce_cols<float, float, emu::mt::MaxR, false>(x.data(), &out, &idx, nullptr, 1, 4, 1,
+                                                           4, 1, 1.0);
     });
     CHECK(std::isnan(out));
     CHECK(idx == 1);
@@ -1510,7 +1517,8 @@ TEST_SUITE("jit") {
     b[2] = false;
     long long count = 0;
     emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] {
-      emu::reduce_cols<bool, long long, emu::mt::SumR, false>(b.data(), &count, nullptr, nullptr, 1, 5, 1, 5, 1, 1.0);
+      emu::reduce_cols<bool, long long, emu::mt::SumR, false>(b.data(), &count, nullptr, nullptr, 1,
+                                                              5, 1, 5, 1, 1.0);
     });
     CHECK(count == 4);
   }
@@ -1522,8 +1530,10 @@ TEST_SUITE("jit") {
     mt::Tensor z = mt::randn({n}, {.dtype = DType::Float64}, &g);
     std::vector<double> du(n), dz(n);
     // rand took counters [0, n), randn [n, 2n) (one Philox block an element).
-    emu::launch(LaunchShape{{3, 1, 1}, {64, 1, 1}}, [&] { emu::random_uniform<double>(du.data(), n, 1234, 0); });
-    emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}}, [&] { emu::random_normal<double>(dz.data(), n, 1234, n); });
+    emu::launch(LaunchShape{{3, 1, 1}, {64, 1, 1}},
+                [&] { emu::random_uniform<double>(du.data(), n, 1234, 0); });
+    emu::launch(LaunchShape{{1, 1, 1}, {32, 1, 1}},
+                [&] { emu::random_normal<double>(dz.data(), n, 1234, n); });
     CHECK(du == u.to_vector<double>());
     CHECK(dz == z.to_vector<double>());
   }
@@ -1532,7 +1542,7 @@ TEST_SUITE("jit") {
                      T, float, mt::Half, mt::BFloat16) {
     // The kernel and the host take philox_uniform's bits for the dtype (runtime/philox.h).
     const int64_t n = 4096;
-    const DType dt = std::is_same_v<T, float>       ? DType::Float32
+    const DType dt = std::is_same_v<T, float>      ? DType::Float32
                      : std::is_same_v<T, mt::Half> ? DType::Float16
                                                    : DType::BFloat16;
     mt::Generator g(99);

@@ -5,9 +5,6 @@
 // million literals; and the user-kernel names that NVRTC pastes into its own code. Cases
 // that crashed or hung run in a child process, so a regression fails the case, not the run.
 #include <doctest/doctest.h>
-
-#include "child.h"
-#include "helpers.h"
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -25,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "child.h"
+#include "helpers.h"
 #include "kernels/jit/nvrtc.h"
 #include "kernels/jit/user_kernel.h"
 #include "minitensor.h"
@@ -32,7 +31,6 @@
 using namespace mt;
 
 namespace {
-
 
 // A crash or a hang fails the case, not the run: `cpu_seconds` of CPU time (SIGXCPU) and
 // four times that of wall time (SIGALRM).
@@ -90,11 +88,13 @@ TEST_SUITE("jit") {
     const std::string body = repeat("(", 10000) + "x" + repeat(")", 10000);
     // The 257th level opens at byte 256; the caret line is a window of 100 characters.
     const std::string want = nesting_error(257, "..." + repeat("(", 100) + "...", 63);
-    CHECK(in_child_cpu([&] { return error_of([&] { jit::pointwise("deep", body); }) == want; }) == 0);
+    CHECK(in_child_cpu([&] { return error_of([&] { jit::pointwise("deep", body); }) == want; }) ==
+          0);
   }
 
-  TEST_CASE("pointwise: long chains of unary operators, casts, calls and ?: are errors, not "
-            "crashes") {
+  TEST_CASE(
+      "pointwise: long chains of unary operators, casts, calls and ?: are errors, not "
+      "crashes") {
     const std::string prefix = "[jit] pointwise 'deep': the expression nests more than 256 levels";
     for (const std::string& body :
          {repeat("-", 100000) + "x", repeat("!", 100000) + "x", repeat("+ ", 100000) + "x",
@@ -107,13 +107,13 @@ TEST_SUITE("jit") {
     }
   }
 
-  TEST_CASE("pointwise: 255 nested parentheses are the most; the deepest body parses on a "
-            "2 MiB stack") {
+  TEST_CASE(
+      "pointwise: 255 nested parentheses are the most; the deepest body parses on a "
+      "2 MiB stack") {
     // The statement is level 1, each parenthesis one more: 255 of them make level 256.
     const std::string ok = repeat("(", 255) + "x * 2" + repeat(")", 255);
     // Each level here holds a frame for every precedence of binary operator.
-    const std::string worst =
-        repeat("x || x && x == x < x + x * (", 255) + "x" + repeat(")", 255);
+    const std::string worst = repeat("x || x && x == x < x + x * (", 255) + "x" + repeat(")", 255);
     CHECK(in_child_cpu([&] {
             Tensor y;
             // Note [Nesting limit]: about 0.9 MiB under ASan, 0.2 MiB at -O2.
@@ -129,16 +129,17 @@ TEST_SUITE("jit") {
   }
 
   // ---- 2. names and the generated source
-  TEST_CASE("pointwise: a name is an identifier or identifiers joined by '::'; a newline or an "
-            "#include in it is refused") {
+  TEST_CASE(
+      "pointwise: a name is an identifier or identifiers joined by '::'; a newline or an "
+      "#include in it is refused") {
     // It went into the generated source as it was: a name with a newline wrote lines of the
     // caller's choosing into the module, an #include put a host file into NVRTC's errors.
     CHECK(error_of([] { jit::pointwise("f\n#include \"/etc/hostname\"\n", "x"); }) ==
           "[jit] pointwise: the name 'f\\n#include \"/etc/hostname\"\\n' is not an identifier; a "
           "name is letters, digits and _, not starting with a digit, or such names joined by "
           "'::' (\"my_silu\", \"demo::fma\"): it names the generated kernel");
-    for (const char* bad : {"1x", "a::", "::a", "a:b", "a:::b", "a-b", "a b", "a.b", "f()",
-                            "a//b", "\xc3\xa9t\xc3\xa9", "a\\", "a\x1b"}) {
+    for (const char* bad : {"1x", "a::", "::a", "a:b", "a:::b", "a-b", "a b", "a.b", "f()", "a//b",
+                            "\xc3\xa9t\xc3\xa9", "a\\", "a\x1b"}) {
       CAPTURE(bad);
       CHECK(error_of([&] { jit::pointwise(bad, "x"); }).starts_with("[jit] pointwise: the name '"));
     }
@@ -148,8 +149,9 @@ TEST_SUITE("jit") {
     }
   }
 
-  TEST_CASE("pointwise: a comment ending in a backslash, a NUL in a comment and 1e999 are "
-            "refused on every device") {
+  TEST_CASE(
+      "pointwise: a comment ending in a backslash, a NUL in a comment and 1e999 are "
+      "refused on every device") {
     // The CPU evaluated each of these, and the CUDA source failed to compile: the backslash
     // joined the #include after the body's comment lines to the comment, NVRTC read the
     // source up to the NUL, and 1e999 became C(inf).
@@ -157,8 +159,9 @@ TEST_SUITE("jit") {
           "[jit] pointwise 'f': a comment ends in a backslash, which in C joins the next line "
           "to the comment; remove the backslash (line 1, column 16)\n  x * 2 // twice \\\n"
           "                 ^");
-    CHECK(error_of([] { jit::pointwise("f", "x // twice \\ "); }).starts_with(
-        "[jit] pointwise 'f': a comment ends in a backslash"));
+    CHECK(error_of([] {
+            jit::pointwise("f", "x // twice \\ ");
+          }).starts_with("[jit] pointwise 'f': a comment ends in a backslash"));
     CHECK(error_of([] { jit::pointwise("f", std::string("x // a\0b", 8)); }) ==
           "[jit] pointwise 'f': a comment holds the control byte '\\x00'; remove it (line 1, "
           "column 7)\n  x // a b\n        ^");
@@ -166,17 +169,21 @@ TEST_SUITE("jit") {
           "[jit] pointwise 'f': the number '1e999' is outside the range of a double (magnitudes "
           "from about 4.9e-324 to 1.8e308); for infinity write 1.0 / 0.0 (line 1, column 5)\n"
           "  x + 1e999\n      ^");
-    CHECK(error_of([] { jit::pointwise("f", "x + 1e-400f"); }).starts_with(
-        "[jit] pointwise 'f': the number '1e-400' is outside the range of a double"));
-    CHECK(error_of([] { jit::pointwise("f", "x + 0x1p99999"); }).starts_with(
-        "[jit] pointwise 'f': the number '0x1p99999' is outside the range of a double"));
-    const auto y = jit::pointwise("f", "x + 1.0 / 0.0")(from_vector<double>({1}))
-                       .to_vector<double>();
+    CHECK(error_of([] { jit::pointwise("f", "x + 1e-400f"); })
+              .starts_with(
+                  "[jit] pointwise 'f': the number '1e-400' is outside the range of a double"));
+    CHECK(error_of([] { jit::pointwise("f", "x + 0x1p99999"); })
+              .starts_with(
+                  "[jit] pointwise 'f': the number '0x1p99999' is outside the range of a double"));
+    const auto y =
+        jit::pointwise("f", "x + 1.0 / 0.0")(from_vector<double>({1})).to_vector<double>();
     CHECK(std::isinf(y[0]));
   }
 
-  TEST_CASE("pointwise: what the CPU accepts compiles for CUDA: comments of any text, CR LF, "
-            "hex, tiny and float-overflowing literals" * doctest::skip(no_nvrtc())) {
+  TEST_CASE(
+      "pointwise: what the CPU accepts compiles for CUDA: comments of any text, CR LF, "
+      "hex, tiny and float-overflowing literals" *
+      doctest::skip(no_nvrtc())) {
     const std::string body =
         "a = x * 0x1.8p1;  // hex: 3. \xc3\xa9t\xc3\xa9, 50% \\ of it,\ta tab\r\n"
         "b = a + 1e-310 + 0x10; // \r#include \"/etc/hostname\"\r\n"
@@ -203,18 +210,22 @@ TEST_SUITE("jit") {
     CHECK(std::isnan(f(from_vector<float>({2})).to_vector<float>()[0]));
   }
 
-  TEST_CASE("cuda_body: a constant node that is not finite compiles (made by a pass, not a "
-            "literal)" * doctest::skip(no_nvrtc())) {
+  TEST_CASE(
+      "cuda_body: a constant node that is not finite compiles (made by a pass, not a "
+      "literal)" *
+      doctest::skip(no_nvrtc())) {
     // {:.17g} printed C(inf) and C(nan), which are no CUDA.
     jit::expr::Program p;
     p.inputs = {"x"};
     p.outputs = {"out"};
     using jit::expr::Node, jit::expr::Op;
     const double inf = std::numeric_limits<double>::infinity();
-    p.nodes = {Node{.op = Op::Input, .index = 0}, Node{.op = Op::Const, .value = inf},
+    p.nodes = {Node{.op = Op::Input, .index = 0},
+               Node{.op = Op::Const, .value = inf},
                Node{.op = Op::Const, .value = -inf},
                Node{.op = Op::Const, .value = std::numeric_limits<double>::quiet_NaN()},
-               Node{.op = Op::Add, .a = 0, .b = 1}, Node{.op = Op::Add, .a = 4, .b = 2},
+               Node{.op = Op::Add, .a = 0, .b = 1},
+               Node{.op = Op::Add, .a = 4, .b = 2},
                Node{.op = Op::Add, .a = 5, .b = 3}};
     p.output_nodes = {6};
     const std::string body = jit::expr::cuda_body(p);
@@ -233,8 +244,9 @@ TEST_SUITE("jit") {
   }
 
   // ---- 4. error messages
-  TEST_CASE("pointwise: an error message shows the body's bytes escaped, the caret under the "
-            "character") {
+  TEST_CASE(
+      "pointwise: an error message shows the body's bytes escaped, the caret under the "
+      "character") {
     // A terminal escape went through to the terminal, a UTF-8 letter was cut in half, a NUL
     // cut what() short.
     CHECK(error_of([] { jit::pointwise("f", "x \x1b[31m"); }) ==
@@ -256,10 +268,9 @@ TEST_SUITE("jit") {
       CHECK(std::string(e.what()) == want);
       CHECK(std::strlen(e.what()) == want.size());
     }
-    CHECK(error_of([] {
-            jit::pointwise({.name = "f", .inputs = {"x\x1b[2J"}, .body = "x"});
-          }) == "[jit] pointwise 'f': 'x\\x1b[2J' is not a valid name (letters, digits, _, not "
-                "starting with a digit)");
+    CHECK(error_of([] { jit::pointwise({.name = "f", .inputs = {"x\x1b[2J"}, .body = "x"}); }) ==
+          "[jit] pointwise 'f': 'x\\x1b[2J' is not a valid name (letters, digits, _, not "
+          "starting with a digit)");
     // A long line shows 60 characters before the caret and 40 after, "..." where cut.
     CHECK(error_of([] { jit::pointwise("f", repeat("x + ", 250000) + "* x + 1"); }) ==
           "[jit] pointwise 'f': expected a value, found '*' (line 1, column 1000001)\n  ..." +
@@ -270,8 +281,9 @@ TEST_SUITE("jit") {
   }
 
   // ---- 5. an empty Pointwise; a body of many literals
-  TEST_CASE("pointwise: an empty (default-constructed) Pointwise is an error when used, not a "
-            "crash") {
+  TEST_CASE(
+      "pointwise: an empty (default-constructed) Pointwise is an error when used, not a "
+      "crash") {
     const std::string want =
         "[jit] Pointwise: this one is empty (default-constructed); assign it the result of "
         "mt::jit::pointwise(name, expression) before using it";
@@ -303,16 +315,16 @@ TEST_SUITE("jit") {
   }
 
   // ---- user kernels: the names NVRTC and messages take
-  TEST_CASE("kernel(): a name expression or source name with control bytes, and a source "
-            "with a NUL, are refused") {
+  TEST_CASE(
+      "kernel(): a name expression or source name with control bytes, and a source "
+      "with a NUL, are refused") {
     const std::string src = "__global__ void k(float* x) { x[0] = 1; }";
     CHECK(error_of([&] { jit::kernel(src, "k\n#include \"/etc/hostname\""); }) ==
           "[jit] kernel(): the name expression 'k\\n#include \"/etc/hostname\"' holds a byte "
           "outside printable ASCII; pass the __global__ function's name as C++ spells it, e.g. "
           "\"my_silu<float>\"");
-    CHECK(error_of([&] {
-            jit::kernel(jit::KernelSpec{.name = "k\x1b[2J.cu", .source = src}, "k");
-          }) ==
+    CHECK(error_of(
+              [&] { jit::kernel(jit::KernelSpec{.name = "k\x1b[2J.cu", .source = src}, "k"); }) ==
           "[jit] kernel(): the KernelSpec's name 'k\\x1b[2J.cu' holds a byte outside printable "
           "ASCII; name the source like a file, e.g. \"my_silu.cu\"");
     CHECK(error_of([&] { jit::kernel(src + std::string("\0 junk", 6), "k"); }) ==
@@ -342,9 +354,10 @@ TEST_CASE("jit hardening: an NVRTC that gives no lowered name is an mt::Error na
         mt::Error);
     return;
   }
-  const SelfRun r = run_self(std::string("MT_NVRTC_LIBRARY='") + MT_LOAD_PROBE_DIR +
-                                 "/fake_nvrtc/libfake_nvrtc.so' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0",
-                             "jit hardening: an NVRTC that gives no lowered name*");
+  const SelfRun r =
+      run_self(std::string("MT_NVRTC_LIBRARY='") + MT_LOAD_PROBE_DIR +
+                   "/fake_nvrtc/libfake_nvrtc.so' MT_TEST_FAKE_NVRTC=1 MT_KERNEL_CACHE=0",
+               "jit hardening: an NVRTC that gives no lowered name*");
   INFO(r.out);
   CHECK(r.exit_status == 0);
   CHECK(std::regex_search(r.out, std::regex(R"(test cases:\s+1 \|\s+1 passed)")));

@@ -90,8 +90,10 @@ TEST_CASE("modes: a mode that replaces an op; a rule for one op under one mode t
     CHECK(neg(x).to_vector<float>() == std::vector<float>{-1, -2});
   }
   CHECK(exp(x).to_vector<float>()[0] == doctest::Approx(2.7182817));
-  CHECK(error_of([] { (void)register_dispatch_mode_rule<NoExpMode>("mt::nope_op", [](NoExpMode&, const OperatorHandle&, Stack&) {}); })
-            .starts_with("[dispatcher] no operator named 'mt::nope_op' is registered"));
+  CHECK(error_of([] {
+          (void)register_dispatch_mode_rule<NoExpMode>(
+              "mt::nope_op", [](NoExpMode&, const OperatorHandle&, Stack&) {});
+        }).starts_with("[dispatcher] no operator named 'mt::nope_op' is registered"));
 }
 
 TEST_CASE("modes: nested modes run innermost first; the outer one sees what the inner one calls") {
@@ -145,7 +147,9 @@ TEST_CASE("modes: with fake tensors the mode sees the call and the Fake kernel r
 TEST_CASE("modes: mt::capture refuses a mode; a compiled function runs eagerly under one") {
   std::vector<std::string> log;
   CountingMode counter("c", &log);
-  GraphFn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mul(exp(in[0]), 2.0)}; };
+  GraphFn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{mul(exp(in[0]), 2.0)};
+  };
   Compiled c = mt::compile(fn);
   Tensor x = from_vector<float>({0, 1});
   const std::vector<float> eager = fn({x})[0].to_vector<float>();
@@ -179,7 +183,8 @@ TEST_CASE("modes: a mode that throws: the error names the mode and the op; the s
   CHECK(err.find("[mode]") == std::string::npos);
 }
 
-TEST_CASE("modes: guards destroyed out of order or on another thread are clear errors, no stuck mode") {
+TEST_CASE(
+    "modes: guards destroyed out of order or on another thread are clear errors, no stuck mode") {
   std::vector<std::string> log;
   CountingMode m1("m1", &log), m2("m2", &log), m3("m3", &log);
   std::vector<std::string> sink;
@@ -303,13 +308,14 @@ TEST_CASE("DebugMode: one line per op with shapes, dtypes and a content hash") {
   REQUIRE(debug.lines().size() == 2);
   const std::string h = content_hash(a);
   CHECK(h.size() == 16);
-  CHECK(content_hash(b) == h);                                  // same values, same hash
-  CHECK(content_hash(from_vector<float>({1, 2, 4})) != h);      // one value differs
-  CHECK(content_hash(a.to(DType::Float64)) != h);               // same values, other bytes
+  CHECK(content_hash(b) == h);                              // same values, same hash
+  CHECK(content_hash(from_vector<float>({1, 2, 4})) != h);  // one value differs
+  CHECK(content_hash(a.to(DType::Float64)) != h);           // same values, other bytes
   CHECK(debug.lines()[0] == fmt::format("mt::add(self=float32[3] cpu #{0}, other=float32[3] cpu "
                                         "#{0}, alpha=1) -> float32[3] cpu #{1}",
                                         h, content_hash(from_vector<float>({2, 4, 6}))));
-  CHECK(debug.lines()[1].starts_with(fmt::format("mt::mul.Scalar(self=float32[3] cpu #{}, other=3) -> ", h)));
+  CHECK(debug.lines()[1].starts_with(
+      fmt::format("mt::mul.Scalar(self=float32[3] cpu #{}, other=3) -> ", h)));
   // A strided view hashes its values, not its storage.
   Tensor m = from_vector<float>({1, 2, 3, 4}).view({2, 2});
   CHECK(content_hash(m.transpose(0, 1)) == content_hash(from_vector<float>({1, 3, 2, 4})));

@@ -326,8 +326,7 @@ OpEntry folder_entry(const ops::OpSamples& o) {
   e.reference = [ref = o.reference](const std::vector<Dense>&, const Stack& args) {
     Stack f64 = args;
     for (Value& v : f64)
-      if (v.is_tensor() && v.to_tensor().defined())
-        v = v.to_tensor().detach().to(F64).contiguous();
+      if (v.is_tensor() && v.to_tensor().defined()) v = v.to_tensor().detach().to(F64).contiguous();
     std::vector<Dense> out;
     for (const Tensor& t : ref(f64)) out.push_back(dense(t));
     return out;
@@ -458,18 +457,28 @@ std::map<std::string, OpEntry> build_table() {
     return Sample{std::move(label), args};
   };
   table["mt::foreach_add_"] = {
-      {foreach_sample("[3, 4], [4], 0-d float64", {{make({3, 4}), make({3, 4})}, {make({4}), make({4})}, {make({}), make({})}}, std::nullopt),
+      {foreach_sample("[3, 4], [4], 0-d float64",
+                      {{make({3, 4}), make({3, 4})}, {make({4}), make({4})}, {make({}), make({})}},
+                      std::nullopt),
        foreach_sample("float32 params, alpha -0.5",
-                      {{make({2, 3}, F32), make({2, 3}, F32)}, {make({7}, F32), make({7}, F32)}, {make({0}, F32), make({0}, F32)}}, -0.5),
+                      {{make({2, 3}, F32), make({2, 3}, F32)},
+                       {make({7}, F32), make({7}, F32)},
+                       {make({0}, F32), make({0}, F32)}},
+                      -0.5),
        foreach_sample("float32 self, float64 and float16 others; transposed; int64",
                       {{make({3, 4}, F32), make({3, 4})},
                        {make({5}, F32), make({5}, F16)},
-                       {make({3, 4}, F64, -2, 2, Layout::Transposed), make({3, 4}, F64, -2, 2, Layout::Stepped)},
+                       {make({3, 4}, F64, -2, 2, Layout::Transposed),
+                        make({3, 4}, F64, -2, 2, Layout::Stepped)},
                        {make({4}, I64, -5, 5), make({4}, I64, -5, 5)}},
                       3.0),
-       foreach_sample("bfloat16 and float16 params", {{make({6}, BF16), make({6}, BF16)}, {make({2, 3}, F16), make({2, 3}, F16)}}, 2.0),
-       foreach_sample("big [40, 65] float32 and [129] float32",
-                      {{make({40, 65}, F32), make({40, 65}, F32)}, {make({129}, F32), make({129}, F32)}}, -1.5)},
+       foreach_sample("bfloat16 and float16 params",
+                      {{make({6}, BF16), make({6}, BF16)}, {make({2, 3}, F16), make({2, 3}, F16)}},
+                      2.0),
+       foreach_sample(
+           "big [40, 65] float32 and [129] float32",
+           {{make({40, 65}, F32), make({40, 65}, F32)}, {make({129}, F32), make({129}, F32)}},
+           -1.5)},
       [](const std::vector<Dense>& t, const Stack& a) {
         const size_t k = a[0].to_tensor_list().size();
         const double alpha = arg_double(a, 2, 1);
@@ -995,8 +1004,11 @@ void check_opcheck_report(const std::string& name, const OpCheckReport& report) 
     return;
   }
   for (const OpCheckReport::Test& t : report.tests) {
-    if (t.name != "test_compile") CHECK_MESSAGE((t.passed || t.skipped), report.str());
-    else CHECK_MESSAGE(t.message.find("the gradient of argument 'self'") != std::string::npos, report.str());
+    if (t.name != "test_compile")
+      CHECK_MESSAGE((t.passed || t.skipped), report.str());
+    else
+      CHECK_MESSAGE(t.message.find("the gradient of argument 'self'") != std::string::npos,
+                    report.str());
   }
 }
 
@@ -1026,7 +1038,6 @@ void check_ops(const std::vector<std::string>& names) {
 }
 
 // ---- the same table on CUDA ----------------------------------------------------------------
-
 
 // t on the GPU with t's own sizes and strides (a transposed view stays transposed, an
 // expanded one keeps its zero strides), `shift` elements into its storage: shift 1 puts
@@ -1106,7 +1117,8 @@ Stack check_values_gpu(const std::string& name, const OperatorHandle& op, const 
       } catch (const Error& err) {
         msg = err.what();
       }
-      CHECK_MESSAGE(msg.find(refusal) != std::string::npos, "expected the refusal '" << refusal << "', got '" << msg << "'");
+      CHECK_MESSAGE(msg.find(refusal) != std::string::npos,
+                    "expected the refusal '" << refusal << "', got '" << msg << "'");
       return {};
     }
     op.call_boxed(&out);
@@ -1115,7 +1127,8 @@ Stack check_values_gpu(const std::string& name, const OperatorHandle& op, const 
     for (size_t o = 0; o < got.size(); ++o) {
       CAPTURE(o);
       const bool to_cpu = name == "mt::to.device";
-      CHECK_MESSAGE((got[o].is_cuda() || to_cpu), "the result of a CUDA op is on ", got[o].device());
+      CHECK_MESSAGE((got[o].is_cuda() || to_cpu), "the result of a CUDA op is on ",
+                    got[o].device());
       std::string why = compare(got[o].cpu(), want[o]);
       CHECK_MESSAGE(why.empty(), why);
     }
@@ -1249,9 +1262,7 @@ TEST_CASE("ops reductions: values, opcheck and double backward") { check_family(
 TEST_CASE("ops max.dim: values and indices, opcheck and double backward") {
   check_family("max.dim");
 }
-TEST_CASE("ops matmul, mse_loss: values, opcheck and double backward") {
-  check_family("nn");
-}
+TEST_CASE("ops matmul, mse_loss: values, opcheck and double backward") { check_family("nn"); }
 TEST_CASE("ops of the op folders (kernels/ops/folders.def): values, opcheck and double backward") {
   REQUIRE_FALSE(families().at("op folders").empty());
   check_family("op folders");
@@ -1298,8 +1309,10 @@ std::vector<Value> other_values(const Value& v) {
 Value from_default(const DefaultValue& d) {
   return std::visit(
       [](const auto& x) -> Value {
-        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) return Value();
-        else return Value(x);
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>)
+          return Value();
+        else
+          return Value(x);
       },
       d);
 }
@@ -1310,7 +1323,9 @@ Stack full_args(const FunctionSchema& schema, const Stack& args) {
   Stack out;
   for (size_t i = 0; i < schema.arguments.size(); ++i) {
     const Argument& a = schema.arguments[i];
-    Value v = i < args.size() ? args[i] : a.default_value ? from_default(*a.default_value) : Value();
+    Value v = i < args.size()   ? args[i]
+              : a.default_value ? from_default(*a.default_value)
+                                : Value();
     if (v.is_tensor() && v.to_tensor().defined()) v = v.to_tensor().clone();
     if (v.is_tensor_list()) {
       std::vector<Tensor> list;
@@ -1492,7 +1507,8 @@ TEST_CASE("ops float16 and bfloat16: computed in float32, rounded once") {
   }
 }
 
-TEST_CASE("ops foreach_add_: bad lists name the op and the pair, on CPU and Fake, and write nothing") {
+TEST_CASE(
+    "ops foreach_add_: bad lists name the op and the pair, on CPU and Fake, and write nothing") {
   Tensor a = make({2, 3}, F32), b = make({4}, F32), c = make({2}, I64, -5, 5);
   const std::vector<double> a0 = a.to_vector<double>(), b0 = b.to_vector<double>();
   auto both = [](std::vector<Tensor> s, std::vector<Tensor> o, double alpha) {
@@ -1516,7 +1532,9 @@ TEST_CASE("ops foreach_add_: bad lists name the op and the pair, on CPU and Fake
   CHECK(both({c}, {c}, 0.5) ==
         "[foreach_add_] pair 0: alpha 0.5 is not an integer, so the result can't be written into "
         "self of dtype int64; use an integer alpha or a floating self");
-  CHECK(error_of([&] { foreach_add_({a, b, a}, {a, b, a}); }) ==
+  CHECK(error_of([&] {
+          foreach_add_({a, b, a}, {a, b, a});
+        }) ==
         "[foreach_add_] self[0] and self[2] are the same tensor; each tensor may be written once "
         "a call (add their others first)");
   // Every check runs before the first write: pair 0 was fine, and is unchanged.
@@ -1525,12 +1543,15 @@ TEST_CASE("ops foreach_add_: bad lists name the op and the pair, on CPU and Fake
   CHECK(a.version() == 0);
 }
 
-TEST_CASE("ops foreach_add_: an optimizer op, refused on tensors that require grad while grad "
-          "mode is on, fine under NoGradGuard") {
+TEST_CASE(
+    "ops foreach_add_: an optimizer op, refused on tensors that require grad while grad "
+    "mode is on, fine under NoGradGuard") {
   Tensor w = make({3}, F32).requires_grad_(true), v = make({2, 2}, F32).requires_grad_(true);
   Tensor gw = make({3}, F32), gv = make({2, 2}, F32);
   const std::vector<double> w0 = w.to_vector<double>();
-  CHECK(error_of([&] { foreach_add_({w, v}, {gw, gv}, -0.1); }) ==
+  CHECK(error_of([&] {
+          foreach_add_({w, v}, {gw, gv}, -0.1);
+        }) ==
         "[autograd] 'mt::foreach_add_' modifies its inputs in place, and one of them requires "
         "grad; in-place ops cannot be recorded on the tape. Run it under mt::NoGradGuard (as an "
         "optimizer step does), or use the out-of-place op");

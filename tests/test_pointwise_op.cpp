@@ -32,7 +32,8 @@ double eval_at(const ex::Program& p, std::vector<double> in, std::vector<double>
   return out[k];
 }
 
-ex::Program parse1(const char* body, std::vector<std::string> in, std::vector<std::string> sc = {}) {
+ex::Program parse1(const char* body, std::vector<std::string> in,
+                   std::vector<std::string> sc = {}) {
   return ex::parse("t", body, std::move(in), std::move(sc), {"out"}, false);
 }
 
@@ -57,10 +58,18 @@ TEST_SUITE("pointwise_op") {
 
   TEST_CASE("derivative: every construct against central differences, twice") {
     const char* bodies[] = {
-        "x * y + x / y - y",          "exp(x) * sin(y)",        "sqrt(x) + rsqrt(y)",
-        "tanh(x * y) + cos(x)",       "abs(x - y) + erf(x)",    "expm1(x) + log(y)",
-        "sigmoid(x) * relu(y - 0.5)", "max(x, y) + min(x, 2 * y)", "pow(x, y) + pow(y, 3)",
-        "x > y ? x * x : -y",         "t = x * y; t * t - sign(x) * t", "-(-x) * 1 + 0 * y",
+        "x * y + x / y - y",
+        "exp(x) * sin(y)",
+        "sqrt(x) + rsqrt(y)",
+        "tanh(x * y) + cos(x)",
+        "abs(x - y) + erf(x)",
+        "expm1(x) + log(y)",
+        "sigmoid(x) * relu(y - 0.5)",
+        "max(x, y) + min(x, 2 * y)",
+        "pow(x, y) + pow(y, 3)",
+        "x > y ? x * x : -y",
+        "t = x * y; t * t - sign(x) * t",
+        "-(-x) * 1 + 0 * y",
     };
     for (const char* body : bodies) {
       CAPTURE(body);
@@ -74,14 +83,16 @@ TEST_SUITE("pointwise_op") {
         CHECK(close(eval_at(d, {x, y, 1.0}, {}, 0), dx, 1e-6));
         CHECK(close(eval_at(d, {x, y, 1.0}, {}, 1), dy, 1e-6));
         // d/dx of grad_x (seeded 1, 0): the second derivative in x
-        const double dxx = (eval_at(d, {x + h, y, 1.0}, {}, 0) - eval_at(d, {x - h, y, 1.0}, {}, 0)) / (2 * h);
+        const double dxx =
+            (eval_at(d, {x + h, y, 1.0}, {}, 0) - eval_at(d, {x - h, y, 1.0}, {}, 0)) / (2 * h);
         CHECK(close(eval_at(dd, {x, y, 1.0, 1.0, 0.0}, {}, 0), dxx, 1e-5));
       }
     }
   }
 
   TEST_CASE("derivative: scalars are not differentiated; an input nobody reads gets zero") {
-    const ex::Program p = ex::parse("t", "pow(x, s) * beta", {"x", "y"}, {"s", "beta"}, {"out"}, false);
+    const ex::Program p =
+        ex::parse("t", "pow(x, s) * beta", {"x", "y"}, {"s", "beta"}, {"out"}, false);
     const ex::Program d = ex::derivative("t", p);
     CHECK(close(eval_at(d, {2.0, 5.0, 1.0}, {3.0, 0.5}, 0), 0.5 * 3 * 4));
     CHECK(eval_at(d, {2.0, 5.0, 1.0}, {3.0, 0.5}, 1) == 0);
@@ -109,7 +120,8 @@ TEST_SUITE("pointwise_op") {
       CAPTURE(r.name);
       const ex::Program& p = ops::row_forward(r.fn);
       for (double x : {0.3, 1.7, 2.9}) {
-        const double xs = r.positive() ? x : x - 1.5, y = 0.9, s = r.arity == ew::Arity::Unary ? 0 : 1.25;
+        const double xs = r.positive() ? x : x - 1.5, y = 0.9,
+                     s = r.arity == ew::Arity::Unary ? 0 : 1.25;
         std::vector<double> in = {xs};
         if (r.arity == ew::Arity::Binary) in.push_back(y);
         std::vector<double> sc;
@@ -170,14 +182,16 @@ TEST_SUITE("pointwise_op") {
   }
 
   TEST_CASE("pointwise_op: two inputs broadcast, a scalar, float32 and a written backward") {
-    auto lerp = pointwise_op("pw_test::lerp", "x + w * (y - x)", {.inputs = {"x", "y"}, .scalars = {"w"}});
+    auto lerp =
+        pointwise_op("pw_test::lerp", "x + w * (y - x)", {.inputs = {"x", "y"}, .scalars = {"w"}});
     CHECK(lerp.schema() == "pw_test::lerp(Tensor x, Tensor y, float w) -> Tensor");
     Tensor x = randn({3, 1}, {.dtype = DType::Float64}).requires_grad_();
     Tensor y = randn({4}, {.dtype = DType::Float64}).requires_grad_();
     Tensor out = lerp(x, y, 0.25);
     CHECK(out.sizes() == Shape{3, 4});
     CHECK(max_diff(out, x + (y - x) * 0.25) < 1e-12);
-    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return lerp(in[0], in[1], 0.25); }, {x, y}));
+    CHECK(
+        gradcheck([&](const std::vector<Tensor>& in) { return lerp(in[0], in[1], 0.25); }, {x, y}));
     Tensor f = randn({5}).requires_grad_();
     Tensor gf = mt::grad({sum(lerp(f, f, 0.5))}, {f})[0];
     CHECK(gf.dtype() == DType::Float32);
@@ -278,7 +292,8 @@ TEST_SUITE("tile evaluator") {
       const ex::Program& p = ops::row_forward(r.fn);
       const double s = 0.75;
       const int64_t n = ex::kChunk + 3;
-      std::vector<double> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+      std::vector<double> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)),
+          want(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
         x[size_t(i)] = r.positive() ? 0.1 + 0.01 * double(i % 97) : -2.0 + 0.037 * double(i % 113);
         y[size_t(i)] = 0.5 + 0.013 * double(i % 89);
@@ -289,7 +304,8 @@ TEST_SUITE("tile evaluator") {
       const float sf[] = {float(s)};
       ex::TileEvaluator<double> ed(p, sd);
       ex::TileEvaluator<float> ef(p, sf);
-      for (int64_t len : {int64_t(1), int64_t(7), int64_t(16), int64_t(255), ex::kChunk - 1, ex::kChunk}) {
+      for (int64_t len :
+           {int64_t(1), int64_t(7), int64_t(16), int64_t(255), ex::kChunk - 1, ex::kChunk}) {
         std::vector<double> od(static_cast<size_t>(len));
         std::vector<float> of(static_cast<size_t>(len));
         const double* ind[] = {x.data(), y.data()};
@@ -327,7 +343,8 @@ TEST_SUITE("tile evaluator") {
     // every exponent's edges, subnormals, zeros, +-inf and NaN, both signs
     std::vector<float> xs;
     for (int e = -149; e <= 128; ++e)
-      for (float m : {1.0f, 1.3f, 1.999f}) xs.push_back(std::ldexp(m, e)), xs.push_back(-std::ldexp(m, e));
+      for (float m : {1.0f, 1.3f, 1.999f})
+        xs.push_back(std::ldexp(m, e)), xs.push_back(-std::ldexp(m, e));
     for (float v : {0.0f, -0.0f, 88.7f, -88.7f, 103.9f, -103.9f, INFINITY, -INFINITY, NAN, -NAN})
       xs.push_back(v);
     const auto n = int64_t(xs.size());
@@ -358,7 +375,8 @@ TEST_SUITE("tile evaluator") {
     }
     cpu::set_vec_exp_enabled(had);
     // float64, and a negation something else reads too (then it is a node of its own)
-    const ex::Program both = ex::parse("t", "t = -x; a = exp(t); b = t * 2;", {"x"}, {}, {"a", "b"}, false);
+    const ex::Program both =
+        ex::parse("t", "t = -x; a = exp(t); b = t * 2;", {"x"}, {}, {"a", "b"}, false);
     ex::TileEvaluator<double> ed(both, nullptr);
     CHECK(ed.num_buffers() == 1);
     const double x[] = {-1.5, 0.0, 2.25, 700.0};
@@ -407,10 +425,12 @@ TEST_SUITE("tile evaluator") {
     }
   }
 
-  TEST_CASE("tile evaluator: uniform nodes once, a scalar on either side, uniform branches and "
-            "outputs, nodes no output needs") {
+  TEST_CASE(
+      "tile evaluator: uniform nodes once, a scalar on either side, uniform branches and "
+      "outputs, nodes no output needs") {
     const ex::Program p = ex::parse(
-        "t", "k = exp(s) * -2.0; dead = log(x); a = k - x; b = x / k; c = x > 0 ? s : -1.0; d = s * 3;",
+        "t",
+        "k = exp(s) * -2.0; dead = log(x); a = k - x; b = x / k; c = x > 0 ? s : -1.0; d = s * 3;",
         {"x"}, {"s"}, {"a", "b", "c", "d"}, false);
     for (double s : {0.5, -1.25}) {
       CAPTURE(s);

@@ -23,7 +23,10 @@ constexpr DType kFloats[] = {DType::Float32, DType::Float64, DType::Float16, DTy
 
 // How close a dtype's result is expected to be (16-bit outputs round once).
 double tolerance(DType t) {
-  return t == DType::Float64 ? 1e-10 : t == DType::Float32 ? 1e-5 : t == DType::Float16 ? 2e-3 : 1.6e-2;
+  return t == DType::Float64   ? 1e-10
+         : t == DType::Float32 ? 1e-5
+         : t == DType::Float16 ? 2e-3
+                               : 1.6e-2;
 }
 
 // |a - b| <= tol * (1 + |b|) everywhere, in float64 (equal infinities and NaN against NaN
@@ -73,8 +76,9 @@ double times(double a, double b) { return a * b; }
 }  // namespace
 
 TEST_SUITE("reduction") {
-  TEST_CASE("reduction: sum of squares, mean, L2 norm, max, min and prod against mt:: ops, "
-            "every floating dtype") {
+  TEST_CASE(
+      "reduction: sum of squares, mean, L2 norm, max, min and prod against mt:: ops, "
+      "every floating dtype") {
     const auto sumsq = jit::reduction({.name = "sumsq", .map = "x * x"});
     const auto mean_ = jit::reduction({.name = "mean_", .map = "x", .post = "acc / n"});
     const auto l2 = jit::reduction({.name = "l2", .map = "x * x", .post = "sqrt(acc)"});
@@ -108,7 +112,7 @@ TEST_SUITE("reduction") {
     const auto sumsq = jit::reduction({.name = "sumsq", .map = "x * x"});
     const auto mx = jit::reduction({.name = "mx", .map = "x", .reduce = "max"});
     const auto mn = jit::reduction({.name = "mn", .map = "x", .reduce = "min"});
-    const std::vector<std::vector<int64_t>> dim_sets = {{},     {0},     {1},    {2},   {-1},
+    const std::vector<std::vector<int64_t>> dim_sets = {{},     {0},     {1},    {2},      {-1},
                                                         {0, 2}, {1, -1}, {0, 1}, {0, 1, 2}};
     // short rows (several a tile), rows of one tile, rows of several tiles with a tail
     for (const Shape& s : {Shape{3, 4, 5}, Shape{2, 3, 1023}, Shape{2, 1, 2500}, Shape{5, 1, 1}}) {
@@ -121,8 +125,10 @@ TEST_SUITE("reduction") {
           const Tensor got = sumsq.call({&x, 1}, dims, keepdim);
           CHECK(got.sizes() == sum(x, dims, keepdim).sizes());
           CHECK(near(got, sum(x * x, dims, keepdim), 1e-12));
-          CHECK(near(mx.call({&x, 1}, dims, keepdim), fold_reference(x, dims, keepdim, fmax_nan, -INFINITY), 0));
-          CHECK(near(mn.call({&x, 1}, dims, keepdim), fold_reference(x, dims, keepdim, fmin_nan, INFINITY), 0));
+          CHECK(near(mx.call({&x, 1}, dims, keepdim),
+                     fold_reference(x, dims, keepdim, fmax_nan, -INFINITY), 0));
+          CHECK(near(mn.call({&x, 1}, dims, keepdim),
+                     fold_reference(x, dims, keepdim, fmin_nan, INFINITY), 0));
         }
     }
     // a 0-d input: no dims, or dim 0 / -1, reduce its one element
@@ -202,9 +208,11 @@ TEST_SUITE("reduction") {
     CHECK(pr(e).item<double>() == 1);
     const auto mx = jit::reduction({.name = "mx", .map = "x", .reduce = "max"});
     CHECK(mx(e).item<double>() == -INFINITY);
-    CHECK(jit::reduction({.name = "mn", .map = "x", .reduce = "min"})(e).item<double>() == INFINITY);
+    CHECK(jit::reduction({.name = "mn", .map = "x", .reduce = "min"})(e).item<double>() ==
+          INFINITY);
     // a given identity starts every row, as CuPy's ReductionKernel does
-    const auto relu_max = jit::reduction({.name = "relu_max", .map = "x", .reduce = "max", .identity = 0.0});
+    const auto relu_max =
+        jit::reduction({.name = "relu_max", .map = "x", .reduce = "max", .identity = 0.0});
     CHECK(relu_max.identity() == 0);
     CHECK(relu_max(from_vector(std::vector<float>{-3, -1})).item<double>() == 0);
     CHECK(relu_max(e).item<double>() == 0);
@@ -299,13 +307,13 @@ TEST_SUITE("reduction") {
     const auto mx = jit::reduction({.name = "mx", .map = "x", .reduce = "max"});
     const auto dot = jit::reduction({.name = "dot", .map = "x * y"});
     const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
-        {{1 << 20}, {}},         // a full reduction: the two-pass split, 16-byte loads
-        {{(1 << 20) + 3}, {}},   // the split with a tail, plain loads
-        {{64, 1000}, {1}},       // one block a row
-        {{64, 1024}, {-1}},      // one block a row, 16-byte loads
-        {{300, 7}, {0}},         // a non-trailing dim: permuted first
-        {{4, 0}, {1}},           // empty rows: the identity
-        {{3, 70000}, {1}}};      // few long rows: split
+        {{1 << 20}, {}},        // a full reduction: the two-pass split, 16-byte loads
+        {{(1 << 20) + 3}, {}},  // the split with a tail, plain loads
+        {{64, 1000}, {1}},      // one block a row
+        {{64, 1024}, {-1}},     // one block a row, 16-byte loads
+        {{300, 7}, {0}},        // a non-trailing dim: permuted first
+        {{4, 0}, {1}},          // empty rows: the identity
+        {{3, 70000}, {1}}};     // few long rows: split
     for (DType t : kFloats)
       for (const auto& c : cases) {
         const auto& [shape, dims] = c;
@@ -333,14 +341,17 @@ TEST_SUITE("reduction") {
   TEST_CASE("reduction_op: a sum of squares as an op: schema, values, by name, gradcheck") {
     auto sumsq = reduction_op("rd_test::sumsq", {.map = "x * x"});
     CHECK(sumsq.schema() == "rd_test::sumsq(Tensor x, int[] dim=[], bool keepdim=False) -> Tensor");
-    CHECK(sumsq.backward_bodies() == std::vector<std::string>{"_t2 = grad * x;\nout = _t2 + _t2;\n"});
+    CHECK(sumsq.backward_bodies() ==
+          std::vector<std::string>{"_t2 = grad * x;\nout = _t2 + _t2;\n"});
     const Tensor x = randn({4, 3}, {.dtype = DType::Float64}).requires_grad_();
     CHECK(near(sumsq(x), sum(x * x), 1e-12));
     const Tensor by_name = call<Tensor>("rd_test::sumsq", x, std::vector<int64_t>{1}, true);
     CHECK(near(by_name, sum(x * x, {1}, true), 1e-12));
     CHECK(gradcheck([&](const std::vector<Tensor>& in) { return sumsq(in[0]); }, {x}));
-    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return sumsq.call(in, {0}, false); }, {x}));
-    CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return sumsq.call(in, {1}, true); }, {x}));
+    CHECK(
+        gradcheck([&](const std::vector<Tensor>& in) { return sumsq.call(in, {0}, false); }, {x}));
+    CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return sumsq.call(in, {1}, true); },
+                        {x}));
     // the gradient of a float32 input is float32
     const Tensor f = randn({5}).requires_grad_();
     const Tensor gf = mt::grad({sumsq(f)}, {f})[0];
@@ -366,10 +377,12 @@ TEST_SUITE("reduction") {
     CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return l2(in[0]); }, {x}));
     const Tensor w = rand({4}, {.dtype = DType::Float64}).requires_grad_();
     const Tensor y = randn({3, 1}, {.dtype = DType::Float64}).requires_grad_();
-    CHECK(wdist.schema() ==
-          "rd_test::wdist(Tensor w, Tensor x, Tensor y, int[] dim=[], bool keepdim=False) -> Tensor");
+    CHECK(
+        wdist.schema() ==
+        "rd_test::wdist(Tensor w, Tensor x, Tensor y, int[] dim=[], bool keepdim=False) -> Tensor");
     CHECK(gradcheck([&](const std::vector<Tensor>& in) { return wdist.call(in, {0}); }, {w, x, y}));
-    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return wdist(in[0], in[1], in[2]); }, {w, x, y}));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return wdist(in[0], in[1], in[2]); },
+                    {w, x, y}));
   }
 
   TEST_CASE("reduction_op: max, min and prod are not differentiable yet, and say so") {
@@ -387,7 +400,8 @@ TEST_SUITE("reduction") {
           "[rd_test::many] a differentiable reduction takes at most 6 inputs (a gradient kernel "
           "takes them all, the output's gradient and its result: 8 operands), got 7; combine "
           "inputs, or define it with mt::ReductionOpOptions{.differentiable = false}");
-    CHECK(error_of([] { reduction_op("rd_test::fl", {.map = "floor(x)"}); })
-              .starts_with("[rd_test::fl] floor() has no derivative"));
+    CHECK(error_of([] {
+            reduction_op("rd_test::fl", {.map = "floor(x)"});
+          }).starts_with("[rd_test::fl] floor() has no derivative"));
   }
 }

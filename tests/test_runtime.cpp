@@ -7,20 +7,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <regex>
 #include <set>
 #include <sstream>
-#include <regex>
 #include <thread>
 
-
-#include "minitensor.h"
-#include "tests/helpers.h"
 #include "kernels/settings.h"
+#include "minitensor.h"
 #include "runtime/cpu_cache.h"
-#include "tests/child.h"
 #include "runtime/philox.h"
 #include "runtime/version.h"
 #include "runtime/view.h"
+#include "tests/child.h"
+#include "tests/helpers.h"
 
 using namespace mt;
 
@@ -48,12 +47,12 @@ TEST_CASE("dtype: sizes, names and promotion") {
 TEST_CASE("dtype: float16 rounds to nearest even, with subnormals, inf and nan") {
   CHECK(Half(1.0f).bits == 0x3c00);
   CHECK(Half(-2.0f).bits == 0xc000);
-  CHECK(Half(65504.0f).bits == 0x7bff);             // largest finite
-  CHECK(Half(65520.0f).bits == 0x7c00);             // rounds to inf
-  CHECK(Half(std::ldexp(1.0f, -24)).bits == 0x0001);  // smallest subnormal
-  CHECK(Half(std::ldexp(1.0f, -25)).bits == 0x0000);  // halfway to zero: ties to even
-  CHECK(Half(std::ldexp(3.0f, -26)).bits == 0x0001);  // above halfway
-  CHECK(Half(1.0f + std::ldexp(1.0f, -11)).bits == 0x3c00);  // tie -> even
+  CHECK(Half(65504.0f).bits == 0x7bff);                          // largest finite
+  CHECK(Half(65520.0f).bits == 0x7c00);                          // rounds to inf
+  CHECK(Half(std::ldexp(1.0f, -24)).bits == 0x0001);             // smallest subnormal
+  CHECK(Half(std::ldexp(1.0f, -25)).bits == 0x0000);             // halfway to zero: ties to even
+  CHECK(Half(std::ldexp(3.0f, -26)).bits == 0x0001);             // above halfway
+  CHECK(Half(1.0f + std::ldexp(1.0f, -11)).bits == 0x3c00);      // tie -> even
   CHECK(Half(1.0f + 3 * std::ldexp(1.0f, -11)).bits == 0x3c02);  // tie -> even (up)
   CHECK(std::isnan(float(Half(NAN))));
   CHECK(float(Half(INFINITY)) == INFINITY);
@@ -127,7 +126,8 @@ TEST_CASE("storage: small CPU blocks are reused per thread, stay aligned and nev
   maker.join();
   std::thread freer([&] {
     made.clear();
-    for (int i = 0; i < 50; ++i) CHECK(sum(full({int64_t(i + 1)}, 1.0)).item<float>() == float(i + 1));
+    for (int i = 0; i < 50; ++i)
+      CHECK(sum(full({int64_t(i + 1)}, 1.0)).item<float>() == float(i + 1));
   });
   freer.join();
   Tensor after = full({16}, 3.0);
@@ -157,7 +157,8 @@ TEST_CASE("storage: small object blocks are aligned, never overlap, and survive 
     for (const Block& b : live)
       for (size_t i = 0; i < b.n; ++i) intact = intact && b.p[i] == b.tag;
     CHECK(intact);
-    for (size_t i = live.size() / 2; i < live.size(); ++i) detail::object_free(live[i].p, live[i].n);
+    for (size_t i = live.size() / 2; i < live.size(); ++i)
+      detail::object_free(live[i].p, live[i].n);
     live.resize(live.size() / 2);
   }
   for (const Block& b : live) detail::object_free(b.p, b.n);
@@ -303,9 +304,13 @@ TEST_CASE("random: Philox4x32-10 gives the Random123 known answers") {
   };
   const Kat kats[] = {
       {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   for (const Kat& k : kats) {
@@ -341,7 +346,8 @@ TEST_CASE("random: different seeds are independent streams, not shifted copies")
   for (double x : b) shared += int(seen.count(x));
   CHECK(shared == 0);
   double ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < a.size(); ++i) ma += a[i] / double(a.size()), mb += b[i] / double(b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ma += a[i] / double(a.size()), mb += b[i] / double(b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     sab += (a[i] - ma) * (b[i] - mb);
     saa += (a[i] - ma) * (a[i] - ma);
@@ -411,7 +417,6 @@ TEST_CASE("views: strides and values against hand-computed ones") {
                          Error);
     CHECK(t.view({2, 4, 3, 1}).strides() == Shape{12, 1, 4, 4});  // as torch computes it
     CHECK_THROWS_AS(t.view({8, 3}), Error);  // batch and rows do not merge either
-
   }
   SUBCASE("expand, squeeze, unsqueeze, flatten") {
     Tensor col = arange(3).view({3, 1});
@@ -506,8 +511,9 @@ TEST_CASE("printing looks like PyTorch, with shape, dtype and device") {
   CHECK(zeros({2, 1, 2}).str() ==
         "tensor([[[0., 0.]],\n\n        [[0., 0.]]], shape=[2, 1, 2], dtype=float32)");
   std::string big = arange(2000).str();
-  CHECK(big == "tensor([   0.,    1.,    2., ..., 1997., 1998., 1999.], shape=[2000], "
-               "dtype=float32)");
+  CHECK(big ==
+        "tensor([   0.,    1.,    2., ..., 1997., 1998., 1999.], shape=[2000], "
+        "dtype=float32)");
   Tensor m = arange(40 * 40).view({40, 40});
   std::string ms = m.str();
   CHECK(ms.find("...") != std::string::npos);
@@ -545,8 +551,9 @@ TEST_CASE("empty_strided: the same checks for real and fake tensors") {
   Tensor real = empty_strided({2, 3}, {1, 2});
   CHECK(real.strides() == Shape{1, 2});
   CHECK(real.storage()->nbytes() == 6 * sizeof(float));
-  const char* negative = "[empty_strided] negative stride -1 in strides [3, -1] is not supported; "
-                         "use strides >= 0";
+  const char* negative =
+      "[empty_strided] negative stride -1 in strides [3, -1] is not supported; "
+      "use strides >= 0";
   CHECK_THROWS_WITH_AS(empty_strided({2, 3}, {3, -1}), negative, Error);
   CHECK_THROWS_WITH_AS(empty_strided({2}, {1, 1}), doctest::Contains("different lengths"), Error);
   FakeMode mode;

@@ -51,10 +51,12 @@ TEST_CASE("tags: def and custom_op take tags; dump and dump_table print them") {
   CHECK(unsafe.str() == "cudagraph_unsafe, side_effect");
   CHECK(dispatcher().find_or_throw("test_tags_def::seeded").entry()->tags() ==
         TagSet{Tag::nondeterministic_seeded});
-  CHECK(dispatcher().dump("test_tags_def::unsafe").find("\ntags: cudagraph_unsafe, side_effect\n") !=
-        std::string::npos);
-  CHECK(dispatcher().dump_table("test_tags_def::unsafe").starts_with(
-      "test_tags_def::unsafe\n  tags: cudagraph_unsafe, side_effect\n"));
+  CHECK(
+      dispatcher().dump("test_tags_def::unsafe").find("\ntags: cudagraph_unsafe, side_effect\n") !=
+      std::string::npos);
+  CHECK(dispatcher()
+            .dump_table("test_tags_def::unsafe")
+            .starts_with("test_tags_def::unsafe\n  tags: cudagraph_unsafe, side_effect\n"));
   CHECK(dispatcher().dump("test_tags_def::plain").find("tags:") == std::string::npos);
 
   auto op = custom_op("test_tags_def::counted", count_calls, {.tags = {Tag::side_effect}});
@@ -63,9 +65,10 @@ TEST_CASE("tags: def and custom_op take tags; dump and dump_table print them") {
 
 TEST_CASE("tags: an unknown tag name is an error, and nothing is defined") {
   Library lib(Library::Kind::Def, "test_tags_bad");
-  CHECK(error_of([&] { lib.def("op(Tensor x) -> Tensor", {.tag_names = {"cuda_graph_unsafe"}}); }) ==
-        "[def] unknown tag 'cuda_graph_unsafe'; the tags are: cudagraph_unsafe, "
-        "nondeterministic_seeded, side_effect, inplace_view");
+  CHECK(
+      error_of([&] { lib.def("op(Tensor x) -> Tensor", {.tag_names = {"cuda_graph_unsafe"}}); }) ==
+      "[def] unknown tag 'cuda_graph_unsafe'; the tags are: cudagraph_unsafe, "
+      "nondeterministic_seeded, side_effect, inplace_view");
   CHECK_FALSE(dispatcher().find("test_tags_bad::op").has_value());
   CHECK(tag_from_name("inplace_view") == Tag::inplace_view);
 }
@@ -95,11 +98,13 @@ TEST_CASE("tags: compile never fuses across a side_effect op, and calls it on ev
   CHECK(with.num_fusion_groups() == 0);
   CHECK(g_effects == 3);  // called once a call: not dropped, not cached
   CHECK(out[0].to_vector<float>() == mul(exp(x), 2.0).to_vector<float>());
-  CHECK(log.has("tags: step 1 test_tags_fx::effect [side_effect]: called through the dispatcher; "
-                "nothing is fused or reordered across it"));
+  CHECK(
+      log.has("tags: step 1 test_tags_fx::effect [side_effect]: called through the dispatcher; "
+              "nothing is fused or reordered across it"));
 }
 
-TEST_CASE("tags: a cudagraph_unsafe op is called eagerly by the CPU replay; the log names the split") {
+TEST_CASE(
+    "tags: a cudagraph_unsafe op is called eagerly by the CPU replay; the log names the split") {
   auto unsafe = custom_op("test_tags_cg::unsafe", count_calls, {.tags = {Tag::cudagraph_unsafe}});
   unsafe.register_fake([](const Tensor& t) { return empty_like(t); });
   GraphFn fn = [&](const std::vector<Tensor>& in) {
@@ -111,8 +116,9 @@ TEST_CASE("tags: a cudagraph_unsafe op is called eagerly by the CPU replay; the 
   g_effects = 0;
   for (int i = 0; i < 2; ++i) CHECK(c({x})[0].to_vector<float>() == std::vector<float>{6, 9});
   CHECK(g_effects == 2);
-  CHECK(log.has("tags: step 1 test_tags_cg::unsafe [cudagraph_unsafe]: called through the "
-                "dispatcher; on CUDA the graph would be split around it"));
+  CHECK(
+      log.has("tags: step 1 test_tags_cg::unsafe [cudagraph_unsafe]: called through the "
+              "dispatcher; on CUDA the graph would be split around it"));
   CHECK(log.has("tags: 1 step(s) run outside CUDA graphs, so a CUDA graph comes in up to 2 parts"));
 }
 
@@ -137,18 +143,19 @@ TEST_CASE("tags: a function with an inplace_view op runs eagerly under compile; 
   // each of the 3 calls.
   CHECK(fn_calls == 4);
   CHECK(c.compile_count() == 1);
-  CHECK(log.has("iv: captured for (float32[2] cpu) (compile #1), runs eagerly: node 1 "
-                "test_tags_iv::mark_ is tagged inplace_view: it changes its input's view "
-                "metadata (sizes, strides, offset) in place, which a replay's value slots and "
-                "input guards do not follow; the function runs eagerly on every call with these "
-                "inputs"));
+  CHECK(
+      log.has("iv: captured for (float32[2] cpu) (compile #1), runs eagerly: node 1 "
+              "test_tags_iv::mark_ is tagged inplace_view: it changes its input's view "
+              "metadata (sizes, strides, offset) in place, which a replay's value slots and "
+              "input guards do not follow; the function runs eagerly on every call with these "
+              "inputs"));
   CHECK(c.plan_str().starts_with("eager    the function itself (node 1 test_tags_iv::mark_ "));
 }
 
 TEST_CASE("tags: a nondeterministic_seeded op draws on every replay, as in eager code") {
-  auto noisy = custom_op(
-      "test_tags_rng::noisy", [](const Tensor& x) { return add(x, rand(x.sizes())); },
-      {.tags = {Tag::nondeterministic_seeded}});
+  auto noisy =
+      custom_op("test_tags_rng::noisy", [](const Tensor& x) { return add(x, rand(x.sizes())); },
+                {.tags = {Tag::nondeterministic_seeded}});
   noisy.register_fake([](const Tensor& t) { return empty_like(t); });
   GraphFn fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{noisy(in[0])}; };
   Tensor x = zeros({4});

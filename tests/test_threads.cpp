@@ -319,16 +319,14 @@ TEST_CASE("registering and deregistering while other threads dispatch is safe") 
   CHECK(error_text([&] { dyn.typed<Tensor(const Tensor&)>(); }).starts_with(dropped));
   CHECK(error_text([&] { dyn.schema(); }).starts_with(dropped));
   for (const char* name : {"test_threads_dyn::op", "test_threads_dyn2::op"})
-    CHECK(
-        error_text([&] {
-          call<Tensor>(name, zeros({1}));
-        }).starts_with(std::string("[dispatcher] '") + name + "' was defined at tests/test_threads.cpp:"));
+    CHECK(error_text([&] { call<Tensor>(name, zeros({1})); })
+              .starts_with(std::string("[dispatcher] '") + name +
+                           "' was defined at tests/test_threads.cpp:"));
 }
 
 // ---- the JIT kernel cache (kernels/jit/cache.cpp) used by many threads at once ----
 
 namespace {
-
 
 // A one-line kernel; each tag gives another source (another key) and another constant in
 // the binary, so a result loaded under the wrong key would differ from the others' one.

@@ -63,8 +63,6 @@ using mt::jit::PointwiseSpec;
 
 namespace {
 
-
-
 // A float64 reference of x / (1 + exp(-x)).
 Tensor silu_ref(const Tensor& x) {
   Tensor xd = x.cpu().to(DType::Float64).contiguous();
@@ -116,12 +114,15 @@ TEST_SUITE("user kernels") {
   }
 
   TEST_CASE("pointwise: mistakes in the expression are errors with a caret under them") {
-    CHECK(error_of([] { jit::pointwise(PointwiseSpec{.name = "f", .inputs = {"x"}, .body = "x + y"}); }) ==
+    CHECK(error_of([] {
+            jit::pointwise(PointwiseSpec{.name = "f", .inputs = {"x"}, .body = "x + y"});
+          }) ==
           "[jit] pointwise 'f': unknown name 'y'; the inputs are [x], the scalars [] (line 1, "
           "column 5)\n  x + y\n      ^");
-    CHECK(error_of([] { jit::pointwise("f", "x * expo(x)"); }).starts_with(
-        "[jit] pointwise 'f': unknown function 'expo'; the functions are abs, ceil, cos, erf, "
-        "exp,"));
+    CHECK(error_of([] { jit::pointwise("f", "x * expo(x)"); })
+              .starts_with("[jit] pointwise 'f': unknown function 'expo'; the functions are abs, "
+                           "ceil, cos, erf, "
+                           "exp,"));
     CHECK(error_of([] { jit::pointwise("f", "pow(x)"); }) ==
           "[jit] pointwise 'f': pow takes 2 arguments, got 1 (line 1, column 1)\n  pow(x)\n  ^");
     CHECK(error_of([] { jit::pointwise("f", "x +"); }) ==
@@ -137,12 +138,15 @@ TEST_SUITE("user kernels") {
           }).starts_with("[jit] pointwise 'f': output 'b' is never assigned; write `b = ...;`"));
     CHECK(error_of([] {
             jit::pointwise({.name = "f", .inputs = {"x"}, .outputs = {"a", "b"}, .body = "x * 2"});
-          }).starts_with("[jit] pointwise 'f': the final expression sets the output, but there "
-                         "are 2 outputs (a, b); assign each one by name"));
+          })
+              .starts_with("[jit] pointwise 'f': the final expression sets the output, but there "
+                           "are 2 outputs (a, b); assign each one by name"));
     CHECK(error_of([] {
             jit::pointwise({.name = "f", .inputs = {"x"}, .body = "x = x * 2; out = x;"});
           }).starts_with("[jit] pointwise 'f': 'x' is an input; inputs are read-only"));
-    CHECK(error_of([] { jit::pointwise({.name = "f", .inputs = {"x", "x"}, .body = "x"}); }) ==
+    CHECK(error_of([] {
+            jit::pointwise({.name = "f", .inputs = {"x", "x"}, .body = "x"});
+          }) ==
           "[jit] pointwise 'f': the name 'x' is used twice among inputs, scalars and outputs");
     CHECK(error_of([] { jit::pointwise("f", "2.0f * 3"); }) ==
           "[jit] pointwise 'f': the expression reads no input tensor, so there is no shape to "
@@ -163,7 +167,8 @@ TEST_SUITE("user kernels") {
       CHECK(y.sizes() == x.sizes());
       const double tol = t == DType::Float64 ? 1e-14 : t == DType::Float32 ? 1e-6 : 1e-2;
       CHECK(max_diff64(y, silu_ref(x.to(DType::Float64))) < tol);
-      CHECK(max_diff64(y, mt::silu(x)) <= (t == DType::Float64 || t == DType::Float32 ? 1e-6 : 1e-2));
+      CHECK(max_diff64(y, mt::silu(x)) <=
+            (t == DType::Float64 || t == DType::Float32 ? 1e-6 : 1e-2));
     }
     // A transposed view and an int64 input (which computes in float32, as mt ops do).
     Tensor m = randn({7, 5}).t();
@@ -200,8 +205,7 @@ TEST_SUITE("user kernels") {
     CHECK(outs[0].sizes() == Shape{3, 4});
     CHECK(max_diff64(outs[0], want) < 1e-6);
     CHECK(max_diff64(outs[1], relu(want)) < 1e-6);
-    CHECK(error_of([&] { two(a, b); }) ==
-          "[two] takes 1 scalar: alpha, got 0");
+    CHECK(error_of([&] { two(a, b); }) == "[two] takes 1 scalar: alpha, got 0");
     CHECK(error_of([&] { two.call(in); }) == "[two] takes 1 scalar: alpha, got 0");
     const Tensor one[] = {a};
     CHECK(error_of([&] { two.call(one, alpha); }) == "[two] takes 2 input tensors (x, y), got 1");
@@ -225,14 +229,16 @@ TEST_SUITE("user kernels") {
     CHECK(y.sizes() == Shape{2, 4, 3});
     CHECK(y.dtype() == DType::Float32);
     CHECK(y.device() == Device("cuda:0"));
-    CHECK(error_of([&] { f(randn({4, 1}), a); }).starts_with(
-        "[mix] the inputs are on different devices (a has cpu, b has cuda:0)"));
+    CHECK(error_of([&] {
+            f(randn({4, 1}), a);
+          }).starts_with("[mix] the inputs are on different devices (a has cpu, b has cuda:0)"));
   }
 
-  TEST_CASE("pointwise: the generated source names the functor, and every kernel compiles to CUBIN" *
-            doctest::skip(no_nvrtc())) {
-    auto f = jit::pointwise({.name = "demo::fma", .inputs = {"x", "y"}, .scalars = {"s"},
-                             .body = "x * y + s"});
+  TEST_CASE(
+      "pointwise: the generated source names the functor, and every kernel compiles to CUBIN" *
+      doctest::skip(no_nvrtc())) {
+    auto f = jit::pointwise(
+        {.name = "demo::fma", .inputs = {"x", "y"}, .scalars = {"s"}, .body = "x * y + s"});
     const std::string& src = f.cuda_source();
     CHECK(src.find("struct pw_demo__fma {") != std::string::npos);
     CHECK(src.find("#include \"pointwise.cuh\"") != std::string::npos);
@@ -283,7 +289,8 @@ TEST_SUITE("user kernels") {
     l.strides[1][0] = 0, l.strides[1][1] = 1;  // y[i, j] = yr[j]
     l.strides[2][0] = k, l.strides[2][1] = 1;
     l.strides[3][0] = k, l.strides[3][1] = 1;
-    pw_emu::launch(1, 16, [&] { pw_emu::pointwise_strided<float, FmaAndDiff, 2, 2>(sp, m * k, sc, l); });
+    pw_emu::launch(1, 16,
+                   [&] { pw_emu::pointwise_strided<float, FmaAndDiff, 2, 2>(sp, m * k, sc, l); });
     for (long long i = 0; i < m; ++i)
       for (long long j = 0; j < k; ++j) {
         const float xv = xt[size_t(j * m + i)], yv = yr[size_t(j)];
@@ -302,8 +309,9 @@ TEST_SUITE("user kernels") {
     CHECK(jit::split_parameter_types("void g()").empty());
     CHECK(jit::grid_for(1000, 256) == 4);
     CHECK(jit::grid_for(0, 256) == 1);
-    CHECK(error_of([] { jit::grid_for(int64_t(1) << 50, 128); }).starts_with(
-        "[jit] grid_for: 1125899906842624 items in blocks of 128 need 8796093022208 blocks"));
+    CHECK(error_of([] { jit::grid_for(int64_t(1) << 50, 128); })
+              .starts_with("[jit] grid_for: 1125899906842624 items in blocks of 128 need "
+                           "8796093022208 blocks"));
   }
 
   TEST_CASE("typed launch: arguments are checked against the kernel's signature before launching" *
@@ -327,27 +335,33 @@ TEST_SUITE("user kernels") {
           "[jit] my_silu<float>: argument 3 is double 2.5, but the kernel's parameter 3 is long "
           "long (float const*, float*, long long); a floating value does not convert to an "
           "integer parameter implicitly; cast it");
-    CHECK(error_of([&] { k.check_args(90, x, n, n); }).starts_with(
-        "[jit] my_silu<float>: argument 2 is long 8, but the kernel's parameter 2 is float*"));
+    CHECK(error_of([&] { k.check_args(90, x, n, n); })
+              .starts_with("[jit] my_silu<float>: argument 2 is long 8, but the kernel's parameter "
+                           "2 is float*"));
     Tensor m = randn({4, 2}).t();
     CHECK(error_of([&] { k.check_args(90, m, y, n); }) ==
           "[jit] my_silu<float>: argument 1 (a Tensor of sizes [2, 4] and strides [1, 2]) is not "
           "contiguous, so a kernel that indexes it as x[i] would read the wrong elements; pass "
           "x.contiguous(), or mt::jit::allow_strided(x) if the kernel reads strides itself");
     CHECK_NOTHROW(k.check_args(90, jit::allow_strided(m), y, n));
-    CHECK(error_of([&] { k.check_args(90, fake_like(x), y, n); }).starts_with(
-        "[jit] my_silu<float>: argument 1 is a fake tensor"));
+    CHECK(error_of([&] {
+            k.check_args(90, fake_like(x), y, n);
+          }).starts_with("[jit] my_silu<float>: argument 1 is a fake tensor"));
 
     // float parameters take a double only when it is exactly a float.
     auto scale = jit::kernel(
-        "__global__ void scale(float* y, float a, unsigned int n) { if (threadIdx.x < n) y[threadIdx.x] *= a; }",
+        "__global__ void scale(float* y, float a, unsigned int n) { if (threadIdx.x < n) "
+        "y[threadIdx.x] *= a; }",
         "scale");
-    CHECK(scale.parameters(90).types == std::vector<std::string>{"float*", "float", "unsigned int"});
+    CHECK(scale.parameters(90).types ==
+          std::vector<std::string>{"float*", "float", "unsigned int"});
     CHECK_NOTHROW(scale.check_args(90, y, 0.5, 8));
-    CHECK(error_of([&] { scale.check_args(90, y, 0.1, 8); }).ends_with(
-        "0.1 is not exactly a float: pass a float (0.1f)"));
-    CHECK(error_of([&] { scale.check_args(90, y, 0.5f, -1); }).ends_with(
-        "the value does not fit that type"));
+    CHECK(error_of([&] {
+            scale.check_args(90, y, 0.1, 8);
+          }).ends_with("0.1 is not exactly a float: pass a float (0.1f)"));
+    CHECK(error_of([&] {
+            scale.check_args(90, y, 0.5f, -1);
+          }).ends_with("the value does not fit that type"));
 
     // extern "C": the symbol carries no types, so nothing can be checked.
     auto c = jit::kernel("extern \"C\" __global__ void plain(float* y) { y[0] = 1; }", "plain");
@@ -363,9 +377,10 @@ TEST_SUITE("user kernels") {
     CHECK(e.find("undefined_name") != std::string::npos);
   }
 
-  TEST_CASE("typed launch: a wgmma kernel compiles to an sm_90a CUBIN only when it asks for "
-            "the arch-specific target" *
-            doctest::skip(no_nvrtc())) {
+  TEST_CASE(
+      "typed launch: a wgmma kernel compiles to an sm_90a CUBIN only when it asks for "
+      "the arch-specific target" *
+      doctest::skip(no_nvrtc())) {
     const std::string refused = error_of([] { wgmma_fence_kernel(false).parameters(90); });
     CAPTURE(refused);
     CHECK(refused.starts_with("[jit] NVRTC failed to compile 'wg_fence.cu' for sm_90:\n"));
@@ -393,8 +408,9 @@ TEST_SUITE("user kernels") {
     auto k = jit::kernel(kRawSilu, "my_silu<float>");
     Tensor x = randn({8}), y = empty({8});
     const std::string e = error_of([&] { k.launch({.grid = 1}, x, y, int64_t(8)); });
-    CHECK(e.starts_with("[jit] my_silu<float>: argument 1 is a Tensor on cpu; a CUDA kernel "
-                        "takes CUDA tensors"));
+    CHECK(
+        e.starts_with("[jit] my_silu<float>: argument 1 is a Tensor on cpu; a CUDA kernel "
+                      "takes CUDA tensors"));
   }
 
   // --------------------------------------------------------------------------- on cuda:0
@@ -421,9 +437,12 @@ TEST_SUITE("user kernels") {
     CHECK(max_diff64(silu(m), silu_ref(m)) < 2e-6);
   }
 
-  TEST_CASE("pointwise (gpu): broadcasting, scalars and two outputs on cuda:0" * doctest::skip(no_gpu())) {
+  TEST_CASE("pointwise (gpu): broadcasting, scalars and two outputs on cuda:0" *
+            doctest::skip(no_gpu())) {
     manual_seed(4);
-    auto two = jit::pointwise({.name = "two", .inputs = {"x", "y"}, .scalars = {"alpha"},
+    auto two = jit::pointwise({.name = "two",
+                               .inputs = {"x", "y"},
+                               .scalars = {"alpha"},
                                .outputs = {"sum", "pos"},
                                .body = "let t = x + alpha * y; sum = t; pos = t > 0 ? t : 0.0;"});
     Tensor a = randn({300, 40}), b = randn({40});
@@ -449,9 +468,10 @@ TEST_SUITE("user kernels") {
       Tensor xh = x.to(DType::Float16), yh = empty({n}, {.dtype = DType::Float16, .device = cuda});
       kh.launch({.grid = jit::grid_stride_for(n, 0)}, xh, yh, n);
       CHECK(max_diff64(yh, silu_ref(xh)) < 1e-2);
-      CHECK(error_of([&] { kh.launch({.grid = 1}, x, yh, n); }).starts_with(
-          "[jit] my_silu<mt::Half>: argument 1 is a Tensor (float32, cuda:0), but the kernel's "
-          "parameter 1 is mt::Half const*"));
+      CHECK(error_of([&] { kh.launch({.grid = 1}, x, yh, n); })
+                .starts_with("[jit] my_silu<mt::Half>: argument 1 is a Tensor (float32, cuda:0), "
+                             "but the kernel's "
+                             "parameter 1 is mt::Half const*"));
     }
   }
 }
@@ -479,14 +499,17 @@ TEST_SUITE("user kernels") {
     for (int64_t i = 0; i < 128; ++i) CHECK(h.data_ptr<float>()[i] == 1.5f + float(i));
   }
 
-  TEST_CASE("custom op (gpu): a user's pointwise CUDA kernel passes gradcheck and opcheck on cuda:0, "
-            "and a wrong backward is caught" * doctest::skip(no_gpu())) {
+  TEST_CASE(
+      "custom op (gpu): a user's pointwise CUDA kernel passes gradcheck and opcheck on cuda:0, "
+      "and a wrong backward is caught" *
+      doctest::skip(no_gpu())) {
     static const jit::Pointwise fwd = jit::pointwise("t_silu", "x / (1.0f + expf(-x))");
-    static const jit::Pointwise bwd = jit::pointwise(
-        {.name = "t_silu_bwd", .inputs = {"g", "x"},
-         .body = "float s = sigmoid(x); return g * s * (1.0f + x * (1.0f - s));"});
-    static const jit::Pointwise wrong = jit::pointwise({.name = "t_silu_wrong", .inputs = {"g", "x"},
-                                                        .body = "g * sigmoid(x)"});
+    static const jit::Pointwise bwd =
+        jit::pointwise({.name = "t_silu_bwd",
+                        .inputs = {"g", "x"},
+                        .body = "float s = sigmoid(x); return g * s * (1.0f + x * (1.0f - s));"});
+    static const jit::Pointwise wrong =
+        jit::pointwise({.name = "t_silu_wrong", .inputs = {"g", "x"}, .body = "g * sigmoid(x)"});
     // The backward is an op of its own, so that mt::compile (opcheck's test_compile)
     // captures it: a kernel called directly inside a backward leaves no node to replay.
     auto make_backward = [](const char* name, const jit::Pointwise& grad) {
@@ -512,10 +535,11 @@ TEST_SUITE("user kernels") {
     const Device gpu("cuda:0");
     manual_seed(6);
     Tensor xd = randn({6}, {.dtype = DType::Float64}).to(gpu).requires_grad_();
-    GradcheckResult gc = gradcheck([&](const std::vector<Tensor>& in) { return good(in[0]); }, {xd});
+    GradcheckResult gc =
+        gradcheck([&](const std::vector<Tensor>& in) { return good(in[0]); }, {xd});
     CHECK_MESSAGE(gc.ok, gc.message);
-    OpCheckReport r = opcheck(good.handle(), {Stack{randn({4, 5}).to(gpu)},
-                                              Stack{randn({7}).view({7, 1}).t().to(gpu)}});
+    OpCheckReport r = opcheck(
+        good.handle(), {Stack{randn({4, 5}).to(gpu)}, Stack{randn({7}).view({7, 1}).t().to(gpu)}});
     CHECK_MESSAGE(r.ok(), r.str());
     GradcheckResult gw = gradcheck([&](const std::vector<Tensor>& in) { return bad(in[0]); }, {xd});
     CHECK_FALSE(gw.ok);

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // An app embedding minitensor: defines an op with custom_op, gives it a fake kernel and
 // a backward, calls it, and checks the result and the gradient. Prints one line.
+#include <minitensor/minitensor.h>
+
 #include <cmath>
 #include <cstdio>
 #include <string>
-
-#include <minitensor/minitensor.h>
 
 // y = x * x + 1, elementwise (the app's own kernel, float32 only).
 static mt::Tensor square_plus_one(const mt::Tensor& x) {
@@ -30,8 +30,8 @@ int main() {
         });
 
     mt::Tensor x = mt::from_vector<float>({1, 2, 3}).requires_grad_();
-    mt::Tensor y = op(x);                  // {2, 5, 10}
-    mt::backward(mt::sum(y));              // dy/dx = 2x = {2, 4, 6}
+    mt::Tensor y = op(x);      // {2, 5, 10}
+    mt::backward(mt::sum(y));  // dy/dx = 2x = {2, 4, 6}
     float total = mt::sum(y).item<float>();
     std::vector<float> grad = x.grad().to_vector<float>();
     mt::Tensor shape_only = op(mt::fake_empty({2, 3}));  // the fake kernel: no compute

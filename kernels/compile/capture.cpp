@@ -4,9 +4,9 @@
 #include <unordered_map>
 
 #include "autograd/trace.h"
+#include "dispatcher/mode.h"
 #include "kernels/compile/compile.h"
 #include "kernels/jit/module.h"
-#include "dispatcher/mode.h"
 #include "runtime/fake.h"
 
 namespace mt {
@@ -260,10 +260,11 @@ Graph capture(const GraphFn& fn, const std::vector<Tensor>& example_inputs,
   if (local_dispatch_keys().included.has(DispatchKey::Mode)) {
     std::vector<std::string> modes;
     for (const std::string& m : active_modes()) modes.push_back(mt::quoted(m));
-    MT_ERROR("[compile] mt::capture was called under the dispatch mode {}; a mode may change what "
-             "ops compute and a replay does not reach it, so capture outside the ModeGuard (a "
-             "compiled function called under a mode runs eagerly instead)",
-             fmt::join(modes, ", "));
+    MT_ERROR(
+        "[compile] mt::capture was called under the dispatch mode {}; a mode may change what "
+        "ops compute and a replay does not reach it, so capture outside the ModeGuard (a "
+        "compiled function called under a mode runs eagerly instead)",
+        fmt::join(modes, ", "));
   }
   Graph g;
   Capturer cap(&g);

@@ -17,20 +17,19 @@ namespace mt {
 // Note [Pointwise fusion]
 // A node is fusable when it is a functional elementwise op with a formula (the
 // elementwise table's unary, scalar and binary ops, users' pointwise ops, an op folder's
-// elementwise op such as mt::silu_backward, and casts between floating dtypes), reads and makes floating tensors, writes nothing and returns no view.
-// Walking the nodes in order, a fusable node absorbs the group of each fusable producer
-// of its arguments whose output (the producer group's result) is used exactly once (by
-// it: not twice, not returned, not left as a .grad), so a group is a tree whose root is
-// its last node and whose intermediates nobody else sees. The group runs where its root
-// was, so a merge is refused when a node in between writes memory that a member reads
-// (its alias_root), and when the kernel would pass the pointwise builder's limits (7
-// inputs). Every value in a group has one dtype T; the group's inputs may be of other
-// floating dtypes only when their promotion is T, since jit::Pointwise converts its
-// inputs to the promoted dtype (a cast node in front is then what it did anyway).
-// Broadcasting needs no care: elementwise ops commute with it, and the kernel broadcasts
-// its inputs to the root's shape. A one-element filled factory (the backward's seed) joins
-// a group as a literal. Matmuls, views, in-place ops and the other reductions stay calls;
-// an mt::sum or mt::mean can end a group (Note [Reduction fusion]).
+// elementwise op such as mt::silu_backward, and casts between floating dtypes), reads and makes
+// floating tensors, writes nothing and returns no view. Walking the nodes in order, a fusable node
+// absorbs the group of each fusable producer of its arguments whose output (the producer group's
+// result) is used exactly once (by it: not twice, not returned, not left as a .grad), so a group is
+// a tree whose root is its last node and whose intermediates nobody else sees. The group runs where
+// its root was, so a merge is refused when a node in between writes memory that a member reads (its
+// alias_root), and when the kernel would pass the pointwise builder's limits (7 inputs). Every
+// value in a group has one dtype T; the group's inputs may be of other floating dtypes only when
+// their promotion is T, since jit::Pointwise converts its inputs to the promoted dtype (a cast node
+// in front is then what it did anyway). Broadcasting needs no care: elementwise ops commute with
+// it, and the kernel broadcasts its inputs to the root's shape. A one-element filled factory (the
+// backward's seed) joins a group as a literal. Matmuls, views, in-place ops and the other
+// reductions stay calls; an mt::sum or mt::mean can end a group (Note [Reduction fusion]).
 
 // Note [Reduction fusion]
 // After the pointwise groups have formed, an mt::sum or mt::mean node (every dim, or a
@@ -67,8 +66,8 @@ std::shared_ptr<const Formula> extra_formula(std::string_view op) {
 }
 
 // The formula of a node: its op's, from the elementwise rows, users' pointwise ops and
-// the op folders (ops::pointwise_formula), or the cast above; null for a factory (a fill, a literal)
-// and for every other op.
+// the op folders (ops::pointwise_formula), or the cast above; null for a factory (a fill, a
+// literal) and for every other op.
 std::shared_ptr<const Formula> formula_of(const GraphNode& n) {
   if (n.is_factory()) return nullptr;
   const std::string name = n.op.name().str();
@@ -311,7 +310,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       std::vector<std::string> in, sc(p.scalars.size());
       for (int k = 0; k < f->tensors; ++k) in.push_back(operand(n.args[size_t(k)].value));
       for (size_t k = 0; k < p.scalars.size(); ++k) {
-        const double v = int(k) < f->scalars ? n.args[size_t(f->tensors) + k].constant.to_double() : 1.0;
+        const double v =
+            int(k) < f->scalars ? n.args[size_t(f->tensors) + k].constant.to_double() : 1.0;
         if (v != 1.0 && fg.scalars.size() < 8 && !reduce) {
           sc[k] = fmt::format("s{}", fg.scalars.size());
           fg.scalars.push_back(v);

@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "autograd/engine.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "kernels/compile/compile.h"
 #include "kernels/ops.h"
 
@@ -19,7 +19,8 @@ namespace {
 using Test = OpCheckReport::Test;
 
 // Fresh copies of the sample's tensor inputs (floating ones require grad when `grads`).
-std::vector<Tensor> fresh_inputs(const Stack& sample, const std::vector<size_t>& slots, bool grads) {
+std::vector<Tensor> fresh_inputs(const Stack& sample, const std::vector<size_t>& slots,
+                                 bool grads) {
   std::vector<Tensor> xs;
   for (size_t i : slots) {
     Tensor x = sample[i].to_tensor().detach().clone();
@@ -93,10 +94,11 @@ Test compile_test(const OperatorHandle& op, const std::vector<Stack>& samples) {
     const std::vector<Tensor> eager_out = fn(eager_in);
     auto fail = [&](std::string what) {
       t.passed = false;
-      t.message = fmt::format("sample {}: {}; the compiled call is captured through the Fake "
-                              "kernel (and the autograd formula): make them agree with the real "
-                              "kernel",
-                              si, what);
+      t.message = fmt::format(
+          "sample {}: {}; the compiled call is captured through the Fake "
+          "kernel (and the autograd formula): make them agree with the real "
+          "kernel",
+          si, what);
     };
     std::vector<Tensor> comp_out;
     const std::vector<Tensor> comp_in = fresh_inputs(sample, slots, grads);
@@ -105,19 +107,22 @@ Test compile_test(const OperatorHandle& op, const std::vector<Stack>& samples) {
       const Graph g = capture(fn, fresh_inputs(sample, slots, grads));
       for (size_t o = 0; o < g.outputs.size() && o < eager_out.size(); ++o) {
         const GraphValue& v = g.values[size_t(g.outputs[o])];
-        if (eager_out[o].defined() && (v.sizes != eager_out[o].sizes() || v.dtype != eager_out[o].dtype())) {
-          fail(fmt::format("output {}: expected {}{} (eager), got {}{} in the graph mt::compile "
-                           "captured",
-                           o, eager_out[o].dtype(), eager_out[o].sizes(), v.dtype, v.sizes));
+        if (eager_out[o].defined() &&
+            (v.sizes != eager_out[o].sizes() || v.dtype != eager_out[o].dtype())) {
+          fail(
+              fmt::format("output {}: expected {}{} (eager), got {}{} in the graph mt::compile "
+                          "captured",
+                          o, eager_out[o].dtype(), eager_out[o].sizes(), v.dtype, v.sizes));
           return t;
         }
       }
       comp_out = compile(fn, {.name = "opcheck " + op.name().str()})(comp_in);
     } catch (const Error& e) {
       t.passed = false;
-      t.message = fmt::format("sample {}: mt::compile could not run the op: {}; its Fake kernel "
-                              "must work on fake inputs and agree with the real kernel",
-                              si, e.what());
+      t.message = fmt::format(
+          "sample {}: mt::compile could not run the op: {}; its Fake kernel "
+          "must work on fake inputs and agree with the real kernel",
+          si, e.what());
       return t;
     }
     if (comp_out.size() != eager_out.size()) {

@@ -106,7 +106,7 @@ struct Step {
   Shape sizes, strides;
   TensorOptions options;
   std::optional<double> fill;
-  TagSet tags;  // the op's tags (dispatcher/tags.h)
+  TagSet tags;               // the op's tags (dispatcher/tags.h)
   std::vector<int> release;  // values not needed after this step
   std::string label;
   Stack stack;  // reused from call to call (its capacity stays)
@@ -128,9 +128,9 @@ constexpr int64_t kCpuFuseMinElements = 4096;
 constexpr int64_t kCpuReduceFuseMinElements = 16384;
 
 struct Plan {
-  Graph graph;  // as captured (printed)
+  Graph graph;              // as captured (printed)
   std::string fusion_note;  // on CPU: how many groups the size threshold kept
-  Graph exec;   // as run: clones forwarded (Note [Clone forwarding])
+  Graph exec;               // as run: clones forwarded (Note [Clone forwarding])
   std::vector<FusionGroup> groups;
   std::vector<Step> steps;
   std::vector<std::pair<int, Tensor>> constants;
@@ -269,8 +269,8 @@ Step make_step(const Graph& g, const GraphNode& n) {
   const KernelFunction& kf = table.kernels[size_t(key)];
   s.tags = n.op.entry()->tags();
   // A tagged op is called through the dispatcher, as eager code calls it (Note [Tags in compile]).
-  const bool direct = table.origin[size_t(key)] == 1 &&
-                      kf.kind() == KernelFunction::Kind::Kernel && s.tags.empty();
+  const bool direct =
+      table.origin[size_t(key)] == 1 && kf.kind() == KernelFunction::Kind::Kernel && s.tags.empty();
   s.kind = direct ? Step::Kind::Kernel : Step::Kind::Dispatch;
   s.kernel = direct ? &kf : nullptr;
   for (size_t i = 0; i < n.args.size(); ++i) {
@@ -339,7 +339,8 @@ std::vector<bool> forward_clones(Graph& g) {
 std::vector<int64_t> guard_of(const std::vector<Tensor>& inputs) {
   std::vector<int64_t> g;
   g.reserve(inputs.size() * 12);
-  g.push_back(int64_t(inputs.size()) << 1 | int64_t(grad_enabled()));  // grad mode changes the graph
+  g.push_back(int64_t(inputs.size()) << 1 |
+              int64_t(grad_enabled()));  // grad mode changes the graph
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
@@ -454,14 +455,15 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
     }
     if (s.tags.has(Tag::nondeterministic_seeded))
       what.push_back("it draws from the generator on every call, as eager code does");
-    plan->tag_note += fmt::format("tags: step {} {} [{}]: called through the dispatcher{}{}\n", i,
-                                  s.label, s.tags.str(), what.empty() ? "" : "; ",
-                                  fmt::join(what, "; "));
+    plan->tag_note +=
+        fmt::format("tags: step {} {} [{}]: called through the dispatcher{}{}\n", i, s.label,
+                    s.tags.str(), what.empty() ? "" : "; ", fmt::join(what, "; "));
   }
   if (!plan->unsafe_steps.empty())
-    plan->tag_note += fmt::format("tags: {} step(s) run outside CUDA graphs, so a CUDA graph "
-                                  "comes in up to {} parts\n",
-                                  plan->unsafe_steps.size(), plan->unsafe_steps.size() + 1);
+    plan->tag_note += fmt::format(
+        "tags: {} step(s) run outside CUDA graphs, so a CUDA graph "
+        "comes in up to {} parts\n",
+        plan->unsafe_steps.size(), plan->unsafe_steps.size() + 1);
 
   // Free each intermediate after its last reader, unless it is returned or left as a .grad.
   std::vector<int> last(g.values.size(), -1);
@@ -716,7 +718,8 @@ std::vector<Tensor> run_cuda_split(Plan& p, const std::vector<Tensor>& inputs,
         p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
       p.graph_state = 2;
       if (logging)
-        log(fmt::format("{}: captured a CUDA graph in {} parts around {} eager step(s) (tags), "
+        log(
+            fmt::format("{}: captured a CUDA graph in {} parts around {} eager step(s) (tags), "
                         "{} nodes in all",
                         opts.name, p.part_graphs.size(), p.unsafe_steps.size(), nodes));
       return outs;
@@ -862,8 +865,7 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
         text += fmt::format("fusion group {}: {} -> {}\n{}\n", fg.name, fmt::join(names, ", "),
                             plan->exec.values[size_t(fg.output)].name, fg.body);
         if (!fg.reduce.empty())  // Note [Reduction fusion]
-          text += fmt::format("reduction: {} of the map over {}{}, one jit::reduction\n",
-                              fg.reduce,
+          text += fmt::format("reduction: {} of the map over {}{}, one jit::reduction\n", fg.reduce,
                               fg.dims.empty() ? std::string("every dim")
                                               : fmt::format("dims [{}]", fmt::join(fg.dims, ", ")),
                               fg.keepdim ? ", keepdim" : "");

@@ -5,9 +5,9 @@
 // any strides (views are read in place, never copied just for their layout).
 #pragma once
 
-#include <string>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kernels/elementwise_rows.h"
 #include "runtime/tensor.h"

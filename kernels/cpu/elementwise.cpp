@@ -25,11 +25,16 @@ MT_ISA_CLONES void isa_f32_loop(float* o, const float* x, int64_t n) {
 template <typename F>
 void f32_row_loop(ew::Fn fn, float* o, const float* x, int64_t n) {
   switch (fn) {
-    case ew::Fn::Exp: return exp_f32_loop(o, x, n);
-    case ew::Fn::Sigmoid: return sigmoid_f32_loop(o, x, n);
-    case ew::Fn::Silu: return silu_f32_loop(o, x, n);
-    case ew::Fn::Gelu: return gelu_f32_loop(o, x, n);
-    default: return isa_f32_loop<F>(o, x, n);
+    case ew::Fn::Exp:
+      return exp_f32_loop(o, x, n);
+    case ew::Fn::Sigmoid:
+      return sigmoid_f32_loop(o, x, n);
+    case ew::Fn::Silu:
+      return silu_f32_loop(o, x, n);
+    case ew::Fn::Gelu:
+      return gelu_f32_loop(o, x, n);
+    default:
+      return isa_f32_loop<F>(o, x, n);
   }
 }
 
@@ -39,7 +44,7 @@ void visit_row(ew::Fn fn, Body&& body) {
   using namespace ew;  // the rows' flags
   switch (fn) {
 #define MT_EW_CASE(Id, name, arity, flags, fwd, bwd, ...) \
-  case ew::Fn::Id:                              \
+  case ew::Fn::Id:                                        \
     return body.template operator()<ew::Arity::arity, flags>(__VA_ARGS__);
     MT_ELEMENTWISE_OPS(MT_EW_CASE)
 #undef MT_EW_CASE

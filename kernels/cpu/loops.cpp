@@ -13,8 +13,10 @@ namespace {
 template <typename C, typename S>
 inline C convert_to(S v) {
   if constexpr (std::is_same_v<C, int64_t> && !std::is_integral_v<S>) {
-    if constexpr (std::is_floating_point_v<S>) return saturate_to_int64(v);
-    else return saturate_to_int64(float(v));  // float16, bfloat16
+    if constexpr (std::is_floating_point_v<S>)
+      return saturate_to_int64(v);
+    else
+      return saturate_to_int64(float(v));  // float16, bfloat16
   } else {
     return C(v);
   }
@@ -71,7 +73,8 @@ namespace {
 
 inline const TensorImpl& check_cpu(const char* op, const Tensor& t, const char* what) {
   const TensorImpl* p = t.impl();
-  if (p == nullptr || p->fake || !p->device.is_cpu()) [[unlikely]] fail_cpu(op, t, what);
+  if (p == nullptr || p->fake || !p->device.is_cpu()) [[unlikely]]
+    fail_cpu(op, t, what);
   return *p;
 }
 
@@ -204,8 +207,7 @@ void merge_dims(Loop& it, const TensorImpl& o, const int* order, int n,
     const int64_t size_d = o.sizes[size_t(d)];
     if (m > 0) {
       bool merge = true;
-      for (int k = 0; k < it.nops && merge; ++k)
-        merge = it.strides[k][m - 1] == st[k][d] * size_d;
+      for (int k = 0; k < it.nops && merge; ++k) merge = it.strides[k][m - 1] == st[k][d] * size_d;
       if (merge) {
         it.sizes[m - 1] *= size_d;
         for (int k = 0; k < it.nops; ++k) it.strides[k][m - 1] = st[k][d];

@@ -177,7 +177,8 @@ void blas_gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T*
                      const T* b, int64_t ldb, T* c, int64_t ldc, bool threads) {
   const int64_t per_row = std::max<int64_t>(1, (m >= n ? n : m) * k);
   const int64_t grain = std::max<int64_t>(32, (int64_t(1) << 20) / per_row);
-  if (!threads || std::max(m, n) <= grain) return blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  if (!threads || std::max(m, n) <= grain)
+    return blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
   if (m >= n) {  // rows [r0, r1) of C: rows of A
     parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
       blas_gemm(ta, tb, r1 - r0, n, k, a + r0 * (ta ? 1 : lda), lda, b, ldb, c + r0 * ldc, ldc);
@@ -351,17 +352,19 @@ std::string blas_info() {
   version.erase(version.find_last_not_of(' ') + 1);
   std::string text = version + ", kernels for " + core;
 #if defined(__x86_64__) || defined(__i386__)
-  static constexpr std::string_view kOld[] = {"Prescott", "Katmai", "Coppermine", "Northwood",
-                                              "Banias",   "Core2",  "Penryn",     "Dunnington",
-                                              "Nehalem",  "Atom",   "Athlon",     "Opteron",
+  static constexpr std::string_view kOld[] = {"Prescott",  "Katmai", "Coppermine", "Northwood",
+                                              "Banias",    "Core2",  "Penryn",     "Dunnington",
+                                              "Nehalem",   "Atom",   "Athlon",     "Opteron",
                                               "Barcelona", "Bobcat", "Unknown"};
-  const char* better = __builtin_cpu_supports("avx512f")  ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2") ? "Haswell"
-                                                        : nullptr;
+  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                         : nullptr;
   for (std::string_view old : kOld)
     if (better != nullptr && core == old)
-      return text + "; the CPU has " + (std::string_view(better) == "SkylakeX" ? "AVX-512" : "AVX2") +
-             ", which these kernels leave unused (matmul runs several times slower): set OPENBLAS_CORETYPE=" +
+      return text + "; the CPU has " +
+             (std::string_view(better) == "SkylakeX" ? "AVX-512" : "AVX2") +
+             ", which these kernels leave unused (matmul runs several times slower): set "
+             "OPENBLAS_CORETYPE=" +
              better + " before the program starts";
 #endif
   return text;

@@ -247,7 +247,7 @@ class Pool {
     }
   }
 
-  std::mutex mutex_;  // one caller at a time; guards the rest up to claim_
+  std::mutex mutex_;                // one caller at a time; guards the rest up to claim_
   int64_t backoff_ = 0, skip_ = 0;  // parallel loops to run on the caller alone
   std::vector<Worker*> slots_;
   size_t threads_ = 0;
@@ -316,9 +316,10 @@ void rethrow_as_error(std::exception_ptr e) {
   } catch (const Error&) {
     throw;
   } catch (const std::bad_alloc& b) {
-    MT_ERROR("[cpu] out of memory inside a CPU kernel's loop ({}); free memory or use smaller "
-             "tensors",
-             b.what());
+    MT_ERROR(
+        "[cpu] out of memory inside a CPU kernel's loop ({}); free memory or use smaller "
+        "tensors",
+        b.what());
   } catch (const std::exception& x) {
     MT_ERROR("[cpu] a CPU kernel's loop threw {}", x.what());
   } catch (...) {

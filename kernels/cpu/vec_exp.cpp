@@ -177,10 +177,10 @@ template <bool kWantM, int U>
   V r[U], p[U], q[U], d[U];
   MT_EACH_VECTOR s.xc[u] = _mm512_max_ps(_mm512_min_ps(x[u], vset(87.0f)), vset(-199.63f));
   MT_EACH_VECTOR s.a[u] = _mm512_fmadd_ps(s.xc[u], vset(1.44269504088896341f), shift);  // k
-  MT_EACH_VECTOR s.m[u] = _mm512_permutexvar_ps(_mm512_castps_si512(s.a[u]), tab);  // 2^(-j/16)
-  MT_EACH_VECTOR s.a[u] = _mm512_sub_ps(s.a[u], shift);                             // fl + j/16
+  MT_EACH_VECTOR s.m[u] = _mm512_permutexvar_ps(_mm512_castps_si512(s.a[u]), tab);      // 2^(-j/16)
+  MT_EACH_VECTOR s.a[u] = _mm512_sub_ps(s.a[u], shift);                                 // fl + j/16
   MT_EACH_VECTOR r[u] = _mm512_fmsub_ps(s.a[u], vset(0.693359375f), s.xc[u]);  // a ln2_hi exact
-  MT_EACH_VECTOR p[u] = _mm512_scalef_ps(vset(1.0f), s.a[u]);                   // 2^fl
+  MT_EACH_VECTOR p[u] = _mm512_scalef_ps(vset(1.0f), s.a[u]);                  // 2^fl
   MT_EACH_VECTOR r[u] = _mm512_fmadd_ps(s.a[u], vset(-2.12194440e-4f), r[u]);  // + a ln2_lo
   MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(r[u], vset(1.0f / 6), vset(0.5f));
   MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(1.0f));
@@ -245,8 +245,8 @@ template <int U>
 // 1 + tanh(u) to cancel for negative x. Where w < -150 the product is x times 0 (NaN for
 // x = -inf, as the tanh form gives).
 [[gnu::always_inline]] inline V gelu16(V x) {
-  const V w = _mm512_mul_ps(
-      x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), vset(0.07135481627260025f), vset(1.5957691216057308f)));
+  const V w = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), vset(0.07135481627260025f),
+                                               vset(1.5957691216057308f)));
   const SigmoidParts s = sigmoid_parts<true>(w);
   V y = _mm512_mul_ps(x, s.rcp);
   y = _mm512_mask_mul_ps(y, s.neg, y, s.p);

@@ -76,8 +76,8 @@ __global__ void unary_op(T* out, const T* x, long long n, mt::OpScalars s, int v
 }
 
 template <typename T, typename Op, typename Index>
-__device__ __forceinline__ void unary_strided_loop(T* out, const T* x, long long n,
-                                                   mt::OpScalars s, const mt::StridedLayout& l) {
+__device__ __forceinline__ void unary_strided_loop(T* out, const T* x, long long n, mt::OpScalars s,
+                                                   const mt::StridedLayout& l) {
   using C = mt::compute_t<T>;
   const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
   const Op f{};
@@ -103,8 +103,8 @@ __global__ void unary_op_strided(T* out, const T* x, long long n, mt::OpScalars 
 // aligned), then the n % pack tail element by element. out may be x.
 template <typename T, typename Op>
 __device__ __forceinline__ void binary_span(T* out, const T* x, const T* y, long long n,
-                                            mt::compute_t<T> a, mt::compute_t<T> b,
-                                            long long first, long long step, bool vec) {
+                                            mt::compute_t<T> a, mt::compute_t<T> b, long long first,
+                                            long long step, bool vec) {
   const Op f{};
   long long done = 0;
   if (vec) {

@@ -32,7 +32,7 @@ struct ForeachTable {
   void* self[kForeachMaxTensors];  // written in place
   const void* other[kForeachMaxTensors];
   long long numel[kForeachMaxTensors];
-  int block_chunk[kForeachMaxBlocks];  // block b works on chunk block_chunk[b] ...
+  int block_chunk[kForeachMaxBlocks];             // block b works on chunk block_chunk[b] ...
   unsigned char block_tensor[kForeachMaxBlocks];  // ... of pair block_tensor[b]
 };
 

@@ -71,8 +71,8 @@ __device__ __forceinline__ Acc<acc_t<In>> load_acc(const void* in, long long at,
 
 // The last pass writes the value (times scale: 1/R for mean) and, for max, the index.
 template <typename Out, typename A>
-__device__ __forceinline__ void store_result(Out* out, long long* indices, long long at,
-                                             Acc<A> acc, double scale) {
+__device__ __forceinline__ void store_result(Out* out, long long* indices, long long at, Acc<A> acc,
+                                             double scale) {
   A v = acc.v;
   if (scale != 1.0) v = A(v * A(scale));
   out[at] = store_compute<Out>(compute_t<Out>(v));
@@ -118,8 +118,7 @@ __global__ void reduce_rows(const void* in, Out* out, long long* indices,
 template <typename In, typename Out, typename R, bool FromAcc>
 __global__ void reduce_cols(const void* in, Out* out, long long* indices,
                             mt::Acc<mt::acc_t<In>>* partial, long long outer, long long len,
-                            long long inner, long long chunk_len, long long chunks,
-                            double scale) {
+                            long long inner, long long chunk_len, long long chunks, double scale) {
   using A = mt::acc_t<In>;
   const long long total = outer * chunks * inner;
   for (long long t = mt::global_thread_index(); t < total; t += mt::grid_stride()) {

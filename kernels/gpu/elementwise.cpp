@@ -35,14 +35,15 @@ void launch(ew::Fn fn, const Tensor& out, std::initializer_list<Tensor> inputs, 
   const int dev = out.device().index;
   const Tensor* in = inputs.begin();
   bool contiguous = out.is_contiguous();
-  for (const Tensor& x : inputs) contiguous = contiguous && x.is_contiguous() && x.sizes() == out.sizes();
+  for (const Tensor& x : inputs)
+    contiguous = contiguous && x.is_contiguous() && x.sizes() == out.sizes();
   long long count = n;
   void* po = out.data_ptr();
   const void* p1 = in[0].data_ptr();
   const void* p2 = arity == 2 ? in[1].data_ptr() : nullptr;
   const int slot = (int(fn) * kNumDTypes + int(t)) * 2 + !contiguous;
-  const jit::Kernel& k = g_elementwise_kernels.get(dev, slot, "elementwise.cu",
-                                       [&] { return ew_name_expression(fn, t, !contiguous); });
+  const jit::Kernel& k = g_elementwise_kernels.get(
+      dev, slot, "elementwise.cu", [&] { return ew_name_expression(fn, t, !contiguous); });
   jit::LaunchShape shape;
   if (contiguous) {
     int vec = jit::aligned16({po, p1, p2 ? p2 : po});
@@ -172,8 +173,8 @@ void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out) {
 void foreach_binary_(BinaryOp op, std::span<const Tensor> self, std::span<const Tensor> other,
                      double alpha) {
   const ew::Row& r = ew::row(op);
-  MT_ASSERT(r.arity == ew::Arity::Binary && self.size() == other.size(),
-            "[foreach] {} takes pairs", r.name);
+  MT_ASSERT(r.arity == ew::Arity::Binary && self.size() == other.size(), "[foreach] {} takes pairs",
+            r.name);
   // Pairs that the fused kernel takes, grouped by dtype; the others (strided, bool) go
   // through the elementwise kernel one pair at a time, as PyTorch's slow path does.
   std::vector<size_t> fused[kNumDTypes];

@@ -34,8 +34,9 @@ Tensor converted(const Tensor& x, DType t) {
 }
 
 void check_cuda(const Tensor& t, const char* op) {
-  MT_CHECK(t.is_cuda(), "[{}] the CUDA kernel got a tensor on {}; move it with .to(mt::Device(\"cuda\"))",
-           op, t.device());
+  MT_CHECK(t.is_cuda(),
+           "[{}] the CUDA kernel got a tensor on {}; move it with .to(mt::Device(\"cuda\"))", op,
+           t.device());
 }
 
 }  // namespace mt::gpu::detail

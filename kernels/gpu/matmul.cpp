@@ -49,10 +49,10 @@ using GemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOpera
                                   cublasGemmAlgo_t);
 [[maybe_unused]] constexpr GemmFn kGemmSignature = &::cublasGemmStridedBatchedEx;
 // cublasGemmEx, for a single matrix: on the GPU host it costs the host less per call.
-using GemmOneFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
-                                     int, int, const void*, const void*, cudaDataType, int,
-                                     const void*, cudaDataType, int, const void*, void*,
-                                     cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+using GemmOneFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                     int, const void*, const void*, cudaDataType, int, const void*,
+                                     cudaDataType, int, const void*, void*, cudaDataType, int,
+                                     cublasComputeType_t, cublasGemmAlgo_t);
 [[maybe_unused]] constexpr GemmOneFn kGemmOneSignature = &::cublasGemmEx;
 
 struct Cublas {
@@ -85,8 +85,10 @@ Cublas load_cublas() {
     tried += (tried.empty() ? "" : ", ") + c;
   }
   if (!h) {
-    api.error = fmt::format("libcublas not found (tried {}); install the CUDA toolkit's cuBLAS "
-                            "or set CUDA_HOME", tried);
+    api.error = fmt::format(
+        "libcublas not found (tried {}); install the CUDA toolkit's cuBLAS "
+        "or set CUDA_HOME",
+        tried);
     return api;
   }
   auto sym = [&](auto& fn, const char* name) {
@@ -111,9 +113,9 @@ std::string status_text(cublasStatus_t s) {
   return cublas().status_string ? cublas().status_string(s) : fmt::format("status {}", int(s));
 }
 
-#define MT_CUBLAS_CHECK(expr, what)                                                        \
-  do {                                                                                     \
-    const cublasStatus_t s_ = (expr);                                                      \
+#define MT_CUBLAS_CHECK(expr, what)                                                                \
+  do {                                                                                             \
+    const cublasStatus_t s_ = (expr);                                                              \
     MT_CHECK(s_ == CUBLAS_STATUS_SUCCESS, "[matmul] cuBLAS {} failed: {}", what, status_text(s_)); \
   } while (0)
 
@@ -131,19 +133,23 @@ struct HandleSlot {
 
 cublasHandle_t handle_for(int device, CUstream stream) {
   thread_local std::array<HandleSlot, kMaxDevices> slots;
-  MT_CHECK(device >= 0 && device < kMaxDevices, "[matmul] cuda:{} is past the {} devices the "
-           "cuBLAS handles cover", device, kMaxDevices);
+  MT_CHECK(device >= 0 && device < kMaxDevices,
+           "[matmul] cuda:{} is past the {} devices the "
+           "cuBLAS handles cover",
+           device, kMaxDevices);
   HandleSlot& s = slots[size_t(device)];
   if (!s.handle) {
     MT_CHECK(cublas().error.empty(), "[matmul] cuBLAS is unavailable: {}", cublas().error);
     MT_CUBLAS_CHECK(cublas().create(&s.handle), "create");
-    s.workspace = empty({kWorkspaceBytes / 8}, {.dtype = DType::Float64, .device = {DeviceType::CUDA, device}});
+    s.workspace = empty({kWorkspaceBytes / 8},
+                        {.dtype = DType::Float64, .device = {DeviceType::CUDA, device}});
   }
   if (s.stream != stream || !s.stream) {
     // Setting the stream resets the workspace to cuBLAS's own pool: set it again.
     MT_CUBLAS_CHECK(cublas().set_stream(s.handle, stream), "set stream");
-    MT_CUBLAS_CHECK(cublas().set_workspace(s.handle, s.workspace.data_ptr(), size_t(kWorkspaceBytes)),
-                    "set workspace");
+    MT_CUBLAS_CHECK(
+        cublas().set_workspace(s.handle, s.workspace.data_ptr(), size_t(kWorkspaceBytes)),
+        "set workspace");
     s.stream = stream;
   }
   return s.handle;
@@ -226,8 +232,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   int64_t batch_count = 1;
   for (int64_t s : batch) batch_count *= s;
   MT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && batch_count <= INT_MAX,
-           "[matmul] cuBLAS takes sizes up to {}; got m {}, n {}, k {}, {} batches", INT_MAX, m,
-           n, k, batch_count);
+           "[matmul] cuBLAS takes sizes up to {}; got m {}, n {}, k {}, {} batches", INT_MAX, m, n,
+           k, batch_count);
   const Operand A = operand(detail::converted(a, t), batch);
   const Operand B = operand(detail::converted(b, t), batch);
   const int dev = out.device().index;
@@ -240,9 +246,15 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
       dt = CUDA_R_32F;
       if (allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
       break;
-    case DType::Float64: dt = CUDA_R_64F, compute = CUBLAS_COMPUTE_64F; break;
-    case DType::Float16: dt = CUDA_R_16F; break;
-    default: dt = CUDA_R_16BF; break;
+    case DType::Float64:
+      dt = CUDA_R_64F, compute = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::Float16:
+      dt = CUDA_R_16F;
+      break;
+    default:
+      dt = CUDA_R_16BF;
+      break;
   }
   const float alpha32 = 1, beta32 = 0;
   const double alpha64 = 1, beta64 = 0;
@@ -256,11 +268,11 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                     fmt::format("gemm ({}x{} @ {}x{}, {})", m, k, k, n, t));
     return;
   }
-  MT_CUBLAS_CHECK(cublas().gemm(h, B.op, A.op, int(n), int(m), int(k), alpha, B.ptr, dt,
-                                int(B.ld), B.batch_stride, A.ptr, dt, int(A.ld), A.batch_stride,
-                                beta, out.data_ptr(), dt, int(n), m * n, int(batch_count),
-                                compute, CUBLAS_GEMM_DEFAULT),
-                  fmt::format("gemm ({}x{} @ {}x{}, {} batches, {})", m, k, k, n, batch_count, t));
+  MT_CUBLAS_CHECK(
+      cublas().gemm(h, B.op, A.op, int(n), int(m), int(k), alpha, B.ptr, dt, int(B.ld),
+                    B.batch_stride, A.ptr, dt, int(A.ld), A.batch_stride, beta, out.data_ptr(), dt,
+                    int(n), m * n, int(batch_count), compute, CUBLAS_GEMM_DEFAULT),
+      fmt::format("gemm ({}x{} @ {}x{}, {} batches, {})", m, k, k, n, batch_count, t));
 }
 
 #else  // no CUDA or no cublas_v2.h at build time

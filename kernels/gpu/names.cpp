@@ -34,7 +34,6 @@ std::string reduce_name_expression(ReduceKind kind, bool rows, DType in, DType o
                      kind == ReduceKind::Sum ? "SumR" : "MaxR", from_acc ? "true" : "false");
 }
 
-
 std::string random_name_expression(DType t, bool normal) {
   return fmt::format("random_{}<{}>", normal ? "normal" : "uniform", jit::kernel_type_name(t));
 }
@@ -62,7 +61,8 @@ std::vector<jit::EmbeddedKernelFile> all_kernel_files() {
               reduce_name_expression(kind, rows, dt, reduce_out_dtype(kind, dt), from_acc));
     }
   for (DType t : floats)
-    for (bool normal : {false, true}) rnd.name_expressions.push_back(random_name_expression(t, normal));
+    for (bool normal : {false, true})
+      rnd.name_expressions.push_back(random_name_expression(t, normal));
   std::vector<jit::EmbeddedKernelFile> files = jit::embedded_kernels();
   for (auto* f : {&ew, &red, &rnd}) files.push_back(std::move(*f));
   return files;

@@ -55,7 +55,7 @@ bool as_block(const Tensor& x, std::span<const int64_t> dims, Block* b) {
 // One pass over in ([outer, len, inner] of `in_t`, or of partials when from_acc).
 // Writes the result, or partials and then the passes over them.
 void pass(ReduceKind kind, const Tensor& like, const void* in, DType in_t, bool from_acc,
-            const Block& b, const Tensor& out, long long* indices, double scale) {
+          const Block& b, const Tensor& out, long long* indices, double scale) {
   const int dev = like.device().index;
   const bool rows = b.inner == 1;
   int64_t chunks;

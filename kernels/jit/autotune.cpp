@@ -139,9 +139,10 @@ std::string untrusted_dir(const std::string& path) {
   if (dir.empty()) dir = ".";
   const std::string problem = cache_dir_problem(dir);
   return problem.empty() ? ""
-                         : fmt::format("'{}' is not read or written: the directory '{}' cannot be "
-                                       "trusted: {}",
-                                       path, dir, problem);
+                         : fmt::format(
+                               "'{}' is not read or written: the directory '{}' cannot be "
+                               "trusted: {}",
+                               path, dir, problem);
 }
 
 // Runs a candidate with its key marked as running on this thread: a candidate that calls

@@ -453,8 +453,8 @@ std::string cache_dir_problem(const std::string& dir) {
         "it is writable by {} (mode {:04o}), and whoever can write it chooses the kernels that "
         "get loaded; chmod 700 it",
         (st.st_mode & S_IWGRP) && (st.st_mode & S_IWOTH) ? "its group and others"
-        : (st.st_mode & S_IWGRP)                        ? "its group"
-                                                        : "others",
+        : (st.st_mode & S_IWGRP)                         ? "its group"
+                                                         : "others",
         st.st_mode & 07777);
   return "";
 }
@@ -659,8 +659,7 @@ std::optional<CompileResult> KernelCache::load(const std::string& key,
   note(CacheEvent::Kind::Corrupt, key, "", bytes.size());
   // A regular file that fails its checks, or an entry that is not one, goes; a file
   // that could not be read (EIO, EACCES) stays and is reported.
-  if (e.problem.empty() || e.removable)
-    remove_if_same(path, e.st);
+  if (e.problem.empty() || e.removable) remove_if_same(path, e.st);
   if (!e.problem.empty() && (e.foreign || !e.removable))
     report(fmt::format("'{}': {}", path, problem));
   return std::nullopt;

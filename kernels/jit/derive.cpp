@@ -63,7 +63,12 @@ class Builder {
  private:
   using Key = std::tuple<int, int, int, int, int, int, uint64_t>;
   static Key key(const Node& n) {
-    return {int(n.op), n.op == Op::Call ? int(n.fn) : 0, n.a, n.b, n.c, n.index,
+    return {int(n.op),
+            n.op == Op::Call ? int(n.fn) : 0,
+            n.a,
+            n.b,
+            n.c,
+            n.index,
             n.op == Op::Const ? std::bit_cast<uint64_t>(n.value) : 0};
   }
 
@@ -76,9 +81,7 @@ class Builder {
     double v;
     return is_const(i, &v) && v == value;
   }
-  int folded_const(double v) {
-    return finite_const(v) ? constant(v) : -1;
-  }
+  int folded_const(double v) { return finite_const(v) ? constant(v) : -1; }
 
   // A node equal in value to n, or -1. Never drops a NaN or infinity a term would give:
   // x*0 stays (x may be infinite), and a constant that folds to a non-finite value stays
@@ -114,12 +117,18 @@ class Builder {
         if (ca && cb && y != 0) return folded_const(x / y);
         if (is(n.b, 1)) return n.a;
         return -1;
-      case Op::Lt: return ca && cb ? constant(x < y) : -1;
-      case Op::Le: return ca && cb ? constant(x <= y) : -1;
-      case Op::Gt: return ca && cb ? constant(x > y) : -1;
-      case Op::Ge: return ca && cb ? constant(x >= y) : -1;
-      case Op::Eq: return ca && cb ? constant(x == y) : -1;
-      case Op::Ne: return ca && cb ? constant(x != y) : -1;
+      case Op::Lt:
+        return ca && cb ? constant(x < y) : -1;
+      case Op::Le:
+        return ca && cb ? constant(x <= y) : -1;
+      case Op::Gt:
+        return ca && cb ? constant(x > y) : -1;
+      case Op::Ge:
+        return ca && cb ? constant(x >= y) : -1;
+      case Op::Eq:
+        return ca && cb ? constant(x == y) : -1;
+      case Op::Ne:
+        return ca && cb ? constant(x != y) : -1;
       case Op::Select:
         if (ca) return x != 0 ? n.b : n.c;
         if (n.b == n.c) return n.b;
@@ -223,22 +232,38 @@ Program derivative(std::string_view op, const Program& p) {
     const Node& nd = p.nodes[i];
     auto d_of = [&](int k) { return k >= 0 && dep[size_t(k)]; };
     switch (nd.op) {
-      case Op::Input: dep[i] = true; break;
-      case Op::Const: case Op::Scalar: break;
-      case Op::Not: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq:
-      case Op::Ne: case Op::And: case Op::Or:
+      case Op::Input:
+        dep[i] = true;
+        break;
+      case Op::Const:
+      case Op::Scalar:
+        break;
+      case Op::Not:
+      case Op::Lt:
+      case Op::Le:
+      case Op::Gt:
+      case Op::Ge:
+      case Op::Eq:
+      case Op::Ne:
+      case Op::And:
+      case Op::Or:
         break;  // piecewise constant
-      case Op::Select: dep[i] = d_of(nd.b) || d_of(nd.c); break;
+      case Op::Select:
+        dep[i] = d_of(nd.b) || d_of(nd.c);
+        break;
       case Op::Call:
         if (nd.fn == Fn::Sign) break;
         if ((nd.fn == Fn::Floor || nd.fn == Fn::Ceil) && d_of(nd.a))
-          MT_ERROR("[{}] {}() has no derivative to differentiate through (it is flat almost "
-                   "everywhere); give the backward yourself (PointwiseOpOptions::backward) or "
-                   "make the op non-differentiable (.differentiable = false){}",
-                   op, fn_name(nd.fn), caret(p.body, size_t(std::max(nd.pos, 0))));
+          MT_ERROR(
+              "[{}] {}() has no derivative to differentiate through (it is flat almost "
+              "everywhere); give the backward yourself (PointwiseOpOptions::backward) or "
+              "make the op non-differentiable (.differentiable = false){}",
+              op, fn_name(nd.fn), caret(p.body, size_t(std::max(nd.pos, 0))));
         dep[i] = d_of(nd.a) || d_of(nd.b);
         break;
-      default: dep[i] = d_of(nd.a) || d_of(nd.b); break;
+      default:
+        dep[i] = d_of(nd.a) || d_of(nd.b);
+        break;
     }
   }
   std::vector<int> adj(n, -1);
@@ -255,10 +280,21 @@ Program derivative(std::string_view op, const Program& p) {
     const int g = adj[i], v = int(i), a = nd.a, c2 = nd.b;
     const int zero = b.constant(0), one = b.constant(1);
     switch (nd.op) {
-      case Op::Neg: acc(a, b.neg(g)); break;
-      case Op::Add: acc(a, g); acc(c2, g); break;
-      case Op::Sub: acc(a, g); acc(c2, b.neg(g)); break;
-      case Op::Mul: acc(a, b.mul(g, c2)); acc(c2, b.mul(g, a)); break;
+      case Op::Neg:
+        acc(a, b.neg(g));
+        break;
+      case Op::Add:
+        acc(a, g);
+        acc(c2, g);
+        break;
+      case Op::Sub:
+        acc(a, g);
+        acc(c2, b.neg(g));
+        break;
+      case Op::Mul:
+        acc(a, b.mul(g, c2));
+        acc(c2, b.mul(g, a));
+        break;
       case Op::Div:
         acc(a, b.div(g, c2));
         acc(c2, b.neg(b.div(b.mul(g, a), b.mul(c2, c2))));
@@ -269,22 +305,48 @@ Program derivative(std::string_view op, const Program& p) {
         break;
       case Op::Call:
         switch (nd.fn) {
-          case Fn::Exp: acc(a, b.mul(g, v)); break;
-          case Fn::Log: acc(a, b.div(g, a)); break;
-          case Fn::Sqrt: acc(a, b.div(g, b.mul(v, b.constant(2)))); break;
-          case Fn::Rsqrt: acc(a, b.mul(g, b.div(b.mul(b.constant(-0.5), v), a))); break;
-          case Fn::Tanh: acc(a, b.mul(g, b.sub(one, b.mul(v, v)))); break;
-          case Fn::Sin: acc(a, b.mul(g, b.call(Fn::Cos, a))); break;
-          case Fn::Cos: acc(a, b.neg(b.mul(g, b.call(Fn::Sin, a)))); break;
-          case Fn::Abs: acc(a, b.mul(g, b.call(Fn::Sign, a))); break;
-          case Fn::Erf:  // 2/sqrt(pi) exp(-a^2)
-            acc(a, b.mul(g, b.mul(b.constant(1.1283791670955126), b.call(Fn::Exp, b.neg(b.mul(a, a))))));
+          case Fn::Exp:
+            acc(a, b.mul(g, v));
             break;
-          case Fn::Log1p: acc(a, b.div(g, b.add(one, a))); break;
-          case Fn::Expm1: acc(a, b.mul(g, b.add(v, one))); break;
-          case Fn::Sigmoid: acc(a, b.mul(g, b.sub(v, b.mul(v, v)))); break;
-          case Fn::Relu: acc(a, b.select(b.binary(Op::Gt, a, zero), g, zero)); break;
-          case Fn::Max: case Fn::Min: {
+          case Fn::Log:
+            acc(a, b.div(g, a));
+            break;
+          case Fn::Sqrt:
+            acc(a, b.div(g, b.mul(v, b.constant(2))));
+            break;
+          case Fn::Rsqrt:
+            acc(a, b.mul(g, b.div(b.mul(b.constant(-0.5), v), a)));
+            break;
+          case Fn::Tanh:
+            acc(a, b.mul(g, b.sub(one, b.mul(v, v))));
+            break;
+          case Fn::Sin:
+            acc(a, b.mul(g, b.call(Fn::Cos, a)));
+            break;
+          case Fn::Cos:
+            acc(a, b.neg(b.mul(g, b.call(Fn::Sin, a))));
+            break;
+          case Fn::Abs:
+            acc(a, b.mul(g, b.call(Fn::Sign, a)));
+            break;
+          case Fn::Erf:  // 2/sqrt(pi) exp(-a^2)
+            acc(a, b.mul(g, b.mul(b.constant(1.1283791670955126),
+                                  b.call(Fn::Exp, b.neg(b.mul(a, a))))));
+            break;
+          case Fn::Log1p:
+            acc(a, b.div(g, b.add(one, a)));
+            break;
+          case Fn::Expm1:
+            acc(a, b.mul(g, b.add(v, one)));
+            break;
+          case Fn::Sigmoid:
+            acc(a, b.mul(g, b.sub(v, b.mul(v, v))));
+            break;
+          case Fn::Relu:
+            acc(a, b.select(b.binary(Op::Gt, a, zero), g, zero));
+            break;
+          case Fn::Max:
+          case Fn::Min: {
             // fmax/fmin return the other operand when one is NaN
             const int pick_a = b.binary(Op::Or, b.binary(nd.fn == Fn::Max ? Op::Ge : Op::Le, a, c2),
                                         b.binary(Op::Ne, c2, c2));
@@ -297,13 +359,18 @@ Program derivative(std::string_view op, const Program& p) {
             acc(a, b.select(b.binary(Op::Eq, c2, zero), zero,
                             b.mul(g, b.mul(c2, b.call(Fn::Pow, a, b.sub(c2, one))))));
             // d/de a^e = a^e log(a); exactly 0 at a = 0 for e >= 0 (not 0 * -inf)
-            acc(c2, b.select(b.binary(Op::And, b.binary(Op::Eq, a, zero), b.binary(Op::Ge, c2, zero)),
-                             zero, b.mul(g, b.mul(v, b.call(Fn::Log, a)))));
+            acc(c2,
+                b.select(b.binary(Op::And, b.binary(Op::Eq, a, zero), b.binary(Op::Ge, c2, zero)),
+                         zero, b.mul(g, b.mul(v, b.call(Fn::Log, a)))));
             break;
-          case Fn::Floor: case Fn::Ceil: case Fn::Sign: break;  // no gradient flows (dep)
+          case Fn::Floor:
+          case Fn::Ceil:
+          case Fn::Sign:
+            break;  // no gradient flows (dep)
         }
         break;
-      default: break;  // leaves and piecewise-constant nodes
+      default:
+        break;  // leaves and piecewise-constant nodes
     }
   }
   // An input's gradient: the adjoint of its leaf (one leaf per input), or zero.
@@ -348,27 +415,41 @@ std::vector<std::string> emit(const Program& p, const std::vector<std::string>& 
     std::string s = fmt::format("{:.17g}", v);
     return v < 0 || (v == 0 && std::signbit(v)) ? "(" + s + ")" : s;
   };
-  static const std::map<Op, const char*> kBin = {
-      {Op::Add, "+"}, {Op::Sub, "-"}, {Op::Mul, "*"},  {Op::Div, "/"},  {Op::Lt, "<"},
-      {Op::Le, "<="}, {Op::Gt, ">"},  {Op::Ge, ">="}, {Op::Eq, "=="}, {Op::Ne, "!="},
-      {Op::And, "&&"}, {Op::Or, "||"}};
+  static const std::map<Op, const char*> kBin = {{Op::Add, "+"}, {Op::Sub, "-"},  {Op::Mul, "*"},
+                                                 {Op::Div, "/"}, {Op::Lt, "<"},   {Op::Le, "<="},
+                                                 {Op::Gt, ">"},  {Op::Ge, ">="},  {Op::Eq, "=="},
+                                                 {Op::Ne, "!="}, {Op::And, "&&"}, {Op::Or, "||"}};
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const Node& nd = p.nodes[i];
     auto t = [&](int k) { return text[size_t(k)]; };
     std::string e;
     switch (nd.op) {
-      case Op::Const: e = number(nd.value); break;
-      case Op::Input: e = in[size_t(nd.index)]; break;
-      case Op::Scalar: e = sc[size_t(nd.index)]; break;
-      case Op::Neg: e = fmt::format("(-{})", t(nd.a)); break;
-      case Op::Not: e = fmt::format("(!{})", t(nd.a)); break;
-      case Op::Select: e = fmt::format("({} ? {} : {})", t(nd.a), t(nd.b), t(nd.c)); break;
+      case Op::Const:
+        e = number(nd.value);
+        break;
+      case Op::Input:
+        e = in[size_t(nd.index)];
+        break;
+      case Op::Scalar:
+        e = sc[size_t(nd.index)];
+        break;
+      case Op::Neg:
+        e = fmt::format("(-{})", t(nd.a));
+        break;
+      case Op::Not:
+        e = fmt::format("(!{})", t(nd.a));
+        break;
+      case Op::Select:
+        e = fmt::format("({} ? {} : {})", t(nd.a), t(nd.b), t(nd.c));
+        break;
       case Op::Call:
         e = nd.b < 0 ? fmt::format("{}({})", fn_name(nd.fn), strip_parens(t(nd.a)))
                      : fmt::format("{}({}, {})", fn_name(nd.fn), strip_parens(t(nd.a)),
                                    strip_parens(t(nd.b)));
         break;
-      default: e = fmt::format("({} {} {})", t(nd.a), kBin.at(nd.op), t(nd.b)); break;
+      default:
+        e = fmt::format("({} {} {})", t(nd.a), kBin.at(nd.op), t(nd.b));
+        break;
     }
     const bool leaf = nd.op == Op::Const || nd.op == Op::Input || nd.op == Op::Scalar;
     if (!leaf && uses[i] > 1) {
@@ -397,7 +478,8 @@ std::string to_text(const Program& p) {
     return name;
   };
   const auto outs = emit(p, p.inputs, p.scalars, temp, body);
-  for (size_t k = 0; k < p.outputs.size(); ++k) body += fmt::format("{} = {};\n", p.outputs[k], outs[k]);
+  for (size_t k = 0; k < p.outputs.size(); ++k)
+    body += fmt::format("{} = {};\n", p.outputs[k], outs[k]);
   return body;
 }
 

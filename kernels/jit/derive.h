@@ -14,7 +14,8 @@ namespace mt::jit::expr {
 
 // The reverse-mode derivative of p. Its inputs are p's inputs followed by one incoming
 // gradient per output of p (named `grad` for a single output, else `grad_<output>`, with a
-// trailing `_` until the name is free); its scalars are p's; its outputs are one gradient per input of p
+// trailing `_` until the name is free); its scalars are p's; its outputs are one gradient per input
+// of p
 // (`grad_<input>`), each the sum over p's outputs of the incoming gradient times the
 // partial derivative. Piecewise-constant constructs (comparisons, &&, ||, !, a select's
 // condition, sign) contribute zero; floor and ceil have no usable derivative and are an

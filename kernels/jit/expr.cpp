@@ -2,11 +2,11 @@
 #include "kernels/jit/expr.h"
 
 #include <algorithm>
-#include <type_traits>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <type_traits>
 
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vec_exp.h"
@@ -359,14 +359,15 @@ class Parser {
     return true;
   }
   void expect(std::string_view punct) {
-    if (!accept(punct))
-      fail(tok_.pos, fmt::format("expected '{}'{}", punct, found()));
+    if (!accept(punct)) fail(tok_.pos, fmt::format("expected '{}'{}", punct, found()));
   }
   void expect_end(std::string_view where) {
-    if (tok_.kind != Token::End) fail(tok_.pos, fmt::format("unexpected '{}' {}", tok_.text, where));
+    if (tok_.kind != Token::End)
+      fail(tok_.pos, fmt::format("unexpected '{}' {}", tok_.text, where));
   }
   std::string found() const {
-    return tok_.kind == Token::End ? " at the end of the body" : fmt::format(", found '{}'", tok_.text);
+    return tok_.kind == Token::End ? " at the end of the body"
+                                   : fmt::format(", found '{}'", tok_.text);
   }
 
   void set_single_output(std::vector<int>& assigned, int v, std::string_view what) {
@@ -476,7 +477,8 @@ class Parser {
       if (is("(")) {
         const auto it = functions().find(t.text);
         if (it == functions().end())
-          fail(t.pos, fmt::format("unknown function '{}'; the functions are {}", t.text, function_list()));
+          fail(t.pos,
+               fmt::format("unknown function '{}'; the functions are {}", t.text, function_list()));
         next();
         std::vector<int> args;
         if (!is(")")) {
@@ -508,7 +510,8 @@ class Parser {
     std::vector<std::string> names;
     for (const auto& [n, info] : functions())
       if (n == info.name) names.push_back(n);
-    return fmt::format("{} (and their C spellings: expf, fabsf, fmaxf, ...)", fmt::join(names, ", "));
+    return fmt::format("{} (and their C spellings: expf, fabsf, fmaxf, ...)",
+                       fmt::join(names, ", "));
   }
 
   std::string_view name_, src_;
@@ -541,14 +544,12 @@ void check_names(std::string_view op, const Program& p) {
 
 }  // namespace
 
-int fn_arity(Fn f) {
-  return f == Fn::Max || f == Fn::Min || f == Fn::Pow ? 2 : 1;
-}
+int fn_arity(Fn f) { return f == Fn::Max || f == Fn::Min || f == Fn::Pow ? 2 : 1; }
 
 const char* fn_name(Fn f) {
   static const char* const kNames[kNumFns] = {
-      "exp", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "abs", "erf", "floor", "ceil",
-      "log1p", "expm1", "sigmoid", "max", "min", "pow", "sign", "relu"};
+      "exp",  "log",   "sqrt",  "rsqrt",   "tanh", "sin", "cos", "abs",  "erf", "floor",
+      "ceil", "log1p", "expm1", "sigmoid", "max",  "min", "pow", "sign", "relu"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumFns, "one name per Fn");
   return kNames[int(f)];
 }
@@ -590,19 +591,41 @@ std::string cuda_body(const Program& p) {
             : n.value > 0          ? "C(__longlong_as_double(0x7ff0000000000000LL))"
                                    : "C(-__longlong_as_double(0x7ff0000000000000LL))";
         break;
-      case Op::Input: e = fmt::format("in[{}]  /* {} */", n.index, p.inputs[size_t(n.index)]); break;
-      case Op::Scalar: e = fmt::format("s[{}]  /* {} */", n.index, p.scalars[size_t(n.index)]); break;
-      case Op::Neg: e = "-" + v(n.a); break;
-      case Op::Not: e = fmt::format("{} == C(0) ? C(1) : C(0)", v(n.a)); break;
-      case Op::And: e = fmt::format("({} != C(0) && {} != C(0)) ? C(1) : C(0)", v(n.a), v(n.b)); break;
-      case Op::Or: e = fmt::format("({} != C(0) || {} != C(0)) ? C(1) : C(0)", v(n.a), v(n.b)); break;
-      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
+      case Op::Input:
+        e = fmt::format("in[{}]  /* {} */", n.index, p.inputs[size_t(n.index)]);
+        break;
+      case Op::Scalar:
+        e = fmt::format("s[{}]  /* {} */", n.index, p.scalars[size_t(n.index)]);
+        break;
+      case Op::Neg:
+        e = "-" + v(n.a);
+        break;
+      case Op::Not:
+        e = fmt::format("{} == C(0) ? C(1) : C(0)", v(n.a));
+        break;
+      case Op::And:
+        e = fmt::format("({} != C(0) && {} != C(0)) ? C(1) : C(0)", v(n.a), v(n.b));
+        break;
+      case Op::Or:
+        e = fmt::format("({} != C(0) || {} != C(0)) ? C(1) : C(0)", v(n.a), v(n.b));
+        break;
+      case Op::Add:
+      case Op::Sub:
+      case Op::Mul:
+      case Op::Div:
         e = fmt::format("{} {} {}", v(n.a), kBin.at(n.op), v(n.b));
         break;
-      case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq: case Op::Ne:
+      case Op::Lt:
+      case Op::Le:
+      case Op::Gt:
+      case Op::Ge:
+      case Op::Eq:
+      case Op::Ne:
         e = fmt::format("({} {} {}) ? C(1) : C(0)", v(n.a), kBin.at(n.op), v(n.b));
         break;
-      case Op::Select: e = fmt::format("{} != C(0) ? {} : {}", v(n.a), v(n.b), v(n.c)); break;
+      case Op::Select:
+        e = fmt::format("{} != C(0) ? {} : {}", v(n.a), v(n.b), v(n.c));
+        break;
       case Op::Call:
         e = n.b < 0 ? fmt::format("mt::pw::{}({})", fn_name(n.fn), v(n.a))
                     : fmt::format("mt::pw::{}({}, {})", fn_name(n.fn), v(n.a), v(n.b));
@@ -614,7 +637,6 @@ std::string cuda_body(const Program& p) {
     s += fmt::format("    out[{}] = {};  // {}\n", k, v(p.output_nodes[k]), p.outputs[k]);
   return s;
 }
-
 
 // Note [Tile evaluation]
 // On the CPU a program runs tile by tile (kChunk elements): each node is one tight loop
@@ -663,8 +685,8 @@ struct TileEvaluator<C>::Plan {
     Ref r, a, b, c;
   };
   std::vector<Step> steps;
-  std::vector<Ref> outputs;   // where output k's values are, if not written by a step
-  std::vector<C> uniform;     // each uniform node's value (by node)
+  std::vector<Ref> outputs;  // where output k's values are, if not written by a step
+  std::vector<C> uniform;    // each uniform node's value (by node)
   int buffers = 0;
 };
 
@@ -680,51 +702,120 @@ template <typename C, bool SA, bool SB>
                                              int64_t n) {
   const C a0 = SA ? *a : C(0), b0 = SB ? *b : C(0);
   switch (op) {
-    case Op::Const: case Op::Scalar: case Op::Input: break;  // uniform, or read in place
-    case Op::Neg: MT_EXPR_LOOP(C(-MT_A)); break;
-    case Op::Not: MT_EXPR_LOOP(C(MT_A == C(0))); break;
-    case Op::Add: MT_EXPR_LOOP(C(MT_A + MT_B)); break;
-    case Op::Sub: MT_EXPR_LOOP(C(MT_A - MT_B)); break;
-    case Op::Mul: MT_EXPR_LOOP(C(MT_A * MT_B)); break;
-    case Op::Div: MT_EXPR_LOOP(C(MT_A / MT_B)); break;
-    case Op::Lt: MT_EXPR_LOOP(C(MT_A < MT_B)); break;
-    case Op::Le: MT_EXPR_LOOP(C(MT_A <= MT_B)); break;
-    case Op::Gt: MT_EXPR_LOOP(C(MT_A > MT_B)); break;
-    case Op::Ge: MT_EXPR_LOOP(C(MT_A >= MT_B)); break;
-    case Op::Eq: MT_EXPR_LOOP(C(MT_A == MT_B)); break;
-    case Op::Ne: MT_EXPR_LOOP(C(MT_A != MT_B)); break;
-    case Op::And: MT_EXPR_LOOP(C(MT_A != C(0) && MT_B != C(0))); break;
-    case Op::Or: MT_EXPR_LOOP(C(MT_A != C(0) || MT_B != C(0))); break;
-    case Op::Select: MT_EXPR_LOOP(MT_A != C(0) ? MT_B : c[j]); break;
+    case Op::Const:
+    case Op::Scalar:
+    case Op::Input:
+      break;  // uniform, or read in place
+    case Op::Neg:
+      MT_EXPR_LOOP(C(-MT_A));
+      break;
+    case Op::Not:
+      MT_EXPR_LOOP(C(MT_A == C(0)));
+      break;
+    case Op::Add:
+      MT_EXPR_LOOP(C(MT_A + MT_B));
+      break;
+    case Op::Sub:
+      MT_EXPR_LOOP(C(MT_A - MT_B));
+      break;
+    case Op::Mul:
+      MT_EXPR_LOOP(C(MT_A * MT_B));
+      break;
+    case Op::Div:
+      MT_EXPR_LOOP(C(MT_A / MT_B));
+      break;
+    case Op::Lt:
+      MT_EXPR_LOOP(C(MT_A < MT_B));
+      break;
+    case Op::Le:
+      MT_EXPR_LOOP(C(MT_A <= MT_B));
+      break;
+    case Op::Gt:
+      MT_EXPR_LOOP(C(MT_A > MT_B));
+      break;
+    case Op::Ge:
+      MT_EXPR_LOOP(C(MT_A >= MT_B));
+      break;
+    case Op::Eq:
+      MT_EXPR_LOOP(C(MT_A == MT_B));
+      break;
+    case Op::Ne:
+      MT_EXPR_LOOP(C(MT_A != MT_B));
+      break;
+    case Op::And:
+      MT_EXPR_LOOP(C(MT_A != C(0) && MT_B != C(0)));
+      break;
+    case Op::Or:
+      MT_EXPR_LOOP(C(MT_A != C(0) || MT_B != C(0)));
+      break;
+    case Op::Select:
+      MT_EXPR_LOOP(MT_A != C(0) ? MT_B : c[j]);
+      break;
     case Op::Call:
       switch (fn) {
         case Fn::Exp:
-          if constexpr (std::is_same_v<C, float> && !SA) cpu::exp_f32_loop(r, a, n);
-          else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(MT_A);
+          if constexpr (std::is_same_v<C, float> && !SA)
+            cpu::exp_f32_loop(r, a, n);
+          else
+            for (int64_t j = 0; j < n; ++j) r[j] = std::exp(MT_A);
           break;
         case Fn::Sigmoid:
-          if constexpr (std::is_same_v<C, float> && !SA) cpu::sigmoid_f32_loop(r, a, n);
-          else for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-MT_A));
+          if constexpr (std::is_same_v<C, float> && !SA)
+            cpu::sigmoid_f32_loop(r, a, n);
+          else
+            for (int64_t j = 0; j < n; ++j) r[j] = C(1) / (C(1) + std::exp(-MT_A));
           break;
-        case Fn::Log: for (int64_t j = 0; j < n; ++j) r[j] = std::log(MT_A); break;
-        case Fn::Sqrt: MT_EXPR_LOOP(std::sqrt(MT_A)); break;
-        case Fn::Rsqrt: MT_EXPR_LOOP(C(1) / std::sqrt(MT_A)); break;
-        case Fn::Tanh: for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(MT_A); break;
-        case Fn::Sin: for (int64_t j = 0; j < n; ++j) r[j] = std::sin(MT_A); break;
-        case Fn::Cos: for (int64_t j = 0; j < n; ++j) r[j] = std::cos(MT_A); break;
-        case Fn::Abs: MT_EXPR_LOOP(std::fabs(MT_A)); break;
-        case Fn::Erf: for (int64_t j = 0; j < n; ++j) r[j] = std::erf(MT_A); break;
-        case Fn::Floor: MT_EXPR_LOOP(std::floor(MT_A)); break;
-        case Fn::Ceil: MT_EXPR_LOOP(std::ceil(MT_A)); break;
-        case Fn::Log1p: for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(MT_A); break;
-        case Fn::Expm1: for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(MT_A); break;
-        case Fn::Max: MT_EXPR_LOOP(std::fmax(MT_A, MT_B)); break;
-        case Fn::Min: MT_EXPR_LOOP(std::fmin(MT_A, MT_B)); break;
-        case Fn::Pow: for (int64_t j = 0; j < n; ++j) r[j] = std::pow(MT_A, MT_B); break;
+        case Fn::Log:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::log(MT_A);
+          break;
+        case Fn::Sqrt:
+          MT_EXPR_LOOP(std::sqrt(MT_A));
+          break;
+        case Fn::Rsqrt:
+          MT_EXPR_LOOP(C(1) / std::sqrt(MT_A));
+          break;
+        case Fn::Tanh:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(MT_A);
+          break;
+        case Fn::Sin:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::sin(MT_A);
+          break;
+        case Fn::Cos:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::cos(MT_A);
+          break;
+        case Fn::Abs:
+          MT_EXPR_LOOP(std::fabs(MT_A));
+          break;
+        case Fn::Erf:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::erf(MT_A);
+          break;
+        case Fn::Floor:
+          MT_EXPR_LOOP(std::floor(MT_A));
+          break;
+        case Fn::Ceil:
+          MT_EXPR_LOOP(std::ceil(MT_A));
+          break;
+        case Fn::Log1p:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::log1p(MT_A);
+          break;
+        case Fn::Expm1:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::expm1(MT_A);
+          break;
+        case Fn::Max:
+          MT_EXPR_LOOP(std::fmax(MT_A, MT_B));
+          break;
+        case Fn::Min:
+          MT_EXPR_LOOP(std::fmin(MT_A, MT_B));
+          break;
+        case Fn::Pow:
+          for (int64_t j = 0; j < n; ++j) r[j] = std::pow(MT_A, MT_B);
+          break;
         case Fn::Sign:
           MT_EXPR_LOOP(MT_A > C(0) ? C(1) : MT_A < C(0) ? C(-1) : C(MT_A * C(0)));
           break;
-        case Fn::Relu: MT_EXPR_LOOP(MT_A < C(0) ? C(0) : MT_A); break;
+        case Fn::Relu:
+          MT_EXPR_LOOP(MT_A < C(0) ? C(0) : MT_A);
+          break;
       }
       break;
   }
@@ -736,31 +827,37 @@ template <typename C, bool SA, bool SB>
 // exp(-a), the negation folded in (mode 3): bitwise what the two nodes give.
 template <typename C>
 [[gnu::always_inline]] inline void tile_exp_neg(C* r, const C* a, int64_t n) {
-  if constexpr (std::is_same_v<C, float>) cpu::exp_neg_f32_loop(r, a, n);
-  else for (int64_t j = 0; j < n; ++j) r[j] = std::exp(C(-a[j]));
+  if constexpr (std::is_same_v<C, float>)
+    cpu::exp_neg_f32_loop(r, a, n);
+  else
+    for (int64_t j = 0; j < n; ++j) r[j] = std::exp(C(-a[j]));
 }
 
-#define MT_TILE_NODE_MODES(C)                                          \
-  switch (mode) {                                                      \
-    case 0: return tile_node<C, false, false>(op, fn, r, a, b, c, n);  \
-    case 1: return tile_node<C, true, false>(op, fn, r, a, b, c, n);   \
-    case 2: return tile_node<C, false, true>(op, fn, r, a, b, c, n);   \
-    default: return tile_exp_neg<C>(r, a, n);                          \
+#define MT_TILE_NODE_MODES(C)                                   \
+  switch (mode) {                                               \
+    case 0:                                                     \
+      return tile_node<C, false, false>(op, fn, r, a, b, c, n); \
+    case 1:                                                     \
+      return tile_node<C, true, false>(op, fn, r, a, b, c, n);  \
+    case 2:                                                     \
+      return tile_node<C, false, true>(op, fn, r, a, b, c, n);  \
+    default:                                                    \
+      return tile_exp_neg<C>(r, a, n);                          \
   }
 MT_ISA_CLONES void tile_node_f32(Op op, Fn fn, int mode, float* r, const float* a, const float* b,
-                                 const float* c, int64_t n) {
-  MT_TILE_NODE_MODES(float)
-}
-MT_ISA_CLONES void tile_node_f64(Op op, Fn fn, int mode, double* r, const double* a,
-                                 const double* b, const double* c, int64_t n) {
+                                 const float* c, int64_t n){MT_TILE_NODE_MODES(float)} MT_ISA_CLONES
+    void tile_node_f64(Op op, Fn fn, int mode, double* r, const double* a, const double* b,
+                       const double* c, int64_t n) {
   MT_TILE_NODE_MODES(double)
 }
 #undef MT_TILE_NODE_MODES
 
 template <typename C>
 void run_node(Op op, Fn fn, int mode, C* r, const C* a, const C* b, const C* c, int64_t n) {
-  if constexpr (std::is_same_v<C, float>) tile_node_f32(op, fn, mode, r, a, b, c, n);
-  else tile_node_f64(op, fn, mode, r, a, b, c, n);
+  if constexpr (std::is_same_v<C, float>)
+    tile_node_f32(op, fn, mode, r, a, b, c, n);
+  else
+    tile_node_f64(op, fn, mode, r, a, b, c, n);
 }
 
 template <typename C>
@@ -898,11 +995,16 @@ void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
   C* const buf = buf_.data();
   auto ptr = [&](const Ref& r) -> C* {
     switch (r.kind) {
-      case RefKind::Input: return const_cast<C*>(in[r.index]);
-      case RefKind::Buffer: return buf + size_t(r.index) * size_t(kChunk);
-      case RefKind::Uniform: return const_cast<C*>(&plan.uniform[size_t(r.index)]);
-      case RefKind::Output: return out[r.index];
-      case RefKind::None: break;
+      case RefKind::Input:
+        return const_cast<C*>(in[r.index]);
+      case RefKind::Buffer:
+        return buf + size_t(r.index) * size_t(kChunk);
+      case RefKind::Uniform:
+        return const_cast<C*>(&plan.uniform[size_t(r.index)]);
+      case RefKind::Output:
+        return out[r.index];
+      case RefKind::None:
+        break;
     }
     return nullptr;
   };

@@ -14,19 +14,50 @@
 namespace mt::jit::expr {
 
 enum class Fn : uint8_t {
-  Exp, Log, Sqrt, Rsqrt, Tanh, Sin, Cos, Abs, Erf, Floor, Ceil, Log1p, Expm1, Sigmoid,
-  Max, Min, Pow, Sign, Relu,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Sin,
+  Cos,
+  Abs,
+  Erf,
+  Floor,
+  Ceil,
+  Log1p,
+  Expm1,
+  Sigmoid,
+  Max,
+  Min,
+  Pow,
+  Sign,
+  Relu,
 };
 inline constexpr int kNumFns = int(Fn::Relu) + 1;
 int fn_arity(Fn f);
 const char* fn_name(Fn f);  // "exp": the name the CUDA source calls (mt::pw::exp)
 
 enum class Op : uint8_t {
-  Const, Input, Scalar,                          // leaves
-  Neg, Not,                                      // a
-  Add, Sub, Mul, Div, Lt, Le, Gt, Ge, Eq, Ne, And, Or,  // a, b
-  Select,                                        // a ? b : c
-  Call,                                          // fn(a) or fn(a, b)
+  Const,
+  Input,
+  Scalar,  // leaves
+  Neg,
+  Not,  // a
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  Eq,
+  Ne,
+  And,
+  Or,      // a, b
+  Select,  // a ? b : c
+  Call,    // fn(a) or fn(a, b)
 };
 
 struct Node {

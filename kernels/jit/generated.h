@@ -5,8 +5,8 @@
 #pragma once
 
 #include <algorithm>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 

@@ -128,7 +128,7 @@ const Kernel& get_kernel(int device, const KernelSpec& spec, std::string_view na
 // that the first time a kernel asks for more than it was allowed, so a user's kernel just
 // passes LaunchConfig::shared.
 static void raise_dynamic_shared_limit(CUfunction f, unsigned shared_bytes, const std::string& name,
-                                int device) {
+                                       int device) {
   static std::mutex mu;
   static std::unordered_map<CUfunction, unsigned> allowed;
   std::lock_guard<std::mutex> lock(mu);

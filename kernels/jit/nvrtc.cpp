@@ -394,7 +394,7 @@ CompileResult compile(std::string_view source, std::string_view name,
   return res;
 }
 
-#else  // !MT_HAVE_CUDA: a stub that says why.
+#else                    // !MT_HAVE_CUDA: a stub that says why.
 
 namespace {
 #ifdef MT_CUDA_DISABLED  // meson.build: -Dcuda=disabled
@@ -406,7 +406,7 @@ constexpr const char* kNoCuda =
     "minitensor was built without the CUDA headers (MT_HAVE_CUDA is not defined); rebuild "
     "with the CUDA toolkit installed (meson setup -Dcuda=enabled -Dcudatoolkit=/path/to/cuda)";
 #endif
-}
+}  // namespace
 
 bool nvrtc_available() { return false; }
 std::string nvrtc_unavailable_reason() { return kNoCuda; }

@@ -12,7 +12,6 @@
 
 namespace mt::jit {
 
-
 struct LoweredName {
   std::string expression;  // "silu_fwd<float>"
   std::string lowered;     // "_Z8silu_fwdIfEvPKT_PS0_x"

@@ -8,8 +8,8 @@
 #include "autograd/grad_mode.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
-#include "kernels/jit/module.h"
 #include "kernels/jit/generated.h"
+#include "kernels/jit/module.h"
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/view.h"
@@ -27,9 +27,9 @@ using detail::kFloatTypes;
 
 namespace {
 
-constexpr int kMaxOperands = 8;  // kMaxPointwiseOperands in pointwise.cuh
-constexpr int kMaxScalars = 8;   // kMaxPointwiseScalars
-constexpr int kPointwiseSlots = 16;       // devices with cached kernel pointers
+constexpr int kMaxOperands = 8;      // kMaxPointwiseOperands in pointwise.cuh
+constexpr int kMaxScalars = 8;       // kMaxPointwiseScalars
+constexpr int kPointwiseSlots = 16;  // devices with cached kernel pointers
 
 std::string generate_source(const PointwiseSpec& spec, const expr::Program& p,
                             const std::string& functor) {
@@ -118,8 +118,9 @@ struct Pointwise::State {
 };
 
 Pointwise pointwise(PointwiseSpec spec) {
-  MT_CHECK(!spec.name.empty(), "[jit] pointwise: the spec has no name; set .name (it names the "
-                               "kernel and its errors)");
+  MT_CHECK(!spec.name.empty(),
+           "[jit] pointwise: the spec has no name; set .name (it names the "
+           "kernel and its errors)");
   MT_CHECK(is_valid_name(spec.name),
            "[jit] pointwise: the name {} is not an identifier; a name is letters, digits and _, "
            "not starting with a digit, or such names joined by '::' (\"my_silu\", "
@@ -133,8 +134,8 @@ Pointwise pointwise(PointwiseSpec spec) {
                             /*infer_inputs=*/spec.inputs.empty());
   spec.inputs = st->program.inputs;
   MT_CHECK(spec.inputs.size() + spec.outputs.size() <= size_t(kMaxOperands),
-           "[jit] pointwise '{}': at most {} inputs and outputs together, got {} and {}",
-           spec.name, kMaxOperands, spec.inputs.size(), spec.outputs.size());
+           "[jit] pointwise '{}': at most {} inputs and outputs together, got {} and {}", spec.name,
+           kMaxOperands, spec.inputs.size(), spec.outputs.size());
   st->functor = "pw_" + identifier(spec.name);
   st->kernel_spec.name = identifier(spec.name) + ".cu";
   st->kernel_spec.source = generate_source(spec, st->program, st->functor);
@@ -145,7 +146,8 @@ Pointwise pointwise(PointwiseSpec spec) {
 }
 
 Pointwise pointwise(std::string name, std::string expression) {
-  return pointwise(PointwiseSpec{.name = std::move(name), .inputs = {}, .body = std::move(expression)});
+  return pointwise(
+      PointwiseSpec{.name = std::move(name), .inputs = {}, .body = std::move(expression)});
 }
 
 const PointwiseSpec& Pointwise::spec() const { return state(state_).spec; }
@@ -201,8 +203,9 @@ void prefetch_tile(const std::vector<const C*>& in, const std::vector<C*>& out, 
     for (int64_t j = 0; j < len; j += kLine) __builtin_prefetch(o + begin + j, 1, 3);
 }
 
-void run_cpu(const expr::Program& p, std::span<const Tensor> inputs, std::span<const double> scalars,
-             const Shape& shape, DType t, const std::vector<Tensor>& outs) {
+void run_cpu(const expr::Program& p, std::span<const Tensor> inputs,
+             std::span<const double> scalars, const Shape& shape, DType t,
+             const std::vector<Tensor>& outs) {
   const DType ct = t == DType::Float64 ? DType::Float64 : DType::Float32;
   std::vector<Tensor> in;
   for (const Tensor& x : inputs) in.push_back(x.to(ct).expand(shape).contiguous());
@@ -228,7 +231,9 @@ void run_cpu(const expr::Program& p, std::span<const Tensor> inputs, std::span<c
           const int64_t begin = c * expr::kChunk, len = std::min(expr::kChunk, n - begin);
           for (size_t k = 0; k < ip.size(); ++k) ic[k] = ip[k] + begin;
           for (size_t k = 0; k < op.size(); ++k) oc[k] = op[k] + begin;
-          if (c + 1 < last) prefetch_tile(ip, op, begin + expr::kChunk, std::min(expr::kChunk, n - begin - expr::kChunk));
+          if (c + 1 < last)
+            prefetch_tile(ip, op, begin + expr::kChunk,
+                          std::min(expr::kChunk, n - begin - expr::kChunk));
           ev.run(ic.data(), oc.data(), len);
         }
       });
@@ -283,7 +288,8 @@ std::vector<Tensor> Pointwise::call(std::span<const Tensor> inputs,
   }
   for (const Tensor& o : outs) ptrs[k++] = o.data_ptr();
   bool aligned = true;
-  for (size_t i = 0; i < k; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(ptrs[i]) % 16 == 0;
+  for (size_t i = 0; i < k; ++i)
+    aligned = aligned && reinterpret_cast<uintptr_t>(ptrs[i]) % 16 == 0;
   const PointwiseVariant v = !contiguous ? PointwiseVariant::Strided
                              : aligned   ? PointwiseVariant::Vec
                                          : PointwiseVariant::Flat;
@@ -319,9 +325,10 @@ std::vector<Tensor> Pointwise::call(std::span<const Tensor> inputs,
   }
   return outs;
 #else
-  MT_ERROR("[{}] got a tensor on {}, but minitensor was built without CUDA; rebuild with the "
-           "CUDA toolkit installed, or pass CPU tensors",
-           name, dev);
+  MT_ERROR(
+      "[{}] got a tensor on {}, but minitensor was built without CUDA; rebuild with the "
+      "CUDA toolkit installed, or pass CPU tensors",
+      name, dev);
 #endif
 }
 

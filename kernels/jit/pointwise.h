@@ -21,9 +21,9 @@
 namespace mt::jit {
 
 struct PointwiseSpec {
-  std::string name;                        // in messages and the kernel's name: "my_silu"
-  std::vector<std::string> inputs;         // tensor operands, in call order: {"g", "x"}
-  std::vector<std::string> scalars = {};   // numbers passed with each call: {"alpha"}
+  std::string name;                       // in messages and the kernel's name: "my_silu"
+  std::vector<std::string> inputs;        // tensor operands, in call order: {"g", "x"}
+  std::vector<std::string> scalars = {};  // numbers passed with each call: {"alpha"}
   std::vector<std::string> outputs = {"out"};
   // Statements and a final expression, e.g. "s = sigmoid(x); out = g * s * (1 + x * (1 - s));"
   std::string body;

@@ -11,8 +11,8 @@
 #include "autograd/grad_mode.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
-#include "kernels/jit/module.h"
 #include "kernels/jit/generated.h"
+#include "kernels/jit/module.h"
 #include "runtime/error.h"
 #include "runtime/fake.h"
 #include "runtime/view.h"
@@ -27,7 +27,6 @@ using detail::comment_lines;
 using detail::identifier;
 using detail::is_valid_name;
 using detail::kFloatTypes;
-
 
 // Note [Reductions]
 // A reduction is three expressions around one combining step: map (inputs -> one value a
@@ -87,10 +86,14 @@ ReduceOp parse_reduce_op(const std::string& name, const std::string& op) {
 double default_identity(ReduceOp op) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   switch (op) {
-    case ReduceOp::Sum: return 0;
-    case ReduceOp::Prod: return 1;
-    case ReduceOp::Max: return -inf;
-    case ReduceOp::Min: return inf;
+    case ReduceOp::Sum:
+      return 0;
+    case ReduceOp::Prod:
+      return 1;
+    case ReduceOp::Max:
+      return -inf;
+    case ReduceOp::Min:
+      return inf;
   }
   return 0;
 }
@@ -235,10 +238,14 @@ __global__ void reduce_final(const mt::compute_t<T>* part, T* out, long long row
 
 const char* combine_text(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "a + b";
-    case ReduceOp::Prod: return "a * b";
-    case ReduceOp::Max: return "(a > b || a != a) ? a : b";  // NaN wins
-    case ReduceOp::Min: return "(a < b || a != a) ? a : b";
+    case ReduceOp::Sum:
+      return "a + b";
+    case ReduceOp::Prod:
+      return "a * b";
+    case ReduceOp::Max:
+      return "(a > b || a != a) ? a : b";  // NaN wins
+    case ReduceOp::Min:
+      return "(a < b || a != a) ? a : b";
   }
   return "";
 }
@@ -296,8 +303,9 @@ struct Reduction::State {
 };
 
 Reduction reduction(ReductionSpec spec) {
-  MT_CHECK(!spec.name.empty(), "[jit] reduction: the spec has no name; set .name (it names the "
-                               "kernels and their errors)");
+  MT_CHECK(!spec.name.empty(),
+           "[jit] reduction: the spec has no name; set .name (it names the "
+           "kernels and their errors)");
   MT_CHECK(is_valid_name(spec.name),
            "[jit] reduction: the name {} is not an identifier; a name is letters, digits and _, "
            "not starting with a digit, or such names joined by '::' (\"sumsq\", \"demo::l2\"): "
@@ -311,8 +319,8 @@ Reduction reduction(ReductionSpec spec) {
   MT_CHECK(spec.inputs.size() <= size_t(kMaxInputs),
            "[jit] reduction {}: at most {} inputs, got {}; combine some into one tensor first",
            mt::quoted(spec.name), kMaxInputs, spec.inputs.size());
-  st->post = parse_part(spec.name, "post", spec.post.empty() ? "acc" : spec.post, {"acc", "n"},
-                        false);
+  st->post =
+      parse_part(spec.name, "post", spec.post.empty() ? "acc" : spec.post, {"acc", "n"}, false);
   const expr::Node& out = st->post.nodes[size_t(st->post.output_nodes[0])];
   st->post_is_acc = out.op == expr::Op::Input && out.index == 0;
   st->traits = "rd_" + identifier(spec.name);
@@ -329,7 +337,9 @@ ReduceOp Reduction::reduce_op() const { return reduction_state(state_).op; }
 double Reduction::identity() const { return reduction_state(state_).identity; }
 const expr::Program& Reduction::map_program() const { return reduction_state(state_).map; }
 const expr::Program& Reduction::post_program() const { return reduction_state(state_).post; }
-const std::string& Reduction::cuda_source() const { return reduction_state(state_).kernel_spec.source; }
+const std::string& Reduction::cuda_source() const {
+  return reduction_state(state_).kernel_spec.source;
+}
 
 std::string Reduction::name_expression(DType t, ReductionVariant v) const {
   const State& st = reduction_state(state_);
@@ -344,7 +354,8 @@ std::string Reduction::name_expression(DType t, ReductionVariant v) const {
     case ReductionVariant::SplitVec:
       return fmt::format("reduce_split<{}, {}, {}, {}>", ty, st.traits, nin,
                          v == ReductionVariant::SplitVec);
-    case ReductionVariant::Final: return fmt::format("reduce_final<{}, {}>", ty, st.traits);
+    case ReductionVariant::Final:
+      return fmt::format("reduce_final<{}, {}>", ty, st.traits);
   }
   MT_ASSERT(false, "unknown ReductionVariant {}", int(v));
   return {};
@@ -372,8 +383,8 @@ std::vector<int64_t> reduction_dims(std::string_view name, const Shape& shape,
   }
   std::sort(out.begin(), out.end());
   const auto dup = std::adjacent_find(out.begin(), out.end());
-  MT_CHECK(dup == out.end(), "[{}] dim {} appears more than once in dims; list each dim once",
-           name, dup == out.end() ? 0 : *dup);
+  MT_CHECK(dup == out.end(), "[{}] dim {} appears more than once in dims; list each dim once", name,
+           dup == out.end() ? 0 : *dup);
   if (nd == 0) out.clear();  // a 0-d input: dim 0 or -1 is every dim
   return out;
 }
@@ -389,8 +400,10 @@ bool reduced(const std::vector<int64_t>& dims, int64_t d) {
 Shape reduction_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {
   Shape out;
   for (int64_t d = 0; d < int64_t(shape.size()); ++d)
-    if (!reduced(dims, d)) out.push_back(shape[size_t(d)]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced(dims, d))
+      out.push_back(shape[size_t(d)]);
+    else if (keepdim)
+      out.push_back(1);
   return out;
 }
 
@@ -398,10 +411,14 @@ namespace {
 
 template <ReduceOp R, typename C>
 inline C combine(C a, C b) {
-  if constexpr (R == ReduceOp::Sum) return a + b;
-  else if constexpr (R == ReduceOp::Prod) return a * b;
-  else if constexpr (R == ReduceOp::Max) return (a > b || a != a) ? a : b;
-  else return (a < b || a != a) ? a : b;
+  if constexpr (R == ReduceOp::Sum)
+    return a + b;
+  else if constexpr (R == ReduceOp::Prod)
+    return a * b;
+  else if constexpr (R == ReduceOp::Max)
+    return (a > b || a != a) ? a : b;
+  else
+    return (a < b || a != a) ? a : b;
 }
 
 // n values combined in eight running values, those pairwise.
@@ -457,7 +474,8 @@ void reduce_cpu(const expr::Program& map, const std::vector<const C*>& in, int64
       }
     });
     cpu::parallel_for(rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t m = b; m < e; ++m) acc[m] = reduce_pairwise<R>(&part[size_t(m * tiles)], tiles, ident);
+      for (int64_t m = b; m < e; ++m)
+        acc[m] = reduce_pairwise<R>(&part[size_t(m * tiles)], tiles, ident);
     });
     return;
   }
@@ -465,18 +483,18 @@ void reduce_cpu(const expr::Program& map, const std::vector<const C*>& in, int64
   const int64_t per = kTile / len, groups = (rows + per - 1) / per;
   cpu::parallel_for(groups, std::max<int64_t>(1, cpu::kGrainSize / (per * len)),
                     [&](int64_t b, int64_t e) {
-    expr::TileEvaluator<C> ev(map, no_scalars);
-    std::vector<C> buf(static_cast<size_t>(kTile));
-    C* out[1] = {buf.data()};
-    std::vector<const C*> ic(in.size());
-    for (int64_t g = b; g < e; ++g) {
-      const int64_t m0 = g * per, nrows = std::min(per, rows - m0);
-      for (size_t k = 0; k < in.size(); ++k) ic[k] = in[k] + m0 * len;
-      ev.run(ic.data(), out, nrows * len);
-      for (int64_t r = 0; r < nrows; ++r)
-        acc[m0 + r] = reduce_tile<R>(buf.data() + r * len, len, ident);
-    }
-  });
+                      expr::TileEvaluator<C> ev(map, no_scalars);
+                      std::vector<C> buf(static_cast<size_t>(kTile));
+                      C* out[1] = {buf.data()};
+                      std::vector<const C*> ic(in.size());
+                      for (int64_t g = b; g < e; ++g) {
+                        const int64_t m0 = g * per, nrows = std::min(per, rows - m0);
+                        for (size_t k = 0; k < in.size(); ++k) ic[k] = in[k] + m0 * len;
+                        ev.run(ic.data(), out, nrows * len);
+                        for (int64_t r = 0; r < nrows; ++r)
+                          acc[m0 + r] = reduce_tile<R>(buf.data() + r * len, len, ident);
+                      }
+                    });
 }
 
 // post(acc, n) over rows values into out.
@@ -485,15 +503,16 @@ void post_cpu(const expr::Program& post, const C* acc, int64_t rows, int64_t len
   constexpr int64_t kTile = expr::kChunk;
   const C no_scalars[1] = {C(0)};
   const int64_t tiles = (rows + kTile - 1) / kTile;
-  cpu::parallel_for(tiles, std::max<int64_t>(1, cpu::kGrainSize / kTile), [&](int64_t b, int64_t e) {
-    expr::TileEvaluator<C> ev(post, no_scalars);
-    const std::vector<C> n(static_cast<size_t>(kTile), static_cast<C>(len));
-    for (int64_t t = b; t < e; ++t) {
-      const C* in[2] = {acc + t * kTile, n.data()};
-      C* o[1] = {out + t * kTile};
-      ev.run(in, o, std::min(kTile, rows - t * kTile));
-    }
-  });
+  cpu::parallel_for(tiles, std::max<int64_t>(1, cpu::kGrainSize / kTile),
+                    [&](int64_t b, int64_t e) {
+                      expr::TileEvaluator<C> ev(post, no_scalars);
+                      const std::vector<C> n(static_cast<size_t>(kTile), static_cast<C>(len));
+                      for (int64_t t = b; t < e; ++t) {
+                        const C* in[2] = {acc + t * kTile, n.data()};
+                        C* o[1] = {out + t * kTile};
+                        ev.run(in, o, std::min(kTile, rows - t * kTile));
+                      }
+                    });
 }
 
 // The map over inputs laid out [outer, len, inner] (contiguous), reduced over len into
@@ -507,36 +526,39 @@ void reduce_outer_cpu(const expr::Program& map, const std::vector<const C*>& in,
   const C no_scalars[1] = {C(0)};
   const int64_t width = std::min(inner, kTile), cols = (inner + width - 1) / width;
   const int64_t per = std::max<int64_t>(1, kTile / inner);  // rows a run when inner < kTile
-  cpu::parallel_for(outer * cols, std::max<int64_t>(1, cpu::kGrainSize / std::max<int64_t>(1, len * width)),
-                    [&](int64_t b, int64_t e) {
-    expr::TileEvaluator<C> ev(map, no_scalars);
-    std::vector<C> buf(static_cast<size_t>(kTile)), block(static_cast<size_t>(width)),
-        total(static_cast<size_t>(width));
-    C* out[1] = {buf.data()};
-    std::vector<const C*> ic(in.size());
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t a = item / cols, c0 = (item % cols) * width, w = std::min(width, inner - c0);
-      std::fill(total.begin(), total.end(), ident);
-      std::fill(block.begin(), block.end(), ident);
-      int64_t in_block = 0;
-      for (int64_t r = 0; r < len;) {
-        const int64_t g = inner <= kTile ? std::min(per, len - r) : 1;  // rows this run
-        for (size_t k = 0; k < in.size(); ++k) ic[k] = in[k] + (a * len + r) * inner + c0;
-        ev.run(ic.data(), out, inner <= kTile ? g * inner : w);
-        for (int64_t q = 0; q < g; ++q)
-          for (int64_t j = 0; j < w; ++j) block[size_t(j)] = combine<R>(block[size_t(j)], buf[size_t(q * inner + j)]);
-        r += g, in_block += g;
-        if (in_block >= kBlock || r == len) {
-          for (int64_t j = 0; j < w; ++j) {
-            total[size_t(j)] = combine<R>(total[size_t(j)], block[size_t(j)]);
-            block[size_t(j)] = ident;
+  cpu::parallel_for(
+      outer * cols, std::max<int64_t>(1, cpu::kGrainSize / std::max<int64_t>(1, len * width)),
+      [&](int64_t b, int64_t e) {
+        expr::TileEvaluator<C> ev(map, no_scalars);
+        std::vector<C> buf(static_cast<size_t>(kTile)), block(static_cast<size_t>(width)),
+            total(static_cast<size_t>(width));
+        C* out[1] = {buf.data()};
+        std::vector<const C*> ic(in.size());
+        for (int64_t item = b; item < e; ++item) {
+          const int64_t a = item / cols, c0 = (item % cols) * width,
+                        w = std::min(width, inner - c0);
+          std::fill(total.begin(), total.end(), ident);
+          std::fill(block.begin(), block.end(), ident);
+          int64_t in_block = 0;
+          for (int64_t r = 0; r < len;) {
+            const int64_t g = inner <= kTile ? std::min(per, len - r) : 1;  // rows this run
+            for (size_t k = 0; k < in.size(); ++k) ic[k] = in[k] + (a * len + r) * inner + c0;
+            ev.run(ic.data(), out, inner <= kTile ? g * inner : w);
+            for (int64_t q = 0; q < g; ++q)
+              for (int64_t j = 0; j < w; ++j)
+                block[size_t(j)] = combine<R>(block[size_t(j)], buf[size_t(q * inner + j)]);
+            r += g, in_block += g;
+            if (in_block >= kBlock || r == len) {
+              for (int64_t j = 0; j < w; ++j) {
+                total[size_t(j)] = combine<R>(total[size_t(j)], block[size_t(j)]);
+                block[size_t(j)] = ident;
+              }
+              in_block = 0;
+            }
           }
-          in_block = 0;
+          std::copy(total.begin(), total.begin() + w, acc + a * inner + c0);
         }
-      }
-      std::copy(total.begin(), total.begin() + w, acc + a * inner + c0);
-    }
-  });
+      });
 }
 
 // When the reduced dims of shape (size-1 dims aside) are one block followed by kept dims,
@@ -549,8 +571,10 @@ std::optional<std::array<int64_t, 3>> outer_layout(const Shape& shape,
     if (shape[size_t(d)] == 1) continue;
     const bool red = reduced(dims, d);
     if (red && part == 2) return std::nullopt;
-    if (red) part = 1;
-    else if (part == 1) part = 2;
+    if (red)
+      part = 1;
+    else if (part == 1)
+      part = 2;
     sizes[size_t(part)] *= shape[size_t(d)];
   }
   if (part != 2) return std::nullopt;
@@ -619,14 +643,24 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
             reduce_cpu<R>(p, ip, rows, len, ident, acc.data());
         };
         switch (st.op) {
-          case ReduceOp::Sum: run.template operator()<ReduceOp::Sum>(); break;
-          case ReduceOp::Prod: run.template operator()<ReduceOp::Prod>(); break;
-          case ReduceOp::Max: run.template operator()<ReduceOp::Max>(); break;
-          case ReduceOp::Min: run.template operator()<ReduceOp::Min>(); break;
+          case ReduceOp::Sum:
+            run.template operator()<ReduceOp::Sum>();
+            break;
+          case ReduceOp::Prod:
+            run.template operator()<ReduceOp::Prod>();
+            break;
+          case ReduceOp::Max:
+            run.template operator()<ReduceOp::Max>();
+            break;
+          case ReduceOp::Min:
+            run.template operator()<ReduceOp::Min>();
+            break;
         }
         C* o = out.data_ptr<C>();
-        if (st.post_is_acc) std::copy(acc.begin(), acc.end(), o);
-        else post_cpu(st.post, acc.data(), rows, len, o);
+        if (st.post_is_acc)
+          std::copy(acc.begin(), acc.end(), o);
+        else
+          post_cpu(st.post, acc.data(), rows, len, o);
       }
     });
     return t == ct ? out : out.to(t);
@@ -645,7 +679,8 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
   const bool vec = aligned && len % pack == 0;
   const int sms = sm_count(d);
   auto kernel_for = [&](ReductionVariant v) {
-    std::atomic<const Kernel*>* slot = d >= 0 && d < kSlots ? &st.slots[d][int(t)][int(v)] : nullptr;
+    std::atomic<const Kernel*>* slot =
+        d >= 0 && d < kSlots ? &st.slots[d][int(t)][int(v)] : nullptr;
     const Kernel* k = slot ? slot->load(std::memory_order_acquire) : nullptr;
     if (!k) {
       k = &get_kernel(d, st.kernel_spec, name_expression(t, v));
@@ -674,8 +709,9 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
   long long chunk = (len + parts - 1) / parts;
   chunk = (chunk + 2047) / 2048 * 2048;  // pack-aligned chunks
   long long nparts = (len + chunk - 1) / chunk;
-  Tensor part = empty({rows * nparts}, {.dtype = t == DType::Float64 ? DType::Float64 : DType::Float32,
-                                        .device = dev});
+  Tensor part =
+      empty({rows * nparts},
+            {.dtype = t == DType::Float64 ? DType::Float64 : DType::Float32, .device = dev});
   void* part_ptr = part.data_ptr();
   const Kernel* k1 = kernel_for(vec ? ReductionVariant::SplitVec : ReductionVariant::Split);
   void* args1[] = {ptrs, &part_ptr, &nlen, &chunk, &ident};
@@ -685,9 +721,10 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
   k2->launch(Dim3(unsigned(rows)), Dim3(256), 0, stream, args2);
   return out;
 #else
-  MT_ERROR("[{}] got a tensor on {}, but minitensor was built without CUDA; rebuild with the "
-           "CUDA toolkit installed, or pass CPU tensors",
-           name, dev);
+  MT_ERROR(
+      "[{}] got a tensor on {}, but minitensor was built without CUDA; rebuild with the "
+      "CUDA toolkit installed, or pass CPU tensors",
+      name, dev);
 #endif
 }
 

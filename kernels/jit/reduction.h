@@ -22,12 +22,12 @@
 namespace mt::jit {
 
 struct ReductionSpec {
-  std::string name = {};                  // in messages and the kernels' names: "sumsq"
-  std::string map;                        // over the inputs: "x * x", "abs(x - y)"
-  std::string reduce = "sum";             // "sum", "prod", "max" or "min"
-  std::string post = "";                  // over acc and n: "acc / n", "sqrt(acc)"; empty: acc
-  std::optional<double> identity = {};    // the start value; unset: 0, 1, -inf or +inf
-  std::vector<std::string> inputs = {};   // tensor operands in call order; empty: map's free names
+  std::string name = {};                 // in messages and the kernels' names: "sumsq"
+  std::string map;                       // over the inputs: "x * x", "abs(x - y)"
+  std::string reduce = "sum";            // "sum", "prod", "max" or "min"
+  std::string post = "";                 // over acc and n: "acc / n", "sqrt(acc)"; empty: acc
+  std::optional<double> identity = {};   // the start value; unset: 0, 1, -inf or +inf
+  std::vector<std::string> inputs = {};  // tensor operands in call order; empty: map's free names
 };
 
 enum class ReduceOp { Sum, Prod, Max, Min };

@@ -70,12 +70,18 @@ bool pointee_matches(const std::string& p, DType t) {
     return std::find(names.begin(), names.end(), p) != names.end();
   };
   switch (t) {
-    case DType::Float32: return any({"float"});
-    case DType::Float64: return any({"double"});
-    case DType::Float16: return any({"mt::Half", "__half", "half"});
-    case DType::BFloat16: return any({"mt::BFloat16", "__nv_bfloat16", "nv_bfloat16"});
-    case DType::Int64: return any({"long long", "long", "unsigned long long", "unsigned long"});
-    case DType::Bool: return any({"bool"});
+    case DType::Float32:
+      return any({"float"});
+    case DType::Float64:
+      return any({"double"});
+    case DType::Float16:
+      return any({"mt::Half", "__half", "half"});
+    case DType::BFloat16:
+      return any({"mt::BFloat16", "__nv_bfloat16", "nv_bfloat16"});
+    case DType::Int64:
+      return any({"long long", "long", "unsigned long long", "unsigned long"});
+    case DType::Bool:
+      return any({"bool"});
   }
   return false;
 }
@@ -83,12 +89,18 @@ bool pointee_matches(const std::string& p, DType t) {
 // The kernel type to instantiate for a dtype, for hints.
 std::string_view hint_type(DType t) {
   switch (t) {
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
-    case DType::Float16: return "mt::Half";
-    case DType::BFloat16: return "mt::BFloat16";
-    case DType::Int64: return "long long";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Float16:
+      return "mt::Half";
+    case DType::BFloat16:
+      return "mt::BFloat16";
+    case DType::Int64:
+      return "long long";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -101,10 +113,17 @@ struct IntType {
 // (LP64: long is 64-bit there as on the host).
 bool int_param(const std::string& p, IntType* out) {
   static const std::map<std::string, IntType, std::less<>> kInts = {
-      {"char", {1, false}},           {"signed char", {1, false}}, {"unsigned char", {1, true}},
-      {"short", {2, false}},          {"unsigned short", {2, true}}, {"int", {4, false}},
-      {"unsigned int", {4, true}},    {"long", {8, false}},      {"unsigned long", {8, true}},
-      {"long long", {8, false}},      {"unsigned long long", {8, true}},
+      {"char", {1, false}},
+      {"signed char", {1, false}},
+      {"unsigned char", {1, true}},
+      {"short", {2, false}},
+      {"unsigned short", {2, true}},
+      {"int", {4, false}},
+      {"unsigned int", {4, true}},
+      {"long", {8, false}},
+      {"unsigned long", {8, true}},
+      {"long long", {8, false}},
+      {"unsigned long long", {8, true}},
   };
   auto it = kInts.find(p);
   if (it == kInts.end()) return false;
@@ -202,16 +221,18 @@ struct UserKernel::State {
 
 UserKernel::UserKernel(KernelSpec spec, std::string name_expression)
     : state_(std::make_shared<State>()) {
-  MT_CHECK(!name_expression.empty(), "[jit] kernel(): the name expression is empty; pass the "
-                                     "__global__ function's name, e.g. \"my_silu<float>\"");
+  MT_CHECK(!name_expression.empty(),
+           "[jit] kernel(): the name expression is empty; pass the "
+           "__global__ function's name, e.g. \"my_silu<float>\"");
   // NVRTC pastes the name expression into code it generates, and the source's name goes
   // into messages: neither may carry a line break, a terminal escape or a NUL.
   MT_CHECK(printable_ascii(name_expression),
            "[jit] kernel(): the name expression {} holds a byte outside printable ASCII; pass "
            "the __global__ function's name as C++ spells it, e.g. \"my_silu<float>\"",
            mt::quoted(name_expression));
-  MT_CHECK(!spec.name.empty(), "[jit] kernel(): the KernelSpec has no name; set .name (e.g. "
-                               "\"my_silu.cu\"), it is what messages call the source");
+  MT_CHECK(!spec.name.empty(),
+           "[jit] kernel(): the KernelSpec has no name; set .name (e.g. "
+           "\"my_silu.cu\"), it is what messages call the source");
   MT_CHECK(printable_ascii(spec.name),
            "[jit] kernel(): the KernelSpec's name {} holds a byte outside printable ASCII; name "
            "the source like a file, e.g. \"my_silu.cu\"",
@@ -228,7 +249,8 @@ UserKernel::UserKernel(KernelSpec spec, std::string name_expression)
 const std::string& UserKernel::name_expression() const { return state_->name_expression; }
 const KernelSpec& UserKernel::spec() const { return state_->spec; }
 
-UserKernel kernel(std::string source, std::string name_expression, std::vector<std::string> options) {
+UserKernel kernel(std::string source, std::string name_expression,
+                  std::vector<std::string> options) {
   MT_CHECK(!source.empty(), "[jit] kernel({}): the source is empty", mt::quoted(name_expression));
   std::string base = name_expression.substr(0, name_expression.find('<'));
   KernelSpec spec{.name = base + ".cu", .source = std::move(source)};
@@ -310,19 +332,20 @@ void UserKernel::check_packed(const Parameters& params, KernelArg* args, size_t 
         IntType it;
         if (int_param(want, &it)) {
           const long double v = a.number;
-          const long double lo =
-              it.is_unsigned ? 0.0L : -std::ldexp(1.0L, it.bytes * 8 - 1);
+          const long double lo = it.is_unsigned ? 0.0L : -std::ldexp(1.0L, it.bytes * 8 - 1);
           const long double hi = std::ldexp(1.0L, it.bytes * 8 - (it.is_unsigned ? 0 : 1)) - 1;
           if (v < lo || v > hi) fail("the value does not fit that type");
-          const unsigned long long bits = v < 0 ? (unsigned long long)(long long)v
-                                                : (unsigned long long)v;
+          const unsigned long long bits =
+              v < 0 ? (unsigned long long)(long long)v : (unsigned long long)v;
           std::memcpy(a.bytes, &bits, 8);  // little-endian: the low bytes are the value
           a.size = size_t(it.bytes);
         } else if (want == "float" || want == "double") {
           const long double limit = want == "float" ? 16777216.0L : 9007199254740992.0L;
           if (std::fabs(a.number) > limit) fail("the value is not exact in that type");
-          if (want == "float") put(a, float(a.number));
-          else put(a, double(a.number));
+          if (want == "float")
+            put(a, float(a.number));
+          else
+            put(a, double(a.number));
         } else {
           fail("");
         }
@@ -417,9 +440,10 @@ const Kernel& UserKernel::on(int device) const {
 }
 
 void UserKernel::launch_packed(const LaunchConfig&, KernelArg*, size_t) const {
-  MT_ERROR("[jit] cannot launch {}: minitensor was built without CUDA (MT_HAVE_CUDA is not "
-           "defined); rebuild with the CUDA toolkit installed",
-           state_->name_expression);
+  MT_ERROR(
+      "[jit] cannot launch {}: minitensor was built without CUDA (MT_HAVE_CUDA is not "
+      "defined); rebuild with the CUDA toolkit installed",
+      state_->name_expression);
 }
 
 #endif

@@ -116,21 +116,36 @@ namespace detail {
 KernelArg tensor_arg(const Tensor& t, bool allow_strided);
 template <typename T>
 constexpr const char* scalar_type_name() {
-  if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_same_v<T, char>) return "char";
-  else if constexpr (std::is_same_v<T, signed char>) return "signed char";
-  else if constexpr (std::is_same_v<T, unsigned char>) return "unsigned char";
-  else if constexpr (std::is_same_v<T, short>) return "short";
-  else if constexpr (std::is_same_v<T, unsigned short>) return "unsigned short";
-  else if constexpr (std::is_same_v<T, int>) return "int";
-  else if constexpr (std::is_same_v<T, unsigned>) return "unsigned int";
-  else if constexpr (std::is_same_v<T, long>) return "long";
-  else if constexpr (std::is_same_v<T, unsigned long>) return "unsigned long";
-  else if constexpr (std::is_same_v<T, long long>) return "long long";
-  else if constexpr (std::is_same_v<T, unsigned long long>) return "unsigned long long";
-  else if constexpr (std::is_same_v<T, float>) return "float";
-  else if constexpr (std::is_same_v<T, double>) return "double";
-  else return nullptr;
+  if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_same_v<T, char>)
+    return "char";
+  else if constexpr (std::is_same_v<T, signed char>)
+    return "signed char";
+  else if constexpr (std::is_same_v<T, unsigned char>)
+    return "unsigned char";
+  else if constexpr (std::is_same_v<T, short>)
+    return "short";
+  else if constexpr (std::is_same_v<T, unsigned short>)
+    return "unsigned short";
+  else if constexpr (std::is_same_v<T, int>)
+    return "int";
+  else if constexpr (std::is_same_v<T, unsigned>)
+    return "unsigned int";
+  else if constexpr (std::is_same_v<T, long>)
+    return "long";
+  else if constexpr (std::is_same_v<T, unsigned long>)
+    return "unsigned long";
+  else if constexpr (std::is_same_v<T, long long>)
+    return "long long";
+  else if constexpr (std::is_same_v<T, unsigned long long>)
+    return "unsigned long long";
+  else if constexpr (std::is_same_v<T, float>)
+    return "float";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
+  else
+    return nullptr;
 }
 }  // namespace detail
 
@@ -143,9 +158,9 @@ KernelArg make_kernel_arg(const T& v) {
   } else if constexpr (std::is_arithmetic_v<T>) {
     static_assert(detail::scalar_type_name<T>() != nullptr, "unsupported scalar type");
     KernelArg a;
-    a.kind = std::is_same_v<T, bool>            ? KernelArg::Kind::Bool
-             : std::is_floating_point_v<T>      ? KernelArg::Kind::Floating
-                                                : KernelArg::Kind::Integer;
+    a.kind = std::is_same_v<T, bool>       ? KernelArg::Kind::Bool
+             : std::is_floating_point_v<T> ? KernelArg::Kind::Floating
+                                           : KernelArg::Kind::Integer;
     a.cxx_type = detail::scalar_type_name<T>();
     a.size = sizeof(T);
     std::memcpy(a.bytes, &v, sizeof(T));

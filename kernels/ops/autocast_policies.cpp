@@ -18,11 +18,12 @@ void register_autocast_policies() {
     detail::add_autocast_policy(name, policy);
   };
   add("mt::matmul", AutocastPolicy::LowerPrecision);
-  for (const char* name : {"mt::sum", "mt::mean", "mt::softmax", "mt::log_softmax",
-                           "mt::mse_loss", "mt::exp", "mt::log", "mt::pow"})
+  for (const char* name : {"mt::sum", "mt::mean", "mt::softmax", "mt::log_softmax", "mt::mse_loss",
+                           "mt::exp", "mt::log", "mt::pow"})
     add(name, AutocastPolicy::Float32);
   for (const ew::Row& r : ew::kRows)
-    if (r.arity == ew::Arity::Binary && !r.kernel_only()) add(ew::op_name(r), AutocastPolicy::Promote);
+    if (r.arity == ew::Arity::Binary && !r.kernel_only())
+      add(ew::op_name(r), AutocastPolicy::Promote);
 }
 
 }  // namespace mt::ops

@@ -58,7 +58,8 @@ BoxedVmapRule pointwise_rule(OperatorHandle op) {
         if (d) out = d;
     } else {
       for (size_t i = 0; i < info.in_dims.size(); ++i)
-        if (info.in_dims[i]) (*s)[base + i] = Value(pad_to(front((*s)[base + i], info.in_dims[i]), r));
+        if (info.in_dims[i])
+          (*s)[base + i] = Value(pad_to(front((*s)[base + i], info.in_dims[i]), r));
     }
     Stack args(s->begin() + std::ptrdiff_t(base), s->end());
     s->resize(base);
@@ -84,8 +85,8 @@ Shape with_batch(int64_t batch, std::span<const int64_t> rest) {
   return s;
 }
 
-Tensor reduce(const Tensor& t, int64_t r, const std::vector<int64_t>& dims, bool keepdim,
-              bool mean, const char* op) {
+Tensor reduce(const Tensor& t, int64_t r, const std::vector<int64_t>& dims, bool keepdim, bool mean,
+              const char* op) {
   if (dims.empty() && r == 0) return t.clone();  // a per-sample scalar reduces to itself
   std::vector<int64_t> d;
   if (dims.empty())
@@ -110,7 +111,7 @@ Tensor batched_matmul(const Tensor& a0, Bdim ad, const Tensor& b0, Bdim bd) {
   Tensor a = detail::movedim(a0, *ad, 0);
   if (!bd) {
     if (ra == 1) {
-      if (rb <= 2) return mt::matmul(a, b0);  // [B, k] @ [k] or [k, n]
+      if (rb <= 2) return mt::matmul(a, b0);   // [B, k] @ [k] or [k, n]
       Tensor a2 = pad_to(a.unsqueeze(1), rb);  // [B, 1.., 1, k]
       return mt::matmul(a2, b0).squeeze(-2);
     }
@@ -158,7 +159,8 @@ void register_batching_rules() {
       }));
   add("mt::squeeze.dim", self_rule([](const Tensor& t, int64_t r, int64_t, Stack* s, size_t base) {
         const int64_t d = (*s)[base + 1].to_int();
-        return r == 0 ? (void(wrap_dim(d, 1, "squeeze")), t.clone()) : t.squeeze(phys(d, r, "squeeze"));
+        return r == 0 ? (void(wrap_dim(d, 1, "squeeze")), t.clone())
+                      : t.squeeze(phys(d, r, "squeeze"));
       }));
   add("mt::unsqueeze", self_rule([](const Tensor& t, int64_t r, int64_t, Stack* s, size_t base) {
         return t.unsqueeze(phys((*s)[base + 1].to_int(), r + 1, "unsqueeze"));

@@ -24,8 +24,8 @@ const char* name_of(BinaryOp op) { return ew::row(op).name.data(); }
 // float, as in PyTorch). Under FakeMode (the Fake kernel) this makes a fake tensor.
 Tensor binary_result(const Tensor& a, const Tensor& b, BinaryOp op) {
   MT_CHECK(a.device() == b.device(),
-           "[{}] the inputs are on different devices ({} and {}); move one with .to()",
-           name_of(op), a.device(), b.device());
+           "[{}] the inputs are on different devices ({} and {}); move one with .to()", name_of(op),
+           a.device(), b.device());
   DType t = promote_types(a.dtype(), b.dtype());
   if (!ew::row(op).keeps_dtype()) t = float_result(t);  // div of integers is float
   // Same shapes, the common case: nothing to broadcast, and no Shape built and dropped (a
@@ -72,12 +72,18 @@ Tensor scalar_form(const Tensor& a, double s) {
 // "Float32" for DType::Float32: how the fix is spelled in C++.
 const char* enumerator_name(DType t) {
   switch (t) {
-    case DType::Float32: return "Float32";
-    case DType::Float64: return "Float64";
-    case DType::Float16: return "Float16";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Int64: return "Int64";
-    case DType::Bool: return "Bool";
+    case DType::Float32:
+      return "Float32";
+    case DType::Float64:
+      return "Float64";
+    case DType::Float16:
+      return "Float16";
+    case DType::BFloat16:
+      return "BFloat16";
+    case DType::Int64:
+      return "Int64";
+    case DType::Bool:
+      return "Bool";
   }
   return "?";
 }
@@ -122,7 +128,8 @@ void register_tensor_form(const std::string& name, const std::string& schema,
       [](AutogradContext& ctx, const Tensor& g) {
         auto s = ctx.saved();
         const Tensor in[] = {s[0], s[1], g};
-        const double alpha[] = {sizeof...(Alpha) > 0 ? std::any_cast<double>(ctx.data["alpha"]) : 1.0};
+        const double alpha[] = {sizeof...(Alpha) > 0 ? std::any_cast<double>(ctx.data["alpha"])
+                                                     : 1.0};
         const bool wanted[] = {ctx.needs_input_grad(0), ctx.needs_input_grad(1)};
         auto grads = eval_with_ops(name_of(Op), row_backward(Op), in, alpha, wanted);
         Tensor ga = wanted[0] ? reduce_grad(grads[0], s[0]) : Tensor();
@@ -168,7 +175,8 @@ void register_rows(std::index_sequence<I...>, std::source_location loc) {
     constexpr ew::Row r = ew::kRows[K];
     if constexpr (r.arity == ew::Arity::Binary && !r.kernel_only()) {
       if constexpr (r.reads_scalar())
-        register_tensor_form<r.fn, double>(ew::op_name(r), "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor", loc);
+        register_tensor_form<r.fn, double>(
+            ew::op_name(r), "(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor", loc);
       else
         register_tensor_form<r.fn>(ew::op_name(r), "(Tensor self, Tensor other) -> Tensor", loc);
     } else if constexpr (r.arity == ew::Arity::Scalar && r.fn != ew::Fn::Pow) {
@@ -196,8 +204,10 @@ void register_inplace(const char* name, const char* schema,
 
 void register_binary() {
   register_rows(std::make_index_sequence<ew::kNumFns>{}, std::source_location::current());
-  register_inplace<BinaryOp::Add, double>("mt::add_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
-  register_inplace<BinaryOp::Sub, double>("mt::sub_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Add, double>(
+      "mt::add_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
+  register_inplace<BinaryOp::Sub, double>(
+      "mt::sub_", "(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)");
   register_inplace<BinaryOp::Mul>("mt::mul_", "(Tensor(a!) self, Tensor other) -> Tensor(a!)");
 }
 
@@ -207,14 +217,38 @@ using TensorTensorAlphaOp = Tensor(const Tensor&, const Tensor&, double);
 using TensorTensorOp = Tensor(const Tensor&, const Tensor&);
 using TensorScalarOp = Tensor(const Tensor&, double);
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::add", TensorTensorAlphaOp); return op(a, b, alpha); }
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { MT_BUILTIN_OP("mt::sub", TensorTensorAlphaOp); return op(a, b, alpha); }
-Tensor mul(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::mul", TensorTensorOp); return op(a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { MT_BUILTIN_OP("mt::div", TensorTensorOp); return op(a, b); }
-Tensor add(const Tensor& a, double b) { MT_BUILTIN_OP("mt::add.Scalar", TensorScalarOp); return op(a, b); }
-Tensor sub(const Tensor& a, double b) { MT_BUILTIN_OP("mt::sub.Scalar", TensorScalarOp); return op(a, b); }
-Tensor mul(const Tensor& a, double b) { MT_BUILTIN_OP("mt::mul.Scalar", TensorScalarOp); return op(a, b); }
-Tensor div(const Tensor& a, double b) { MT_BUILTIN_OP("mt::div.Scalar", TensorScalarOp); return op(a, b); }
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  MT_BUILTIN_OP("mt::add", TensorTensorAlphaOp);
+  return op(a, b, alpha);
+}
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  MT_BUILTIN_OP("mt::sub", TensorTensorAlphaOp);
+  return op(a, b, alpha);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  MT_BUILTIN_OP("mt::mul", TensorTensorOp);
+  return op(a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  MT_BUILTIN_OP("mt::div", TensorTensorOp);
+  return op(a, b);
+}
+Tensor add(const Tensor& a, double b) {
+  MT_BUILTIN_OP("mt::add.Scalar", TensorScalarOp);
+  return op(a, b);
+}
+Tensor sub(const Tensor& a, double b) {
+  MT_BUILTIN_OP("mt::sub.Scalar", TensorScalarOp);
+  return op(a, b);
+}
+Tensor mul(const Tensor& a, double b) {
+  MT_BUILTIN_OP("mt::mul.Scalar", TensorScalarOp);
+  return op(a, b);
+}
+Tensor div(const Tensor& a, double b) {
+  MT_BUILTIN_OP("mt::div.Scalar", TensorScalarOp);
+  return op(a, b);
+}
 
 const Tensor& add_(const Tensor& self, const Tensor& other, double alpha) {
   MT_BUILTIN_OP("mt::add_", TensorTensorAlphaOp);

@@ -38,31 +38,43 @@ void register_copy() {
       [](const Tensor& x) { return copy_into(x, x.dtype(), x.device()); }, pass, nothing);
   register_everywhere(
       "mt::contiguous", "(Tensor(a) self) -> Tensor(a)",
-      [](const Tensor& x) { return x.is_contiguous() ? detail::make_view(x, x.sizes(), x.strides(), x.storage_offset())
-                                                     : copy_into(x, x.dtype(), x.device()); },
+      [](const Tensor& x) {
+        return x.is_contiguous() ? detail::make_view(x, x.sizes(), x.strides(), x.storage_offset())
+                                 : copy_into(x, x.dtype(), x.device());
+      },
       pass, nothing);
   register_everywhere(
       "mt::to.dtype", "(Tensor self, ScalarType dtype) -> Tensor",
       [](const Tensor& x, DType t) { return copy_into(x, t, x.device()); },
-      [](AutogradContext& ctx, const Tensor& g) { return g.to(std::any_cast<DType>(ctx.data["dtype"])); },
-      [](AutogradContext& ctx, const Tensor& x, DType, const Tensor&) { ctx.data["dtype"] = x.dtype(); });
+      [](AutogradContext& ctx, const Tensor& g) {
+        return g.to(std::any_cast<DType>(ctx.data["dtype"]));
+      },
+      [](AutogradContext& ctx, const Tensor& x, DType, const Tensor&) {
+        ctx.data["dtype"] = x.dtype();
+      });
   register_everywhere(
       "mt::to.device", "(Tensor self, Device device) -> Tensor",
       [](const Tensor& x, Device d) { return copy_into(x, x.dtype(), d); },
-      [](AutogradContext& ctx, const Tensor& g) { return g.to(std::any_cast<Device>(ctx.data["device"])); },
-      [](AutogradContext& ctx, const Tensor& x, Device, const Tensor&) { ctx.data["device"] = x.device(); });
-  register_inplace("mt::copy_", "(Tensor(a!) self, Tensor src) -> Tensor(a!)",
-                   [](const Tensor& self, const Tensor& src) {
-                     detail::copy_impl(self, src);
-                     return self;
-                   },
-                   [](const Tensor& self, const Tensor&) { return self; });
-  register_inplace("mt::fill_", "(Tensor(a!) self, float value) -> Tensor(a!)",
-                   [](const Tensor& self, double v) {
-                     detail::fill_impl(self, v);
-                     return self;
-                   },
-                   [](const Tensor& self, double) { return self; });
+      [](AutogradContext& ctx, const Tensor& g) {
+        return g.to(std::any_cast<Device>(ctx.data["device"]));
+      },
+      [](AutogradContext& ctx, const Tensor& x, Device, const Tensor&) {
+        ctx.data["device"] = x.device();
+      });
+  register_inplace(
+      "mt::copy_", "(Tensor(a!) self, Tensor src) -> Tensor(a!)",
+      [](const Tensor& self, const Tensor& src) {
+        detail::copy_impl(self, src);
+        return self;
+      },
+      [](const Tensor& self, const Tensor&) { return self; });
+  register_inplace(
+      "mt::fill_", "(Tensor(a!) self, float value) -> Tensor(a!)",
+      [](const Tensor& self, double v) {
+        detail::fill_impl(self, v);
+        return self;
+      },
+      [](const Tensor& self, double) { return self; });
 }
 
 }  // namespace ops

@@ -14,9 +14,9 @@ namespace {
 
 // The shapes of one product: a and b as matrices (1-d promoted) and the outputs.
 struct MatmulShapes {
-  Shape a, b;     // a: [.., m, k], b: [.., k, n]
-  Shape out;      // the broadcast batch dims, then m, n
-  Shape result;   // out without the dims promoted from 1-d operands
+  Shape a, b;    // a: [.., m, k], b: [.., k, n]
+  Shape out;     // the broadcast batch dims, then m, n
+  Shape result;  // out without the dims promoted from 1-d operands
 };
 
 MatmulShapes matmul_shapes(const Tensor& a, const Tensor& b) {

@@ -31,8 +31,8 @@ struct RowPrograms {
   RowPrograms() {
     for (const ew::Row& r : ew::kRows) {
       const std::string name(r.name);
-      forward[int(r.fn)] = jit::expr::parse(name, r.forward, row_inputs(r), row_scalars(r),
-                                            {"out"}, false);
+      forward[int(r.fn)] =
+          jit::expr::parse(name, r.forward, row_inputs(r), row_scalars(r), {"out"}, false);
       std::vector<std::string> in = row_inputs(r), out = {"gx"};
       in.push_back("g");
       if (r.arity == ew::Arity::Binary) out.push_back("gy");
@@ -66,25 +66,44 @@ Val ten(Tensor t) {
 
 double number_call(Fn f, double x, double y) {
   switch (f) {
-    case Fn::Exp: return std::exp(x);
-    case Fn::Log: return std::log(x);
-    case Fn::Sqrt: return std::sqrt(x);
-    case Fn::Rsqrt: return 1 / std::sqrt(x);
-    case Fn::Tanh: return std::tanh(x);
-    case Fn::Sin: return std::sin(x);
-    case Fn::Cos: return std::cos(x);
-    case Fn::Abs: return std::fabs(x);
-    case Fn::Erf: return std::erf(x);
-    case Fn::Floor: return std::floor(x);
-    case Fn::Ceil: return std::ceil(x);
-    case Fn::Log1p: return std::log1p(x);
-    case Fn::Expm1: return std::expm1(x);
-    case Fn::Sigmoid: return 1 / (1 + std::exp(-x));
-    case Fn::Max: return std::fmax(x, y);
-    case Fn::Min: return std::fmin(x, y);
-    case Fn::Pow: return std::pow(x, y);
-    case Fn::Sign: return x > 0 ? 1 : x < 0 ? -1 : x * 0;
-    case Fn::Relu: return x < 0 ? 0 : x;
+    case Fn::Exp:
+      return std::exp(x);
+    case Fn::Log:
+      return std::log(x);
+    case Fn::Sqrt:
+      return std::sqrt(x);
+    case Fn::Rsqrt:
+      return 1 / std::sqrt(x);
+    case Fn::Tanh:
+      return std::tanh(x);
+    case Fn::Sin:
+      return std::sin(x);
+    case Fn::Cos:
+      return std::cos(x);
+    case Fn::Abs:
+      return std::fabs(x);
+    case Fn::Erf:
+      return std::erf(x);
+    case Fn::Floor:
+      return std::floor(x);
+    case Fn::Ceil:
+      return std::ceil(x);
+    case Fn::Log1p:
+      return std::log1p(x);
+    case Fn::Expm1:
+      return std::expm1(x);
+    case Fn::Sigmoid:
+      return 1 / (1 + std::exp(-x));
+    case Fn::Max:
+      return std::fmax(x, y);
+    case Fn::Min:
+      return std::fmin(x, y);
+    case Fn::Pow:
+      return std::pow(x, y);
+    case Fn::Sign:
+      return x > 0 ? 1 : x < 0 ? -1 : x * 0;
+    case Fn::Relu:
+      return x < 0 ? 0 : x;
   }
   return x;
 }
@@ -93,7 +112,11 @@ class OpsEvaluator {
  public:
   OpsEvaluator(std::string_view op, const Program& p, std::span<const Tensor> in,
                std::span<const double> scalars)
-      : op_(op), p_(p), in_(in), scalars_(scalars), vals_(p.nodes.size()),
+      : op_(op),
+        p_(p),
+        in_(in),
+        scalars_(scalars),
+        vals_(p.nodes.size()),
         done_(p.nodes.size(), false) {}
 
   Val get(int i) {
@@ -106,18 +129,23 @@ class OpsEvaluator {
 
  private:
   [[noreturn]] void no_op(std::string_view what) const {
-    MT_ERROR("[{}] the expression '{}' uses {} on tensors, which has no dispatched op to "
-             "evaluate it with; write it with + - * /, exp, log, sqrt, tanh, sigmoid, abs, "
-             "sign, relu and pow(x, number)",
-             op_, p_.body, what);
+    MT_ERROR(
+        "[{}] the expression '{}' uses {} on tensors, which has no dispatched op to "
+        "evaluate it with; write it with + - * /, exp, log, sqrt, tanh, sigmoid, abs, "
+        "sign, relu and pow(x, number)",
+        op_, p_.body, what);
   }
 
   Val compute(const Node& n) {
     switch (n.op) {
-      case Op::Const: return num(n.value);
-      case Op::Scalar: return num(scalars_[size_t(n.index)]);
-      case Op::Input: return ten(in_[size_t(n.index)]);
-      default: break;
+      case Op::Const:
+        return num(n.value);
+      case Op::Scalar:
+        return num(scalars_[size_t(n.index)]);
+      case Op::Input:
+        return ten(in_[size_t(n.index)]);
+      default:
+        break;
     }
     const Val a = n.a >= 0 ? get(n.a) : Val{};
     if (n.op == Op::Select) {
@@ -127,7 +155,8 @@ class OpsEvaluator {
     const Val b = n.b >= 0 ? get(n.b) : Val{};
     const bool any = a.tensor() || b.tensor();
     switch (n.op) {
-      case Op::Neg: return a.tensor() ? ten(neg(a.t)) : num(-a.d);
+      case Op::Neg:
+        return a.tensor() ? ten(neg(a.t)) : num(-a.d);
       case Op::Add:
         if (!any) return num(a.d + b.d);
         if (!a.tensor()) return a.d == 0 ? b : ten(add(b.t, a.d));
@@ -148,12 +177,21 @@ class OpsEvaluator {
         if (!a.tensor()) return ten(a.d == 1 ? pow(b.t, -1.0) : mul(pow(b.t, -1.0), a.d));
         if (!b.tensor()) return b.d == 1 ? a : ten(div(a.t, b.d));
         return ten(div(a.t, b.t));
-      case Op::Not: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq:
-      case Op::Ne: case Op::And: case Op::Or:
+      case Op::Not:
+      case Op::Lt:
+      case Op::Le:
+      case Op::Gt:
+      case Op::Ge:
+      case Op::Eq:
+      case Op::Ne:
+      case Op::And:
+      case Op::Or:
         if (any) no_op("a comparison or logical operator");
         return num(compare(n.op, a.d, b.d));
-      case Op::Call: return call(n.fn, a, b);
-      default: break;
+      case Op::Call:
+        return call(n.fn, a, b);
+      default:
+        break;
     }
     MT_ASSERT(false, "[{}] unknown expression node {}", op_, int(n.op));
     return {};
@@ -161,16 +199,26 @@ class OpsEvaluator {
 
   static double compare(Op op, double x, double y) {
     switch (op) {
-      case Op::Not: return x == 0;
-      case Op::Lt: return x < y;
-      case Op::Le: return x <= y;
-      case Op::Gt: return x > y;
-      case Op::Ge: return x >= y;
-      case Op::Eq: return x == y;
-      case Op::Ne: return x != y;
-      case Op::And: return x != 0 && y != 0;
-      case Op::Or: return x != 0 || y != 0;
-      default: return 0;
+      case Op::Not:
+        return x == 0;
+      case Op::Lt:
+        return x < y;
+      case Op::Le:
+        return x <= y;
+      case Op::Gt:
+        return x > y;
+      case Op::Ge:
+        return x >= y;
+      case Op::Eq:
+        return x == y;
+      case Op::Ne:
+        return x != y;
+      case Op::And:
+        return x != 0 && y != 0;
+      case Op::Or:
+        return x != 0 || y != 0;
+      default:
+        return 0;
     }
   }
 
@@ -182,17 +230,28 @@ class OpsEvaluator {
     }
     const Tensor& x = a.t;
     switch (f) {
-      case Fn::Exp: return ten(exp(x));
-      case Fn::Log: return ten(log(x));
-      case Fn::Sqrt: return ten(sqrt(x));
-      case Fn::Rsqrt: return ten(pow(x, -0.5));
-      case Fn::Tanh: return ten(tanh(x));
-      case Fn::Abs: return ten(abs(x));
-      case Fn::Sigmoid: return ten(sigmoid(x));
-      case Fn::Sign: return ten(sign(x));
-      case Fn::Relu: return ten(relu(x));
-      case Fn::Pow: return ten(pow(x, b.d));
-      default: no_op(fmt::format("{}()", jit::expr::fn_name(f)));
+      case Fn::Exp:
+        return ten(exp(x));
+      case Fn::Log:
+        return ten(log(x));
+      case Fn::Sqrt:
+        return ten(sqrt(x));
+      case Fn::Rsqrt:
+        return ten(pow(x, -0.5));
+      case Fn::Tanh:
+        return ten(tanh(x));
+      case Fn::Abs:
+        return ten(abs(x));
+      case Fn::Sigmoid:
+        return ten(sigmoid(x));
+      case Fn::Sign:
+        return ten(sign(x));
+      case Fn::Relu:
+        return ten(relu(x));
+      case Fn::Pow:
+        return ten(pow(x, b.d));
+      default:
+        no_op(fmt::format("{}()", jit::expr::fn_name(f)));
     }
   }
 
@@ -214,7 +273,8 @@ struct FormulaRegistry {
       if (name.empty()) continue;
       auto f = std::make_shared<PointwiseFormula>();
       f->tensors = r.tensor_operands();
-      f->scalars = r.arity == ew::Arity::Scalar || (r.arity == ew::Arity::Binary && r.reads_scalar());
+      f->scalars =
+          r.arity == ew::Arity::Scalar || (r.arity == ew::Arity::Binary && r.reads_scalar());
       f->program = row_forward(r.fn);
       this->rows.emplace(name, std::move(f));
     }

@@ -103,8 +103,8 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
     MT_CHECK(st->given_backward.size() == st->n_in,
              "[{}] PointwiseOpOptions::backward has {} expression{}, but the op has {} input{} "
              "({}); give one gradient expression per input",
-             name, st->given_backward.size(), st->given_backward.size() == 1 ? "" : "s",
-             st->n_in, st->n_in == 1 ? "" : "s", fmt::join(p.inputs, ", "));
+             name, st->given_backward.size(), st->given_backward.size() == 1 ? "" : "s", st->n_in,
+             st->n_in == 1 ? "" : "s", fmt::join(p.inputs, ", "));
 
   const std::string ns = name.substr(0, name.find("::"));
   st->lib = std::make_unique<Library>(Library::Kind::Fragment, ns, std::nullopt, loc);
@@ -147,17 +147,19 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
         if (!raw->differentiable) {
           size_t i = 0;
           while (!(in[i].defined() && in[i].requires_grad())) ++i;
-          MT_ERROR("[{}] was defined with .differentiable = false, but its input '{}' requires "
-                   "grad; detach it (x.detach()), or define the op with a backward",
-                   raw->name, raw->program().inputs[i]);
+          MT_ERROR(
+              "[{}] was defined with .differentiable = false, but its input '{}' requires "
+              "grad; detach it (x.detach()), or define the op with a backward",
+              raw->name, raw->program().inputs[i]);
         }
         auto node = autograd::make_node(raw->name, in, raw->n_out);
         std::vector<autograd::SavedTensor> saved;
         for (const Tensor& t : in) saved.emplace_back(t, false);
-        node->backward = [st = raw, saved = std::move(saved), sc,
-                          shapes = in](autograd::Node& n, const std::vector<Tensor>& grads) {
+        node->backward = [st = raw, saved = std::move(saved), sc, shapes = in](
+                             autograd::Node& n, const std::vector<Tensor>& grads) {
           std::vector<Tensor> args;
-          for (const autograd::SavedTensor& t : saved) args.push_back(t.unpack(n.shared_from_this(), st->name));
+          for (const autograd::SavedTensor& t : saved)
+            args.push_back(t.unpack(n.shared_from_this(), st->name));
           args.insert(args.end(), grads.begin(), grads.end());
           std::vector<Tensor> g = st->backward_state().call_op(args, sc);
           for (size_t i = 0; i < g.size(); ++i) g[i] = reduce_to(g[i], shapes[i]);
@@ -198,10 +200,10 @@ State& State::backward_state() {
     }
     d = jit::expr::parse(name + "_backward", body, in, p.scalars, out, false);
   }
-  backward = make_state(name + "_backward",
-                        {.name = {}, .inputs = d.inputs, .scalars = d.scalars, .outputs = d.outputs,
-                         .body = d.body},
-                        true, {}, loc);
+  backward = make_state(
+      name + "_backward",
+      {.name = {}, .inputs = d.inputs, .scalars = d.scalars, .outputs = d.outputs, .body = d.body},
+      true, {}, loc);
   return *backward;
 }
 
@@ -209,8 +211,8 @@ std::vector<Tensor> State::call_op(std::span<const Tensor> in, std::span<const d
   MT_CHECK(in.size() == n_in, "[{}] takes {} tensor{} ({}), got {}", name, n_in,
            n_in == 1 ? "" : "s", fmt::join(program().inputs, ", "), in.size());
   MT_CHECK(sc.size() == n_sc, "[{}] takes {} float argument{}{}{}, got {}", name, n_sc,
-           n_sc == 1 ? "" : "s", n_sc ? " (" : "", n_sc ? fmt::format("{})", fmt::join(program().scalars, ", ")) : "",
-           sc.size());
+           n_sc == 1 ? "" : "s", n_sc ? " (" : "",
+           n_sc ? fmt::format("{})", fmt::join(program().scalars, ", ")) : "", sc.size());
   Stack s;
   for (const Tensor& t : in) s.emplace_back(t);
   for (double d : sc) s.emplace_back(d);
@@ -221,8 +223,9 @@ std::vector<Tensor> State::call_op(std::span<const Tensor> in, std::span<const d
 }
 
 Tensor PointwiseOp::call(std::span<const Tensor> inputs, std::span<const double> scalars) const {
-  MT_CHECK(state_ != nullptr, "[pointwise_op] this PointwiseOp is empty (default-constructed); "
-                              "make one with mt::pointwise_op(name, expression)");
+  MT_CHECK(state_ != nullptr,
+           "[pointwise_op] this PointwiseOp is empty (default-constructed); "
+           "make one with mt::pointwise_op(name, expression)");
   return state_->call_op(inputs, scalars)[0];
 }
 
@@ -235,8 +238,11 @@ PointwiseOp pointwise_op(std::string_view name, std::string_view expression,
                          PointwiseOpOptions options, std::source_location loc) {
   PointwiseOp op;
   op.state_ = make_state(std::string(name),
-                         {.name = {}, .inputs = options.inputs, .scalars = options.scalars,
-                          .outputs = {"out"}, .body = std::string(expression)},
+                         {.name = {},
+                          .inputs = options.inputs,
+                          .scalars = options.scalars,
+                          .outputs = {"out"},
+                          .body = std::string(expression)},
                          options.differentiable, options.backward, loc);
   // The backward now, so an expression with no derivative is an error here, not at the
   // first backward. Its own backward waits until a second derivative is asked for.

@@ -47,8 +47,8 @@ class PointwiseOp {
   }
   Tensor call(std::span<const Tensor> inputs, std::span<const double> scalars = {}) const;
 
-  const std::string& name() const;      // "app::softplus"
-  std::string schema() const;           // "app::softplus(Tensor x) -> Tensor"
+  const std::string& name() const;  // "app::softplus"
+  std::string schema() const;       // "app::softplus(Tensor x) -> Tensor"
   const std::string& expression() const;
   // The backward's body in the pointwise language: `grad_x = grad * ...;` per input
   // (derived or as given). Throws as the backward would for a non-differentiable op.
@@ -63,10 +63,8 @@ class PointwiseOp {
     ts.push_back(t);
   }
   template <typename S>
-    requires std::is_arithmetic_v<S>
-  static void push(std::vector<Tensor>&, std::vector<double>& ss, S s) {
-    ss.push_back(double(s));
-  }
+  requires std::is_arithmetic_v<S>
+  static void push(std::vector<Tensor>&, std::vector<double>& ss, S s) { ss.push_back(double(s)); }
   std::shared_ptr<State> state_;
 };
 

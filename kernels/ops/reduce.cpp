@@ -17,8 +17,8 @@ std::vector<int64_t> normalize_dims(const Tensor& x, std::vector<int64_t> dims, 
   for (int64_t& d : dims) d = wrap_dim(d, x.dim(), op);
   std::sort(dims.begin(), dims.end());
   auto dup = std::adjacent_find(dims.begin(), dims.end());
-  MT_CHECK(dup == dims.end(), "[{}] dim {} appears more than once in dims; list each dim once",
-           op, dup == dims.end() ? 0 : *dup);
+  MT_CHECK(dup == dims.end(), "[{}] dim {} appears more than once in dims; list each dim once", op,
+           dup == dims.end() ? 0 : *dup);
   return dims;
 }
 
@@ -30,8 +30,10 @@ bool is_reduced(const std::vector<int64_t>& dims, int64_t d) {
 Shape reduced_shape(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Shape out;
   for (int64_t d = 0; d < x.dim(); ++d)
-    if (!is_reduced(dims, d)) out.push_back(x.size(d));
-    else if (keepdim) out.push_back(1);
+    if (!is_reduced(dims, d))
+      out.push_back(x.size(d));
+    else if (keepdim)
+      out.push_back(1);
   return out;
 }
 
@@ -70,10 +72,11 @@ Tensor sum_or_mean(const Tensor& x, const std::vector<int64_t>& dim, bool keepdi
 template <bool Mean>
 void register_sum_or_mean(const char* name,
                           std::source_location loc = std::source_location::current()) {
-  auto op = custom_op(name, sum_or_mean<Mean, Mean ? cpu::mean : cpu::sum>,
+  auto op = custom_op(
+      name, sum_or_mean < Mean, Mean ? cpu::mean : cpu::sum >,
       {.mutates_args = {}, .schema = "(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor"},
       loc);
-  op.register_kernel(DeviceType::CUDA, sum_or_mean<Mean, Mean ? gpu::mean : gpu::sum>, loc);
+  op.register_kernel(DeviceType::CUDA, sum_or_mean < Mean, Mean ? gpu::mean : gpu::sum >, loc);
   op.register_fake(
       [](const Tensor& x, const std::vector<int64_t>& dim, bool keepdim) {
         return reduce_result(x, normalize_dims(x, dim, Mean ? "mean" : "sum"), keepdim, Mean);

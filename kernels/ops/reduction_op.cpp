@@ -84,8 +84,8 @@ std::string single_output_body(const jit::expr::Program& p, size_t which) {
   return jit::expr::to_text(jit::expr::simplify(q));
 }
 
-std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSpec spec, bool differentiable,
-                                  std::source_location loc) {
+std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSpec spec,
+                                              bool differentiable, std::source_location loc) {
   check_operator_name(name);
   auto st = std::make_shared<RdState>();
   st->name = name;
@@ -121,8 +121,7 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
       const jit::expr::Program dp = jit::expr::derivative(name, post);  // (acc, n, grad)
       // n is a number of the call, not a tensor: a scalar of the pointwise op.
       st->grad_post = pointwise_op(name + "_grad_post", single_output_body(dp, 0),
-                                   {.inputs = {dp.inputs[0], dp.inputs[2]}, .scalars = {"n"}},
-                                   loc);
+                                   {.inputs = {dp.inputs[0], dp.inputs[2]}, .scalars = {"n"}}, loc);
       jit::ReductionSpec acc = spec;
       acc.post = "";
       st->acc_op = make_reduction_state(name + "_acc", acc, true, loc);
@@ -168,10 +167,11 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
         if (!raw->differentiable) {
           size_t i = 0;
           while (!(in[i].defined() && in[i].requires_grad())) ++i;
-          MT_ERROR("[{}] was defined with .differentiable = false, but its input '{}' requires "
-                   "grad; detach it (x.detach()), or define the op as a sum, which has a "
-                   "derived backward",
-                   raw->name, raw->kernel.map_program().inputs[i]);
+          MT_ERROR(
+              "[{}] was defined with .differentiable = false, but its input '{}' requires "
+              "grad; detach it (x.detach()), or define the op as a sum, which has a "
+              "derived backward",
+              raw->name, raw->kernel.map_program().inputs[i]);
         }
         auto node = autograd::make_node(raw->name, in, 1);
         std::vector<autograd::SavedTensor> saved;
@@ -192,7 +192,7 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
 }  // namespace
 
 Tensor ReductionOp::State::call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims,
-                      bool keepdim) const {
+                                   bool keepdim) const {
   MT_CHECK(in.size() == n_in, "[{}] takes {} tensor{} ({}), got {}", name, n_in,
            n_in == 1 ? "" : "s", fmt::join(kernel.map_program().inputs, ", "), in.size());
   Stack s;
@@ -204,7 +204,8 @@ Tensor ReductionOp::State::call_op(std::span<const Tensor> in, const std::vector
 }
 
 std::vector<Tensor> ReductionOp::State::backward(std::span<const Tensor> in, const Tensor& grad,
-                                    const std::vector<int64_t>& dims_in, bool keepdim) const {
+                                                 const std::vector<int64_t>& dims_in,
+                                                 bool keepdim) const {
   std::vector<Tensor> out(n_in);
   if (!grad.defined()) return out;
   Shape shape = in[0].sizes();
@@ -234,8 +235,9 @@ std::vector<Tensor> ReductionOp::State::backward(std::span<const Tensor> in, con
 
 Tensor ReductionOp::call(std::span<const Tensor> inputs, std::vector<int64_t> dims,
                          bool keepdim) const {
-  MT_CHECK(state_ != nullptr, "[reduction_op] this ReductionOp is empty (default-constructed); "
-                              "make one with mt::reduction_op(name, spec)");
+  MT_CHECK(state_ != nullptr,
+           "[reduction_op] this ReductionOp is empty (default-constructed); "
+           "make one with mt::reduction_op(name, spec)");
   return state_->call_op(inputs, dims, keepdim);
 }
 
@@ -248,8 +250,8 @@ std::vector<std::string> ReductionOp::backward_bodies() const {
   return out;
 }
 
-ReductionOp reduction_op(std::string_view name, jit::ReductionSpec spec,
-                         ReductionOpOptions options, std::source_location loc) {
+ReductionOp reduction_op(std::string_view name, jit::ReductionSpec spec, ReductionOpOptions options,
+                         std::source_location loc) {
   ReductionOp op;
   op.state_ = make_reduction_state(std::string(name), std::move(spec), options.differentiable, loc);
   return op;

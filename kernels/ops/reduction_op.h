@@ -39,7 +39,7 @@ class ReductionOp {
               bool keepdim = false) const;
 
   const std::string& name() const;  // "app::sumsq"
-  std::string schema() const;       // "app::sumsq(Tensor x, int[] dim=[], bool keepdim=False) -> Tensor"
+  std::string schema() const;  // "app::sumsq(Tensor x, int[] dim=[], bool keepdim=False) -> Tensor"
   const jit::Reduction& kernel() const;
   // The backward's expressions in the pointwise language: one `out = ...` body per input,
   // the gradient of the map over the inputs and `grad` (the output's gradient broadcast

@@ -37,7 +37,7 @@ void register_everywhere(const char* name, const char* schema, F fn, Backward bw
 }
 
 // A typed handle to a built-in op, looked up once per call site.
-#define MT_BUILTIN_OP(name, Sig)                                                           \
+#define MT_BUILTIN_OP(name, Sig) \
   static const auto op = ::mt::dispatcher().find_or_throw(name).typed<Sig>()
 
 // The family registrations (one per file in kernels/ops/; the op folders' are listed in

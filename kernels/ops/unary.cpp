@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The elementwise unary ops: each Unary row of kernels/elementwise_table.h (mt::neg, exp,
 // ..., gelu) registered here from its row, backward included, and given its public
-// function; and mt::pow (scalar exponent). mt::silu, a row with kernels of its own, registers in kernels/ops/silu/. Float-
-// valued ops give float32 for int64/bool inputs (as PyTorch); the kKeepDtype rows keep the
-// dtype. Backwards are dispatched ops, so they differentiate again.
+// function; and mt::pow (scalar exponent). mt::silu, a row with kernels of its own, registers in
+// kernels/ops/silu/. Float- valued ops give float32 for int64/bool inputs (as PyTorch); the
+// kKeepDtype rows keep the dtype. Backwards are dispatched ops, so they differentiate again.
 #include <cmath>
 #include <source_location>
 #include <string>
@@ -62,8 +62,7 @@ void register_unary_row(const ew::Row& r, std::source_location loc) {
         const Tensor in[] = {ctx.saved()[0], g};
         return eval_with_ops(name, row_backward(fn), in, {})[0];
       },
-      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward(x); },
-      loc);
+      [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward(x); }, loc);
   keep(op);
 }
 
@@ -105,7 +104,8 @@ void register_pow() {
 
 void register_unary() {
   for (const ew::Row& r : ew::kRows)
-    if (r.arity == ew::Arity::Unary && !r.own_kernels()) register_unary_row(r, std::source_location::current());
+    if (r.arity == ew::Arity::Unary && !r.own_kernels())
+      register_unary_row(r, std::source_location::current());
   register_pow();
 }
 

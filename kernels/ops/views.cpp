@@ -12,7 +12,9 @@ namespace {
 
 std::vector<int64_t> vec(const Shape& s) { return s.vec(); }
 
-Shape shape_of(AutogradContext& ctx) { return Shape(std::any_cast<std::vector<int64_t>>(ctx.data["sizes"])); }
+Shape shape_of(AutogradContext& ctx) {
+  return Shape(std::any_cast<std::vector<int64_t>>(ctx.data["sizes"]));
+}
 void save_sizes(AutogradContext& ctx, const Tensor& x) { ctx.data["sizes"] = vec(x.sizes()); }
 
 Tensor reshape_impl(const Tensor& x, const std::vector<int64_t>& shape) {
@@ -33,17 +35,25 @@ constexpr auto keep_sizes = [](AutogradContext& ctx, const Tensor& x, auto&&...)
 
 // view, reshape, squeeze, unsqueeze: the gradient is reshaped back to the input's shape.
 void register_reshapes() {
-  register_everywhere("mt::view", "(Tensor(a) self, int[] size) -> Tensor(a)",
-                [](const Tensor& x, const std::vector<int64_t>& size) { return detail::view_of(x, Shape(size)); },
-                reshape_back, keep_sizes);
+  register_everywhere(
+      "mt::view", "(Tensor(a) self, int[] size) -> Tensor(a)",
+      [](const Tensor& x, const std::vector<int64_t>& size) {
+        return detail::view_of(x, Shape(size));
+      },
+      reshape_back, keep_sizes);
   register_everywhere("mt::reshape", "(Tensor(a) self, int[] shape) -> Tensor(a)", reshape_impl,
-                reshape_back, keep_sizes);
-  register_everywhere("mt::squeeze", "(Tensor(a) self) -> Tensor(a)",
-                [](const Tensor& x) { return detail::squeeze_of(x); }, reshape_back, keep_sizes);
-  register_everywhere("mt::squeeze.dim", "(Tensor(a) self, int dim) -> Tensor(a)",
-                [](const Tensor& x, int64_t d) { return detail::squeeze_of(x, d); }, reshape_back, keep_sizes);
-  register_everywhere("mt::unsqueeze", "(Tensor(a) self, int dim) -> Tensor(a)",
-                [](const Tensor& x, int64_t d) { return detail::unsqueeze_of(x, d); }, reshape_back, keep_sizes);
+                      reshape_back, keep_sizes);
+  register_everywhere(
+      "mt::squeeze", "(Tensor(a) self) -> Tensor(a)",
+      [](const Tensor& x) { return detail::squeeze_of(x); }, reshape_back, keep_sizes);
+  register_everywhere(
+      "mt::squeeze.dim", "(Tensor(a) self, int dim) -> Tensor(a)",
+      [](const Tensor& x, int64_t d) { return detail::squeeze_of(x, d); }, reshape_back,
+      keep_sizes);
+  register_everywhere(
+      "mt::unsqueeze", "(Tensor(a) self, int dim) -> Tensor(a)",
+      [](const Tensor& x, int64_t d) { return detail::unsqueeze_of(x, d); }, reshape_back,
+      keep_sizes);
 }
 
 // transpose, permute: the gradient goes through the inverse permutation.
@@ -52,7 +62,8 @@ void register_permutes() {
       "mt::transpose", "(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
       [](const Tensor& x, int64_t a, int64_t b) { return detail::transpose_of(x, a, b); },
       [](AutogradContext& ctx, const Tensor& g) {
-        return g.transpose(std::any_cast<int64_t>(ctx.data["dim0"]), std::any_cast<int64_t>(ctx.data["dim1"]));
+        return g.transpose(std::any_cast<int64_t>(ctx.data["dim0"]),
+                           std::any_cast<int64_t>(ctx.data["dim1"]));
       },
       [](AutogradContext& ctx, const Tensor&, int64_t a, int64_t b, const Tensor&) {
         ctx.data["dim0"] = a;
@@ -61,7 +72,9 @@ void register_permutes() {
 
   register_everywhere(
       "mt::permute", "(Tensor(a) self, int[] dims) -> Tensor(a)",
-      [](const Tensor& x, const std::vector<int64_t>& dims) { return detail::permute_of(x, Shape(dims)); },
+      [](const Tensor& x, const std::vector<int64_t>& dims) {
+        return detail::permute_of(x, Shape(dims));
+      },
       [](AutogradContext& ctx, const Tensor& g) {
         auto dims = std::any_cast<std::vector<int64_t>>(ctx.data["dims"]);
         Shape inverse(dims.size());
@@ -78,19 +91,24 @@ void register_permutes() {
 void register_expand_slice_select() {
   register_everywhere(
       "mt::expand", "(Tensor(a) self, int[] size) -> Tensor(a)",
-      [](const Tensor& x, const std::vector<int64_t>& size) { return detail::expand_of(x, Shape(size)); },
+      [](const Tensor& x, const std::vector<int64_t>& size) {
+        return detail::expand_of(x, Shape(size));
+      },
       [](AutogradContext& ctx, const Tensor& g) { return sum_to(g, shape_of(ctx)); }, keep_sizes);
 
   register_everywhere(
       "mt::slice", "(Tensor(a) self, int dim, int start, int end, int step=1) -> Tensor(a)",
-      [](const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) { return detail::slice_of(x, d, s, e, st); },
+      [](const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+        return detail::slice_of(x, d, s, e, st);
+      },
       [](AutogradContext& ctx, const Tensor& g) {
         return slice_backward(g, shape_of(ctx).vec(), std::any_cast<int64_t>(ctx.data["dim"]),
                               std::any_cast<int64_t>(ctx.data["start"]),
                               std::any_cast<int64_t>(ctx.data["end"]),
                               std::any_cast<int64_t>(ctx.data["step"]));
       },
-      [](AutogradContext& ctx, const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st, const Tensor&) {
+      [](AutogradContext& ctx, const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st,
+         const Tensor&) {
         save_sizes(ctx, x);
         ctx.data["dim"] = d;
         ctx.data["start"] = s;
@@ -126,11 +144,12 @@ void register_slice_select_backward() {
       "(Tensor grad_output, int[] input_sizes, int dim, int start, int end, int step) -> Tensor",
       slice_bwd,
       [](AutogradContext& ctx, const Tensor& gg) {
-        return gg.slice(std::any_cast<int64_t>(ctx.data["dim"]), std::any_cast<int64_t>(ctx.data["start"]),
-                        std::any_cast<int64_t>(ctx.data["end"]), std::any_cast<int64_t>(ctx.data["step"]));
+        return gg.slice(
+            std::any_cast<int64_t>(ctx.data["dim"]), std::any_cast<int64_t>(ctx.data["start"]),
+            std::any_cast<int64_t>(ctx.data["end"]), std::any_cast<int64_t>(ctx.data["step"]));
       },
-      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>&, int64_t d, int64_t s, int64_t e,
-         int64_t st, const Tensor&) {
+      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>&, int64_t d, int64_t s,
+         int64_t e, int64_t st, const Tensor&) {
         ctx.data["dim"] = d;
         ctx.data["start"] = s;
         ctx.data["end"] = e;
@@ -142,12 +161,14 @@ void register_slice_select_backward() {
     return gi;
   };
   register_everywhere(
-      "mt::select_backward", "(Tensor grad_output, int[] input_sizes, int dim, int index) -> Tensor",
-      select_bwd,
+      "mt::select_backward",
+      "(Tensor grad_output, int[] input_sizes, int dim, int index) -> Tensor", select_bwd,
       [](AutogradContext& ctx, const Tensor& gg) {
-        return gg.select(std::any_cast<int64_t>(ctx.data["dim"]), std::any_cast<int64_t>(ctx.data["index"]));
+        return gg.select(std::any_cast<int64_t>(ctx.data["dim"]),
+                         std::any_cast<int64_t>(ctx.data["index"]));
       },
-      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>&, int64_t d, int64_t i, const Tensor&) {
+      [](AutogradContext& ctx, const Tensor&, const std::vector<int64_t>&, int64_t d, int64_t i,
+         const Tensor&) {
         ctx.data["dim"] = d;
         ctx.data["index"] = i;
       });
@@ -166,12 +187,14 @@ void register_views() {
 
 Tensor slice_backward(const Tensor& grad, const std::vector<int64_t>& input_sizes, int64_t dim,
                       int64_t start, int64_t end, int64_t step) {
-  MT_BUILTIN_OP("mt::slice_backward", Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t, int64_t, int64_t));
+  MT_BUILTIN_OP("mt::slice_backward", Tensor(const Tensor&, const std::vector<int64_t>&, int64_t,
+                                             int64_t, int64_t, int64_t));
   return op(grad, input_sizes, dim, start, end, step);
 }
 Tensor select_backward(const Tensor& grad, const std::vector<int64_t>& input_sizes, int64_t dim,
                        int64_t index) {
-  MT_BUILTIN_OP("mt::select_backward", Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t));
+  MT_BUILTIN_OP("mt::select_backward",
+                Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t));
   return op(grad, input_sizes, dim, index);
 }
 

@@ -99,8 +99,7 @@ bool query_props(Driver& d, int index) {
 // load()'s pieces: open the driver, resolve its entry points, initialize it and query
 // the devices. Each sets d.reason and returns false (or null) where it stops.
 
-using GetProc =
-    CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
 // dlopens libcuda.so.1 and finds cuGetProcAddress_v2 in it.
 GetProc open_driver(Driver& d) {
@@ -138,8 +137,8 @@ bool resolve(Driver& d, GetProc get_proc, const char* name, int version, Fn& fn,
   }
   if (status != CU_GET_PROC_ADDRESS_SUCCESS || !p) {
     d.reason = fmt::format(
-        "libcuda.so.1 has no {} for CUDA {} (the driver supports CUDA {}); update the driver",
-        name, version_text(version), d.version ? version_text(d.version) : "unknown");
+        "libcuda.so.1 has no {} for CUDA {} (the driver supports CUDA {}); update the driver", name,
+        version_text(version), d.version ? version_text(d.version) : "unknown");
     return false;
   }
   fn = reinterpret_cast<Fn>(p);

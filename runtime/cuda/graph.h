@@ -43,9 +43,9 @@ class Graph {
   void replay();
 
   bool captured() const;
-  int device_index() const;    // -1 before capture_begin
-  size_t num_nodes() const;    // kernel, memcpy and memset nodes in the captured graph
-  size_t pool_bytes() const;   // device memory held by the graph's private pool
+  int device_index() const;   // -1 before capture_begin
+  size_t num_nodes() const;   // kernel, memcpy and memset nodes in the captured graph
+  size_t pool_bytes() const;  // device memory held by the graph's private pool
 
  private:
   struct Impl;

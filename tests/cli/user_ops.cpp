@@ -20,10 +20,13 @@ MT_LIBRARY(user_ops, m) {
   m.def("twice(Tensor x) -> Tensor");
   m.def("scale(Tensor x, float alpha) -> Tensor");
   m.impl("scale", mt::DispatchKey::CPU, scale);
-  mt::register_fake(m, "user_ops::scale", [](const mt::Tensor& x, double) { return mt::empty_like(x); });
+  mt::register_fake(m, "user_ops::scale",
+                    [](const mt::Tensor& x, double) { return mt::empty_like(x); });
   mt::register_autograd(
       m, "user_ops::scale",
-      [](mt::AutogradContext& ctx, const mt::Tensor& grad) { return mt::mul(grad, ctx.get<double>("alpha")); },
+      [](mt::AutogradContext& ctx, const mt::Tensor& grad) {
+        return mt::mul(grad, ctx.get<double>("alpha"));
+      },
       [](mt::AutogradContext& ctx, const mt::Tensor&, double alpha, const mt::Tensor&) {
         ctx.save("alpha", alpha);
       });

@@ -7,7 +7,9 @@ using namespace mt;
 
 void register_it() {
   make_mul2().register_autograd(
-      [](const Tensor& g) { return std::tuple<Tensor, Tensor>{g, g}; },
+      [](const Tensor& g) {
+        return std::tuple<Tensor, Tensor>{g, g};
+      },
       [](AutogradContext& ctx, const Tensor& a, const Tensor& b, const Tensor&) {
         ctx.save_for_backward({a, b});
       });

@@ -25,8 +25,8 @@ nvrtcResult nvrtcGetSupportedArchs(int* archs) {
   archs[0] = 90;
   return NVRTC_SUCCESS;
 }
-nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char*, const char*, int, const char* const*,
-                               const char* const*) {
+nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char*, const char*, int,
+                               const char* const*, const char* const*) {
   *prog = reinterpret_cast<nvrtcProgram>(&g_program);
   return NVRTC_SUCCESS;
 }
@@ -56,7 +56,10 @@ nvrtcResult nvrtcGetCUBINSize(nvrtcProgram, size_t* size) {
   return NVRTC_SUCCESS;
 }
 nvrtcResult nvrtcGetCUBIN(nvrtcProgram, char* cubin) {
-  std::memcpy(cubin, "\x7f" "ELFfake", 8);
+  std::memcpy(cubin,
+              "\x7f"
+              "ELFfake",
+              8);
   return NVRTC_SUCCESS;
 }
 nvrtcResult nvrtcAddNameExpression(nvrtcProgram, const char*) { return NVRTC_SUCCESS; }

@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
   g_thread_time = argc > 2 && std::strcmp(argv[2], "--thread-time") == 0;
   std::printf("CPU fusion (median of %d runs each, forms alternating; %s)\n\n", reps,
               g_thread_time ? "the calling thread's CPU time" : "wall-clock time");
-  std::printf("| function (float32) | eager ms | compiled, unfused ms | compiled, fused ms | "
-              "compiled, default ms | eager / default | eager / fused |\n");
+  std::printf(
+      "| function (float32) | eager ms | compiled, unfused ms | compiled, fused ms | "
+      "compiled, default ms | eager / default | eager / fused |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (int ops : {4, 16}) {
     for (int log2n : {8, 10, 12, 13, 14, 16, 22, 24}) {
@@ -86,16 +87,18 @@ int main(int argc, char** argv) {
       Compiled fused = mt::compile(f, {.fuse = true});
       Compiled plan = mt::compile(f);
       const int reps_here = log2n >= 20 ? reps : reps * 20;  // small sizes: more, shorter runs
-      auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }},
-                       reps_here);
+      auto m =
+          medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }},
+                  reps_here);
       std::printf("| chain of %d ops, 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", ops,
                   log2n, m[0], m[1], m[2], m[3], m[0] / m[3], m[0] / m[2]);
     }
   }
   // Note [Reduction fusion]: the product and the sum as one jit::reduction, against the
   // two calls (eager, and compiled without fusion: the plan before reductions fused).
-  std::printf("\n| sum of squares (float32) | eager mt::sum(x * x) ms | compiled, unfused ms | "
-              "compiled, fused ms | compiled, default ms | eager / fused | eager / default |\n");
+  std::printf(
+      "\n| sum of squares (float32) | eager mt::sum(x * x) ms | compiled, unfused ms | "
+      "compiled, fused ms | compiled, default ms | eager / fused | eager / default |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (int log2n : {8, 10, 12, 13, 14, 15, 16, 20, 22, 24}) {
     Tensor x = randn({int64_t(1) << log2n});
@@ -106,8 +109,8 @@ int main(int argc, char** argv) {
     Compiled fused = mt::compile(f, {.fuse = true});
     Compiled plan = mt::compile(f);
     const int reps_here = log2n >= 20 ? reps : reps * 20;
-    auto m = medians({[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }},
-                     reps_here);
+    auto m = medians(
+        {[&] { f({x}); }, [&] { plain({x}); }, [&] { fused({x}); }, [&] { plan({x}); }}, reps_here);
     std::printf("| 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", log2n, m[0], m[1], m[2],
                 m[3], m[0] / m[2], m[0] / m[3]);
   }

@@ -12,13 +12,12 @@
 // Usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vec_exp.h"
@@ -53,7 +52,9 @@ int main(int argc, char** argv) {
         if (*p) ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]\n");
       return 2;
     }
   }
@@ -76,9 +77,9 @@ int main(int argc, char** argv) {
     const int64_t n = int64_t(1) << 16;
     mt::Tensor x = mt::mul(mt::randn({n}), 3.0), y = mt::empty({n});
     const bool vec = mt::cpu::vec_exp_active();
-    for (auto [name, op] : {std::pair{"exp", mt::cpu::UnaryOp::Exp},
-                            std::pair{"sigmoid", mt::cpu::UnaryOp::Sigmoid},
-                            std::pair{"gelu", mt::cpu::UnaryOp::Gelu}}) {
+    for (auto [name, op] :
+         {std::pair{"exp", mt::cpu::UnaryOp::Exp}, std::pair{"sigmoid", mt::cpu::UnaryOp::Sigmoid},
+          std::pair{"gelu", mt::cpu::UnaryOp::Gelu}}) {
       auto pass = [&] { mt::cpu::unary(op, x, y); };
       const double s = mt::bench::cpu_median_seconds(pass);
       double p = std::nan("");
@@ -101,7 +102,8 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(i % 2001) * 0.004f - 4.0f;
     std::vector<double> a, b;
     for (int k = 0; k < 3; ++k) {
-      a.push_back(mt::bench::cpu_median_seconds([&] { mt::cpu::silu_f32_loop(y.data(), x.data(), n); }));
+      a.push_back(
+          mt::bench::cpu_median_seconds([&] { mt::cpu::silu_f32_loop(y.data(), x.data(), n); }));
       b.push_back(mt::bench::cpu_median_seconds([&] { sleef_silu(y.data(), x.data(), n); }));
     }
     std::sort(a.begin(), a.end());
@@ -114,22 +116,35 @@ int main(int argc, char** argv) {
   const std::string model = mt::bench::cpu_model();
   if (json) {
     // Built by nlohmann::json, so the CPU model is escaped; NaN prints as null.
-    nlohmann::ordered_json j = {{"cpu", model}, {"silu", nlohmann::ordered_json::array()},
+    nlohmann::ordered_json j = {{"cpu", model},
+                                {"silu", nlohmann::ordered_json::array()},
                                 {"unary", nlohmann::ordered_json::array()},
                                 {"matmul", nlohmann::ordered_json::array()}};
-    j["sleef_silu"] = {{"n", 65536}, {"threads", 1}, {"seconds", own_us * 1e-6},
+    j["sleef_silu"] = {{"n", 65536},
+                       {"threads", 1},
+                       {"seconds", own_us * 1e-6},
                        {"sleef_seconds", sleef_us * 1e-6}};
     for (const mt::bench::SiluCpuRow& r : rows)
-      j["silu"].push_back({{"op", r.op}, {"threads", r.threads}, {"n", r.n}, {"seconds", r.seconds},
-                           {"gbps", r.gbps}, {"copy_gbps", r.copy_gbps},
-                           {"ratio", r.gbps / r.copy_gbps}, {"portable_seconds", r.portable_seconds},
+      j["silu"].push_back({{"op", r.op},
+                           {"threads", r.threads},
+                           {"n", r.n},
+                           {"seconds", r.seconds},
+                           {"gbps", r.gbps},
+                           {"copy_gbps", r.copy_gbps},
+                           {"ratio", r.gbps / r.copy_gbps},
+                           {"portable_seconds", r.portable_seconds},
                            {"portable_ratio", r.copy_seconds / r.portable_seconds}});
     for (const UnaryRow& r : unary_rows)
-      j["unary"].push_back({{"op", r.op}, {"n", 65536}, {"seconds", r.seconds},
+      j["unary"].push_back({{"op", r.op},
+                            {"n", 65536},
+                            {"seconds", r.seconds},
                             {"portable_seconds", r.portable_seconds}});
     for (const mt::bench::MatmulRow& r : mm)
-      j["matmul"].push_back({{"size", r.size}, {"path", r.path}, {"threads", r.threads},
-                             {"seconds", r.seconds}, {"gflops", r.gflops}});
+      j["matmul"].push_back({{"size", r.size},
+                             {"path", r.path},
+                             {"threads", r.threads},
+                             {"seconds", r.seconds},
+                             {"gflops", r.gflops}});
     std::printf("%s\n",
                 j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
@@ -138,8 +153,8 @@ int main(int argc, char** argv) {
               mt::cpu::have_blas() ? "available" : "not built in");
   // portable: the loop of kernels/cpu/math.h, timed in the same sweep where the AVX-512 one
   // (kernels/cpu/vec_exp.h) is the default; nan where the CPU has no AVX-512.
-  std::printf("%-9s %7s %10s %12s %9s %10s %7s %12s %9s\n", "op", "threads", "elements", "median_us",
-              "GB/s", "copy_GB/s", "ratio", "portable_us", "p_ratio");
+  std::printf("%-9s %7s %10s %12s %9s %10s %7s %12s %9s\n", "op", "threads", "elements",
+              "median_us", "GB/s", "copy_GB/s", "ratio", "portable_us", "p_ratio");
   for (const mt::bench::SiluCpuRow& r : rows)
     std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f %12.1f %9.2f\n", r.op.c_str(), r.threads,
                 (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps,
@@ -150,11 +165,13 @@ int main(int argc, char** argv) {
     std::printf("%-9s %10d %12.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
                 r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
   if (!std::isnan(sleef_us))
-    std::printf("\nsilu, 1 thread, 65536 floats: %.1f us; with SLEEF's Sleef_expf16_u10 and a "
-                "division: %.1f us (%.2fx the time)\n", own_us, sleef_us, sleef_us / own_us);
+    std::printf(
+        "\nsilu, 1 thread, 65536 floats: %.1f us; with SLEEF's Sleef_expf16_u10 and a "
+        "division: %.1f us (%.2fx the time)\n",
+        own_us, sleef_us, sleef_us / own_us);
   std::printf("\n%-8s %-8s %7s %10s %9s\n", "matmul", "path", "threads", "median_ms", "GFLOP/s");
   for (const mt::bench::MatmulRow& r : mm)
-    std::printf("%-8lld %-8s %7d %10.2f %9.1f\n", (long long)r.size, r.path.c_str(),
-                r.threads, r.seconds * 1e3, r.gflops);
+    std::printf("%-8lld %-8s %7d %10.2f %9.1f\n", (long long)r.size, r.path.c_str(), r.threads,
+                r.seconds * 1e3, r.gflops);
   return 0;
 }

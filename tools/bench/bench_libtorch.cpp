@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--interleaved") == 0) rounds = std::atoi(argv[2]);
 #ifndef MT_INTERLEAVED
   if (rounds > 0) {
-    std::fprintf(stderr, "bench_libtorch: --interleaved needs a build with -DMT_INTERLEAVED and minitensor linked in\n");
+    std::fprintf(stderr,
+                 "bench_libtorch: --interleaved needs a build with -DMT_INTERLEAVED and minitensor "
+                 "linked in\n");
     return 2;
   }
 #endif
@@ -81,7 +83,9 @@ int main(int argc, char** argv) {
   }
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("bench::noop", "");
   auto op = handle.typed<at::Tensor(const at::Tensor&)>();
-  auto ag = c10::Dispatcher::singleton().findSchemaOrThrow("bench::noop_ag", "").typed<at::Tensor(const at::Tensor&)>();
+  auto ag = c10::Dispatcher::singleton()
+                .findSchemaOrThrow("bench::noop_ag", "")
+                .typed<at::Tensor(const at::Tensor&)>();
   at::Tensor x = at::zeros({1});
   at::Tensor xg = at::zeros({1});
   xg.set_requires_grad(true);
@@ -91,22 +95,52 @@ int main(int argc, char** argv) {
   at::Tensor (*volatile direct)(const at::Tensor&) = &noop;
   const int64_t n = 2000000;
   std::vector<Row> rows = {
-      {"direct", 1, [&] { at::Tensor r = direct(x); (void)r; }},
+      {"direct", 1,
+       [&] {
+         at::Tensor r = direct(x);
+         (void)r;
+       }},
       // A custom op with a CPU kernel only, called as a user calls it: libtorch's CPU
       // tensors carry the autograd keys, so the call passes the autograd fallback on its way.
-      {"dispatch", 1, [&] { at::Tensor r = op.call(x); (void)r; }},
-      {"below_autograd", 1, [&] { at::Tensor r = op.call(x); (void)r; }, true},
-      {"autograd_redispatch", 1, [&] { at::Tensor r = ag.call(xg); (void)r; }},
-      {"boxed", 4, [&] { torch::jit::Stack s{x}; handle.callBoxed(&s); }},
-      {"silu_grad", 20, [&] { at::Tensor r = at::silu(one); (void)r; }},
-      {"add", 20, [&] { at::Tensor r = at::add(a, b); (void)r; }},
+      {"dispatch", 1,
+       [&] {
+         at::Tensor r = op.call(x);
+         (void)r;
+       }},
+      {"below_autograd", 1,
+       [&] {
+         at::Tensor r = op.call(x);
+         (void)r;
+       },
+       true},
+      {"autograd_redispatch", 1,
+       [&] {
+         at::Tensor r = ag.call(xg);
+         (void)r;
+       }},
+      {"boxed", 4,
+       [&] {
+         torch::jit::Stack s{x};
+         handle.callBoxed(&s);
+       }},
+      {"silu_grad", 20,
+       [&] {
+         at::Tensor r = at::silu(one);
+         (void)r;
+       }},
+      {"add", 20,
+       [&] {
+         at::Tensor r = at::add(a, b);
+         (void)r;
+       }},
   };
   if (rounds == 0) {
     std::printf("{");
     for (size_t i = 0; i < rows.size(); ++i) {
       std::optional<at::AutoDispatchBelowADInplaceOrView> guard;
       if (rows[i].below_autograd) guard.emplace();
-      std::printf("%s\"%s\": %.2f", i ? ", " : "", rows[i].key, mt::bench::ns_per_call(rows[i].call, n / rows[i].divisor));
+      std::printf("%s\"%s\": %.2f", i ? ", " : "", rows[i].key,
+                  mt::bench::ns_per_call(rows[i].call, n / rows[i].divisor));
     }
     std::printf("}\n");
     return 0;
@@ -116,7 +150,8 @@ int main(int argc, char** argv) {
   // kPairLoopMs, one library's loop and the other's back to back (ns_per_call_paired),
   // minitensor first in the even pairs of even rounds and in the odd pairs of odd rounds.
   mt::bench::DispatchRows mt_rows;
-  std::printf("{\"pairs\": %d, \"loop_ms\": %g, \"rounds\": [", mt::bench::kPairs, mt::bench::kPairLoopMs);
+  std::printf("{\"pairs\": %d, \"loop_ms\": %g, \"rounds\": [", mt::bench::kPairs,
+              mt::bench::kPairLoopMs);
   for (int r = 0; r < rounds; ++r) {
     std::printf("%s\n {", r ? "," : "");
     bool first_row = true;
@@ -126,9 +161,9 @@ int main(int argc, char** argv) {
         if (std::strcmp(c.key, m.key) == 0) l = &c;
       if (!l) continue;
       mt::bench::PairedNs p = mt::bench::ns_per_call_paired(m.call, l->call, mt::bench::kPairs,
-                                                                mt::bench::kPairLoopMs, r % 2 == 0);
-      std::printf("%s\"%s\": {\"minitensor\": %.2f, \"libtorch\": %.2f, \"ratio\": %.4f}", first_row ? "" : ", ",
-                  m.key, p.f, p.g, p.ratio);
+                                                            mt::bench::kPairLoopMs, r % 2 == 0);
+      std::printf("%s\"%s\": {\"minitensor\": %.2f, \"libtorch\": %.2f, \"ratio\": %.4f}",
+                  first_row ? "" : ", ", m.key, p.f, p.g, p.ratio);
       first_row = false;
     }
     std::printf("}");

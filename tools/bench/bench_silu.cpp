@@ -10,6 +10,9 @@
 //   bench_silu [--json FILE] [--repeats N] [--max-log2 K] [--host-only] [--loop CALLS]
 // (--host-only: the host-cost table alone, Note [Host-cost rows]; --loop: CALLS of mt::silu
 // back to back and nothing else, for a profiler.)
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,13 +21,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/module.h"
@@ -326,11 +325,16 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--repeats" && i + 1 < argc) g_timing.repeats = std::atoi(argv[++i]);
-    else if (a == "--max-log2" && i + 1 < argc) max_log2 = std::atoi(argv[++i]);
-    else if (a == "--host-only") host_only = true;
-    else if (a == "--loop" && i + 1 < argc) loop_calls = std::atoi(argv[++i]);
+    if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--repeats" && i + 1 < argc)
+      g_timing.repeats = std::atoi(argv[++i]);
+    else if (a == "--max-log2" && i + 1 < argc)
+      max_log2 = std::atoi(argv[++i]);
+    else if (a == "--host-only")
+      host_only = true;
+    else if (a == "--loop" && i + 1 < argc)
+      loop_calls = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: bench_silu [--json FILE] [--repeats N] [--max-log2 K] [--host-only] "
@@ -372,16 +376,20 @@ int main(int argc, char** argv) {
       bench::silu_cuda_sweep(0, {DType::Float32, DType::BFloat16}, 12, max_log2, g_timing, quiet);
   const HostCost host = measure_host_cost();
 
-  std::printf("\n| dtype | pass | n | ms | GB/s | %% of copy | copy ms | unfused ms | speedup vs unfused |\n");
+  std::printf(
+      "\n| dtype | pass | n | ms | GB/s | %% of copy | copy ms | unfused ms | speedup vs unfused "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const bench::SiluCudaRow& r : rows)
     std::printf("| %s | %s | 2^%d | %.4f | %.0f | %.1f | %.4f | %.4f | %.2fx |\n", r.dtype.c_str(),
                 r.pass.c_str(), r.log2n, r.ms, r.gbps, r.pct_copy, r.copy_ms, r.unfused_ms,
                 r.speedup);
-  std::printf("\nA user's SiLU against mt::silu / mt::silu_backward called as ops (each allocates "
-              "its output):\n");
-  std::printf("| dtype | pass | n | mt op ms | user pointwise ms | pointwise/op | user raw ms | "
-              "raw/op |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\nA user's SiLU against mt::silu / mt::silu_backward called as ops (each allocates "
+      "its output):\n");
+  std::printf(
+      "| dtype | pass | n | mt op ms | user pointwise ms | pointwise/op | user raw ms | "
+      "raw/op |\n|---|---|---|---|---|---|---|---|\n");
   for (const bench::SiluCudaRow& r : rows)
     std::printf("| %s | %s | 2^%d | %.4f | %.4f | %.3fx | %.4f | %.3fx |\n", r.dtype.c_str(),
                 r.pass.c_str(), r.log2n, r.op_ms, r.user_pointwise_ms,
@@ -395,16 +403,22 @@ int main(int argc, char** argv) {
     // Built by nlohmann::json: the device name is escaped, NaN (no unfused figure) is null.
     nlohmann::ordered_json rows_json = nlohmann::ordered_json::array();
     for (const bench::SiluCudaRow& r : rows)
-      rows_json.push_back({{"dtype", r.dtype}, {"pass", r.pass}, {"log2n", r.log2n}, {"ms", r.ms},
-                           {"gbps", r.gbps}, {"pct_copy", r.pct_copy}, {"copy_ms", r.copy_ms},
-                           {"unfused_ms", r.unfused_ms}, {"speedup_unfused", r.speedup},
-                           {"op_ms", r.op_ms}, {"user_pointwise_ms", r.user_pointwise_ms},
+      rows_json.push_back({{"dtype", r.dtype},
+                           {"pass", r.pass},
+                           {"log2n", r.log2n},
+                           {"ms", r.ms},
+                           {"gbps", r.gbps},
+                           {"pct_copy", r.pct_copy},
+                           {"copy_ms", r.copy_ms},
+                           {"unfused_ms", r.unfused_ms},
+                           {"speedup_unfused", r.speedup},
+                           {"op_ms", r.op_ms},
+                           {"user_pointwise_ms", r.user_pointwise_ms},
                            {"user_raw_ms", r.user_raw_ms}});
-    const nlohmann::ordered_json doc = {
-        {"device", props.name},
-        {"rows", rows_json},
-        {"host_us", host.json()},
-        {"jit_ms", {{"cold", cold_ms}, {"warm_disk", warm_ms}}}};
+    const nlohmann::ordered_json doc = {{"device", props.name},
+                                        {"rows", rows_json},
+                                        {"host_us", host.json()},
+                                        {"jit_ms", {{"cold", cold_ms}, {"warm_disk", warm_ms}}}};
     write_json(json_path, doc);
   }
   return 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "tools/bench/cpu_threads.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 
 #include <atomic>
@@ -9,8 +10,6 @@
 #include <functional>
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops/silu/silu.h"
@@ -58,7 +57,8 @@ std::vector<Op> make_ops() {
 class BusyLoops {
  public:
   BusyLoops(int n, double max_seconds) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_seconds);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(max_seconds);
     for (int i = 0; i < n; ++i)
       threads_.emplace_back([this, until] {
         volatile double v = 1.0;
@@ -85,8 +85,16 @@ double ms_since(Clock::time_point t0) {
 }  // namespace
 
 std::vector<std::string> cpu_threads_ops() {
-  return {"silu", "silu_backward", "add", "exp", "sum", "sum dim 0", "softmax", "matmul",
-          "matmul (MLP fwd)", "matmul (MLP grad)"};  // make_ops' names, in its order
+  return {"silu",
+          "silu_backward",
+          "add",
+          "exp",
+          "sum",
+          "sum dim 0",
+          "softmax",
+          "matmul",
+          "matmul (MLP fwd)",
+          "matmul (MLP grad)"};  // make_ops' names, in its order
 }
 
 std::vector<CpuThreadsRow> cpu_threads_bench(const CpuThreadsOptions& opts, Progress& progress,

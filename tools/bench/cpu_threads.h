@@ -12,16 +12,16 @@
 namespace mt::bench {
 
 struct CpuThreadsOptions {
-  int threads = 0;          // the multi-thread count; 0: the kernels' default
-  bool contended = false;   // a busy loop on every core while timing
-  double min_time = 0.5;    // seconds per op (both thread counts), at least
+  int threads = 0;               // the multi-thread count; 0: the kernels' default
+  bool contended = false;        // a busy loop on every core while timing
+  double min_time = 0.5;         // seconds per op (both thread counts), at least
   std::vector<std::string> ops;  // empty: all
 };
 
 struct CpuThreadsRow {
   std::string op, shape;
-  int threads;              // the multi-thread count
-  int samples;              // calls timed per thread count
+  int threads;                 // the multi-thread count
+  int samples;                 // calls timed per thread count
   double single_ms, multi_ms;  // medians
 };
 

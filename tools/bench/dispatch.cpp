@@ -33,14 +33,35 @@ DispatchRows::DispatchRows() : state_(std::make_unique<State>()) {
   Tensor (*volatile direct)(const Tensor&) = &noop;
   rows_ = {
       {"direct", "direct C++ call of the no-op kernel", 1,
-       [&s, direct] { Tensor r = direct(s.x); (void)r; }},
-      {"dispatch", "unboxed dispatch, CPU kernel only", 1, [&s, op] { Tensor r = op(s.x); (void)r; }},
+       [&s, direct] {
+         Tensor r = direct(s.x);
+         (void)r;
+       }},
+      {"dispatch", "unboxed dispatch, CPU kernel only", 1,
+       [&s, op] {
+         Tensor r = op(s.x);
+         (void)r;
+       }},
       {"autograd_redispatch", "unboxed dispatch, Autograd kernel redispatching to CPU", 1,
-       [&s, ag] { Tensor r = ag(s.xg); (void)r; }},
-      {"boxed", "boxed call (Stack)", 4, [&s, handle] { Stack st{s.x}; handle.call_boxed(&st); }},
+       [&s, ag] {
+         Tensor r = ag(s.xg);
+         (void)r;
+       }},
+      {"boxed", "boxed call (Stack)", 4,
+       [&s, handle] {
+         Stack st{s.x};
+         handle.call_boxed(&st);
+       }},
       {"silu_grad", "mt::silu on 1 element, requires grad (records the tape)", 20,
-       [&s] { Tensor r = silu(s.one); (void)r; }},
-      {"add", "mt::add on 1 element", 20, [&s] { Tensor r = add(s.a, s.b); (void)r; }},
+       [&s] {
+         Tensor r = silu(s.one);
+         (void)r;
+       }},
+      {"add", "mt::add on 1 element", 20,
+       [&s] {
+         Tensor r = add(s.a, s.b);
+         (void)r;
+       }},
   };
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "tools/bench/matmul.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -24,10 +24,12 @@ std::vector<MatmulRow> matmul_cpu_sweep(const std::vector<int64_t>& sizes,
         progress.step(fmt::format("{} {} thread(s), {}x{}", blas ? "blas" : "blocked", t, s, s));
         cpu::set_num_threads(t);
         double sec = cpu_median_seconds([&] { cpu::matmul(a, b, c); }, 5, min_seconds);
-        double copy = with_copy ? cpu_median_seconds([&] {
-          parallel_copy(dst.data(), src.data(), copy_bytes);
-        }, 5, min_seconds) : std::nan("");
-        rows.push_back({s, blas ? "blas" : "blocked", t, sec, 2.0 * double(s * s * s) / sec / 1e9, copy});
+        double copy = with_copy ? cpu_median_seconds(
+                                      [&] { parallel_copy(dst.data(), src.data(), copy_bytes); }, 5,
+                                      min_seconds)
+                                : std::nan("");
+        rows.push_back(
+            {s, blas ? "blas" : "blocked", t, sec, 2.0 * double(s * s * s) / sec / 1e9, copy});
       }
     }
   }
@@ -48,8 +50,8 @@ std::vector<MatmulRow> matmul_cuda_sweep(int device, const std::vector<int64_t>&
     double ms = cuda_median_ms(device, no_flush, [&] { Tensor c = matmul(a, b); });
     Tensor src = empty({3 * s * s / 2}, {.device = gpu}), dst = empty_like(src);
     double copy_ms = cuda_median_ms(device, timing, [&] { dst.copy_(src); });
-    rows.push_back({s, "mt::matmul", 0, ms / 1e3, 2.0 * double(s * s * s) / (ms / 1e3) / 1e9,
-                    copy_ms / 1e3});
+    rows.push_back(
+        {s, "mt::matmul", 0, ms / 1e3, 2.0 * double(s * s * s) / (ms / 1e3) / 1e9, copy_ms / 1e3});
   }
   return rows;
 }

@@ -38,9 +38,14 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!first_loss.defined()) first_loss = loss;
   }
-  MlpRow r{shape, device.str(), int(ms.size()), median(ms),
-           *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()),
-           first_loss.item<double>(), loss.item<double>()};
+  MlpRow r{shape,
+           device.str(),
+           int(ms.size()),
+           median(ms),
+           *std::min_element(ms.begin(), ms.end()),
+           *std::max_element(ms.begin(), ms.end()),
+           first_loss.item<double>(),
+           loss.item<double>()};
   return r;
 }
 

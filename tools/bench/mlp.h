@@ -13,14 +13,14 @@
 namespace mt::bench {
 
 struct MlpOptions {
-  int warmup = 5;            // steps, fewer where they take over max_seconds / 2
+  int warmup = 5;  // steps, fewer where they take over max_seconds / 2
   // ... and at least this long: after set-up (the task is drawn with CPU matmuls),
   // OpenBLAS's threads busy-wait for a while, on every core; measured on the GPU host
   // (16 vCPUs), 64/32/64 steps timed in that window took 0.220 ms, 0.138 ms after 0.5 s.
   double min_warmup_seconds = 0.5;
-  int steps = 50;            // timed steps, at most
-  int min_steps = 3;         // timed steps, at least (even past max_seconds)
-  double max_seconds = 10;   // stop timing a shape after this much (slow CPU shapes)
+  int steps = 50;           // timed steps, at most
+  int min_steps = 3;        // timed steps, at least (even past max_seconds)
+  double max_seconds = 10;  // stop timing a shape after this much (slow CPU shapes)
   double lr = 1e-3;
   mlp::Sgd sgd = mlp::Sgd::Foreach;  // the update: one foreach_add_, or a sub_ a parameter
 };
@@ -28,7 +28,7 @@ struct MlpOptions {
 struct MlpRow {
   mlp::Shape shape;
   std::string device;
-  int steps;                     // timed
+  int steps;  // timed
   double ms_median, ms_min, ms_max;
   double loss_first, loss_last;  // of the timed steps, to show the step does train
 };

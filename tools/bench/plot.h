@@ -13,8 +13,8 @@ namespace mt::bench {
 struct Series {
   std::string name = {};
   std::vector<double> x = {}, y = {};  // x > 0 (log2 axis); non-finite y values are skipped
-  bool reference = false;    // drawn dashed: a floor or a ceiling, not a variant
-  int color = -1;            // palette index; -1: the next variant color (grey for a reference)
+  bool reference = false;              // drawn dashed: a floor or a ceiling, not a variant
+  int color = -1;  // palette index; -1: the next variant color (grey for a reference)
 };
 
 struct LinePlot {

@@ -3,10 +3,10 @@
 // per step otherwise (logs). Silent when disabled.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
-
-#include <unistd.h>
 
 namespace mt::bench {
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "tools/bench/silu.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vec_exp.h"
@@ -52,14 +52,18 @@ std::vector<SiluCpuRow> silu_cpu_sweep(int min_log2, int max_log2, const std::ve
         return s;
       };
       double fwd = cpu_median_seconds(fwd_pass, 5, min_seconds);
-      double cf = cpu_median_seconds([&] { parallel_copy(cdst.data(), csrc.data(), n * 4); }, 5, min_seconds);
+      double cf = cpu_median_seconds([&] { parallel_copy(cdst.data(), csrc.data(), n * 4); }, 5,
+                                     min_seconds);
       double fwd_portable = portable(fwd_pass);
       double bwd = cpu_median_seconds(bwd_pass, 5, min_seconds);
-      double cb = cpu_median_seconds([&] { parallel_copy(cdst.data(), csrc.data(), n * 6); }, 5, min_seconds);
+      double cb = cpu_median_seconds([&] { parallel_copy(cdst.data(), csrc.data(), n * 6); }, 5,
+                                     min_seconds);
       double bwd_portable = portable(bwd_pass);
       const double dn = double(n);
-      rows.push_back({"silu_fwd", t, n, fwd, 8 * dn / fwd / 1e9, cf, 8 * dn / cf / 1e9, fwd_portable});
-      rows.push_back({"silu_bwd", t, n, bwd, 12 * dn / bwd / 1e9, cb, 12 * dn / cb / 1e9, bwd_portable});
+      rows.push_back(
+          {"silu_fwd", t, n, fwd, 8 * dn / fwd / 1e9, cf, 8 * dn / cf / 1e9, fwd_portable});
+      rows.push_back(
+          {"silu_bwd", t, n, bwd, 12 * dn / bwd / 1e9, cb, 12 * dn / cb / 1e9, bwd_portable});
     }
   }
   return rows;
@@ -151,7 +155,8 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
       k_mul = &user_kernel(device, "mul_k", t);
       k_gs = &user_kernel(device, "silu_grad_from_s_k", t);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "unfused baseline unavailable for %s: %s\n", dtype_name(t).data(), e.what());
+      std::fprintf(stderr, "unfused baseline unavailable for %s: %s\n", dtype_name(t).data(),
+                   e.what());
       k_sig = nullptr;
     }
     const std::string ty(jit::kernel_type_name(t));
@@ -182,8 +187,10 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
         const bool fwd = pass == 0;
         const size_t bytes = size_t(n) * es * (fwd ? 2 : 3);
         double ms = cuda_median_ms(device, timing, [&] {
-          if (fwd) gpu::launch_silu_fwd(device, stream, t, px, py, n);
-          else gpu::launch_silu_bwd(device, stream, t, pg, px, py, n);
+          if (fwd)
+            gpu::launch_silu_fwd(device, stream, t, px, py, n);
+          else
+            gpu::launch_silu_bwd(device, stream, t, pg, px, py, n);
         });
         double unf = !k_sig ? std::nan("") : cuda_median_ms(device, timing, [&] {
           void* a1[] = {&px, &ps, &n};
@@ -203,17 +210,23 @@ std::vector<SiluCudaRow> silu_cuda_sweep(int device, const std::vector<DType>& d
                                             bytes / 2, stream));
         });
         const double op_ms = cuda_median_ms(device, timing, [&] {
-          if (fwd) silu(x);
-          else silu_backward(g, x);
+          if (fwd)
+            silu(x);
+          else
+            silu_backward(g, x);
         });
         const double pw_ms = cuda_median_ms(device, timing, [&] {
-          if (fwd) user_silu_pointwise()(x);
-          else user_silu_bwd_pointwise()(g, x);
+          if (fwd)
+            user_silu_pointwise()(x);
+          else
+            user_silu_bwd_pointwise()(g, x);
         });
         const jit::LaunchConfig cfg{.grid = jit::grid_stride_for(n, device)};
         const double raw_ms = cuda_median_ms(device, timing, [&] {
-          if (fwd) raw_fwd.launch(cfg, x, y, n);
-          else raw_bwd.launch(cfg, g, x, y, n);
+          if (fwd)
+            raw_fwd.launch(cfg, x, y, n);
+          else
+            raw_bwd.launch(cfg, g, x, y, n);
         });
         rows.push_back({std::string(dtype_name(t)), fwd ? "fwd" : "bwd", lg, ms,
                         double(bytes) / ms / 1e6, 100.0 * copy_ms / ms, copy_ms, unf, unf / ms,

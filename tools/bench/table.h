@@ -12,7 +12,8 @@
 namespace mt::bench {
 
 inline void print_table(const std::vector<std::string>& header,
-                        const std::vector<std::vector<std::string>>& rows, std::FILE* out = stdout) {
+                        const std::vector<std::vector<std::string>>& rows,
+                        std::FILE* out = stdout) {
   std::vector<size_t> w(header.size());
   for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
   for (const auto& r : rows)
@@ -22,7 +23,8 @@ inline void print_table(const std::vector<std::string>& header,
   right[0] = false;
   for (const auto& r : rows)
     for (size_t c = 1; c < r.size() && c < w.size(); ++c)
-      if (!r[c].empty() && !(std::isdigit((unsigned char)r[c][0]) || r[c][0] == '-' || r[c][0] == '+'))
+      if (!r[c].empty() &&
+          !(std::isdigit((unsigned char)r[c][0]) || r[c][0] == '-' || r[c][0] == '+'))
         right[c] = false;
   auto line = [&](const std::vector<std::string>& r) {
     std::string s;

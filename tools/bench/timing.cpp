@@ -11,9 +11,8 @@
 namespace mt::bench {
 
 void parallel_copy(char* dst, const char* src, int64_t nbytes) {
-  cpu::parallel_for(nbytes, 4 * cpu::kGrainSize, [&](int64_t b, int64_t e) {
-    std::memcpy(dst + b, src + b, size_t(e - b));
-  });
+  cpu::parallel_for(nbytes, 4 * cpu::kGrainSize,
+                    [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, size_t(e - b)); });
 }
 
 std::string cpu_model() {
@@ -32,7 +31,7 @@ Tensor& flush_buffer(int device) {
   if (it == buffers->end())
     it = buffers
              ->emplace(device, empty({64 << 20}, {.dtype = DType::Float32,
-                                                 .device = Device(DeviceType::CUDA, device)}))
+                                                  .device = Device(DeviceType::CUDA, device)}))
              .first;
   return it->second;
 }

@@ -45,39 +45,53 @@ int bench_dispatch_self_check(const bench::DispatchRows& dispatch_rows, int64_t 
         a.push_back(bench::loop_ns(r.call, iters / r.divisor));
         b.push_back(bench::loop_ns(r.call, iters / r.divisor));
       }
-      double ratio[2] = {bench::median(b) / bench::median(a),
-                         bench::ns_per_call_paired(r.call, r.call, bench::kPairs, bench::kPairLoopMs,
-                                                     k % 2 == 0).ratio};
-      for (int f = 0; f < 2; ++f) lo[f] = std::min(lo[f], ratio[f]), hi[f] = std::max(hi[f], ratio[f]);
+      double ratio[2] = {
+          bench::median(b) / bench::median(a),
+          bench::ns_per_call_paired(r.call, r.call, bench::kPairs, bench::kPairLoopMs, k % 2 == 0)
+              .ratio};
+      for (int f = 0; f < 2; ++f)
+        lo[f] = std::min(lo[f], ratio[f]), hi[f] = std::max(hi[f], ratio[f]);
     }
     if (json)
-      rows[r.key] = {{"loops_min", lo[0]}, {"loops_max", hi[0]}, {"pairs_min", lo[1]}, {"pairs_max", hi[1]}};
+      rows[r.key] = {
+          {"loops_min", lo[0]}, {"loops_max", hi[0]}, {"pairs_min", lo[1]}, {"pairs_max", hi[1]}};
     else
       std::printf("  %-58s %8.3f to %-8.3f %8.3f to %-8.3f\n", r.label, lo[0], hi[0], lo[1], hi[1]);
   }
   if (json)
-    print_json({{"bench", "dispatch --self-check"}, {"cpu", cpu_model()}, {"rounds", rounds},
-                {"loops_a_side", 5}, {"pairs", bench::kPairs}, {"pair_loop_ms", bench::kPairLoopMs},
+    print_json({{"bench", "dispatch --self-check"},
+                {"cpu", cpu_model()},
+                {"rounds", rounds},
+                {"loops_a_side", 5},
+                {"pairs", bench::kPairs},
+                {"pair_loop_ms", bench::kPairLoopMs},
                 {"rows", rows}});
   return 0;
 }
 
 int bench_dispatch(const BenchOutput& o, int64_t iters, const std::string& only, int self_check) {
   bench::DispatchRows dispatch_rows;  // tools/bench/dispatch.cpp, shared with bench_libtorch
-  if (self_check > 0) return bench_dispatch_self_check(dispatch_rows, iters, self_check, only, o.json);
+  if (self_check > 0)
+    return bench_dispatch_self_check(dispatch_rows, iters, self_check, only, o.json);
   // A no-op row's loop makes `iters` calls, silu's and add's iters / 20. --only ROW times
   // that row alone (the others print nan), so that an instruction count of the whole
   // process under callgrind is that row's.
-  struct Row { const char* key; const char* name; double ns; };
+  struct Row {
+    const char* key;
+    const char* name;
+    double ns;
+  };
   std::vector<Row> rows;
   for (const bench::DispatchRow& r : dispatch_rows.rows()) {
     bool wanted = only.empty() || only == r.key;
-    rows.push_back({r.key, r.label, wanted ? bench::ns_per_call(r.call, iters / r.divisor) : std::nan("")});
+    rows.push_back(
+        {r.key, r.label, wanted ? bench::ns_per_call(r.call, iters / r.divisor) : std::nan("")});
   }
   double t_direct = rows[0].ns;
   if (!o.plot.empty()) {
-    bench::BarPlot plot{.title = fmt::format("dispatch cost, ns per call (median of 5 runs), {}", cpu_model()),
-                        .value_label = "ns per call"};
+    bench::BarPlot plot{
+        .title = fmt::format("dispatch cost, ns per call (median of 5 runs), {}", cpu_model()),
+        .value_label = "ns per call"};
     for (const Row& r : rows) plot.bars.push_back({r.name, r.ns});
     write_plot(o.plot, bench::svg(plot));
   }
@@ -126,10 +140,15 @@ void add_bench_dispatch(BenchGroup& bench) {
                    "autograd_redispatch (or autograd), boxed, silu_grad (or silu), add")
       // The rows' keys (tools/bench/dispatch.cpp), and the short names they had before.
       ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{
-                                              {"direct", "direct"}, {"cpu", "dispatch"},
-                                              {"dispatch", "dispatch"}, {"autograd", "autograd_redispatch"},
-                                              {"autograd_redispatch", "autograd_redispatch"}, {"boxed", "boxed"},
-                                              {"silu", "silu_grad"}, {"silu_grad", "silu_grad"}, {"add", "add"}})
+                                              {"direct", "direct"},
+                                              {"cpu", "dispatch"},
+                                              {"dispatch", "dispatch"},
+                                              {"autograd", "autograd_redispatch"},
+                                              {"autograd_redispatch", "autograd_redispatch"},
+                                              {"boxed", "boxed"},
+                                              {"silu", "silu_grad"},
+                                              {"silu_grad", "silu_grad"},
+                                              {"add", "add"}})
                       .description(""))
       ->type_name("ROW");
 }

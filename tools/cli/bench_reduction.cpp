@@ -74,7 +74,8 @@ int bench_reduction_cmd(const ReductionCliOptions& v, const BenchOutput& o) {
     write_plot(o.plot, bench::svg(plot));
   }
   if (o.json) {
-    Json out = {{"bench", "reduction"}, {"device", dev.str()}, {"where", where}, {"rows", Json::array()}};
+    Json out = {
+        {"bench", "reduction"}, {"device", dev.str()}, {"where", where}, {"rows", Json::array()}};
     for (const Row& r : rows) {
       Json j = {{"elements", int64_t(1) << r.log2},
                 {"builder_ms", r.builder_ms},
@@ -95,24 +96,27 @@ int bench_reduction_cmd(const ReductionCliOptions& v, const BenchOutput& o) {
   }
   std::printf("sum of squares of float32 x on %s, medians%s\n", where.c_str(),
               dev.is_cuda() ? " (CUDA events, L2 flushed)" : "");
-  std::printf("  builder: jit::reduction({.map = \"x * x\"}); eager: mt::sum(x * x); compiled: "
-              "mt::compile of the same\n");
+  std::printf(
+      "  builder: jit::reduction({.map = \"x * x\"}); eager: mt::sum(x * x); compiled: "
+      "mt::compile of the same\n");
   std::printf("%8s %12s %12s %12s %9s %9s %11s", "elements", "builder ms", "eager ms",
               "compiled ms", "eager/b", "comp/b", "builder GB/s");
   if (dev.is_cuda()) std::printf(" %11s %9s", "copy GB/s", "% of copy");
   std::printf("\n");
   for (const Row& r : rows) {
-    std::printf("%8s %12.4f %12.4f %12.4f %8.2fx %8.2fx %11.1f", fmt::format("2^{}", r.log2).c_str(),
-                r.builder_ms, r.eager_ms, r.compiled_ms, r.eager_ms / r.builder_ms,
-                r.compiled_ms / r.builder_ms, gbps(r.log2, r.builder_ms));
+    std::printf("%8s %12.4f %12.4f %12.4f %8.2fx %8.2fx %11.1f",
+                fmt::format("2^{}", r.log2).c_str(), r.builder_ms, r.eager_ms, r.compiled_ms,
+                r.eager_ms / r.builder_ms, r.compiled_ms / r.builder_ms,
+                gbps(r.log2, r.builder_ms));
     if (dev.is_cuda())
       std::printf(" %11.1f %8.1f%%", 2 * gbps(r.log2, r.copy_ms),
                   100 * gbps(r.log2, r.builder_ms) / (2 * gbps(r.log2, r.copy_ms)));
     std::printf("\n");
   }
   if (dev.is_cuda())
-    std::printf("  copy GB/s: a device copy of x, bytes read and written; %% of copy: the "
-                "builder's bytes read a second against it\n");
+    std::printf(
+        "  copy GB/s: a device copy of x, bytes read and written; %% of copy: the "
+        "builder's bytes read a second against it\n");
   return 0;
 }
 

@@ -49,9 +49,9 @@ int bench_split_cmd(const SplitCliOptions& sp, const BenchOutput& o) {
   manual_seed(0);
   const int64_t b = sp.batch, w = sp.width;
   const double s = 1.0 / std::sqrt(double(w));
-  const std::vector<Tensor> inputs = {mt::randn({b, w}).to(dev), mt::mul(mt::randn({w, w}), s).to(dev),
-                                      mt::mul(mt::randn({w, w}), s).to(dev),
-                                      mt::mul(mt::randn({w, w}), s).to(dev)};
+  const std::vector<Tensor> inputs = {
+      mt::randn({b, w}).to(dev), mt::mul(mt::randn({w, w}), s).to(dev),
+      mt::mul(mt::randn({w, w}), s).to(dev), mt::mul(mt::randn({w, w}), s).to(dev)};
   // The compile log of the first calls (compile, warm-up, the CUDA graphs' capture).
   const char* had_log = std::getenv("MT_LOG");
   const std::string saved_log = had_log ? had_log : "";
@@ -71,8 +71,10 @@ int bench_split_cmd(const SplitCliOptions& sp, const BenchOutput& o) {
     throw;
   }
   dispatcher().set_log_sink(nullptr);
-  if (had_log) ::setenv("MT_LOG", saved_log.c_str(), 1);
-  else ::unsetenv("MT_LOG");
+  if (had_log)
+    ::setenv("MT_LOG", saved_log.c_str(), 1);
+  else
+    ::unsetenv("MT_LOG");
   if (!saved_log.empty())  // the user asked for logs: pass them on
     for (const std::string& l : log_lines) dispatcher().log(l);
   // "captured a CUDA graph in N parts around M eager step(s)", or on the CPU "comes in up to
@@ -96,22 +98,27 @@ int bench_split_cmd(const SplitCliOptions& sp, const BenchOutput& o) {
   const bool split = parts >= 2;
   std::string split_line;
   if (split)
-    split_line = fmt::format("graph split: yes, {} CUDA graphs with the cudagraph_unsafe op called eagerly "
-                             "between them (compile log: \"{}\")",
-                             parts, captured);
+    split_line = fmt::format(
+        "graph split: yes, {} CUDA graphs with the cudagraph_unsafe op called eagerly "
+        "between them (compile log: \"{}\")",
+        parts, captured);
   else if (!no_graph.empty())
-    split_line = fmt::format("graph split: no, no CUDA graph was captured (compile log: \"{}\")", no_graph);
+    split_line =
+        fmt::format("graph split: no, no CUDA graph was captured (compile log: \"{}\")", no_graph);
   else if (dev.is_cpu() && !would.empty())
-    split_line = fmt::format("graph split: no, the CPU replays no CUDA graph; the plan calls the "
-                             "cudagraph_unsafe op eagerly (compile log: \"{}\")",
-                             would);
+    split_line = fmt::format(
+        "graph split: no, the CPU replays no CUDA graph; the plan calls the "
+        "cudagraph_unsafe op eagerly (compile log: \"{}\")",
+        would);
   else
     split_line = "graph split: no, the compile log does not say the graph was split";
   auto once = [&](auto&& fn) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < sp.calls; ++i) fn();
     if (dev.is_cuda()) cuda::synchronize(dev.index);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / sp.calls;
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           sp.calls;
   };
   auto run_eager = [&] { (void)step(inputs); };
   auto run_compiled = [&] { (void)compiled(inputs); };
@@ -124,28 +131,42 @@ int bench_split_cmd(const SplitCliOptions& sp, const BenchOutput& o) {
   }
   const double me = bench::median(te), mc = bench::median(tc);
   const std::string where =
-      dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name) : cpu_model();
+      dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
+                    : cpu_model();
   const std::string shape = fmt::format("batch {}, width {}", b, w);
   if (!o.plot.empty()) {
-    bench::BarPlot plot{.title = fmt::format("a step with a cudagraph_unsafe op, {}, on {}", shape, where),
-                        .value_label = "ms per step (median)"};
+    bench::BarPlot plot{
+        .title = fmt::format("a step with a cudagraph_unsafe op, {}, on {}", shape, where),
+        .value_label = "ms per step (median)"};
     plot.bars.push_back({"eager", me});
     plot.bars.push_back({split ? "compiled (graph split in two)" : "compiled", mc});
     write_plot(o.plot, bench::svg(plot));
   }
   if (o.json) {
-    print_json({{"bench", "split"}, {"device", dev.str()}, {"where", where}, {"batch", b}, {"width", w},
-                {"repeats", sp.repeats}, {"calls", sp.calls}, {"eager_ms", me}, {"compiled_ms", mc},
-                {"eager_over_compiled", me / mc}, {"split", split}, {"graph_parts", parts},
-                {"max_abs_diff", max_diff}, {"split_line", split_line}});
+    print_json({{"bench", "split"},
+                {"device", dev.str()},
+                {"where", where},
+                {"batch", b},
+                {"width", w},
+                {"repeats", sp.repeats},
+                {"calls", sp.calls},
+                {"eager_ms", me},
+                {"compiled_ms", mc},
+                {"eager_over_compiled", me / mc},
+                {"split", split},
+                {"graph_parts", parts},
+                {"max_abs_diff", max_diff},
+                {"split_line", split_line}});
     return 0;
   }
-  std::printf("3 matmuls, 5 pointwise ops and bench_split::scale (tagged cudagraph_unsafe) in the "
-              "middle, %s, on %s;\nms per step, median of %d samples of %d calls (alternating)\n",
-              shape.c_str(), where.c_str(), sp.repeats, sp.calls);
+  std::printf(
+      "3 matmuls, 5 pointwise ops and bench_split::scale (tagged cudagraph_unsafe) in the "
+      "middle, %s, on %s;\nms per step, median of %d samples of %d calls (alternating)\n",
+      shape.c_str(), where.c_str(), sp.repeats, sp.calls);
   std::printf("  eager                   %9.4f ms\n", me);
   std::printf("  mt::compile             %9.4f ms\n", mc);
-  std::printf("  eager / compiled        %9.2fx   (above 1: the compiled step is faster)\n", me / mc);
+  std::printf("  eager / compiled        %9.2fx   (above 1: the compiled step is faster)\n",
+              me / mc);
   std::printf("  max |compiled - eager|  %9.2g\n", max_diff);
   std::printf("%s\n", split_line.c_str());
   return 0;
@@ -164,8 +185,12 @@ void add_bench_split(BenchGroup& bench) {
   b_split->add_option("--calls", sp->calls, "calls in each sample")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  b_split->add_option("--batch", sp->batch, "rows of the input")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  b_split->add_option("--width", sp->width, "the layers' width")->capture_default_str()->check(CLI::Range(1, 1 << 14));
+  b_split->add_option("--batch", sp->batch, "rows of the input")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  b_split->add_option("--width", sp->width, "the layers' width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 14));
 }
 
 }  // namespace mt::cli

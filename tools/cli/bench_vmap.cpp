@@ -50,7 +50,8 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
   }();
   const Tensor rows = mt::randn({shape.batch, 256, 64}).to(dev);
   auto run_fallback = [&] {
-    (void)mt::vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{rowsum(a[0])}; })({rows});
+    (void)mt::vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{rowsum(a[0])}; })(
+        {rows});
   };
   auto run_rows = [&] {
     Tensor out = mt::empty({shape.batch, 256}, {.device = dev});
@@ -65,12 +66,15 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
     tf.push_back(once(run_fallback));
     tr.push_back(once(run_rows));
   }
-  const double mv = bench::median(tv), ml = bench::median(tl), mf = bench::median(tf), mr = bench::median(tr);
+  const double mv = bench::median(tv), ml = bench::median(tl), mf = bench::median(tf),
+               mr = bench::median(tr);
   const std::string where =
-      dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name) : cpu_model();
+      dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
+                    : cpu_model();
   if (!o.plot.empty()) {
-    bench::BarPlot plot{.title = fmt::format("per-sample gradients, 64/32/64 MLP, batch 64, on {}", where),
-                        .value_label = "ms (median)"};
+    bench::BarPlot plot{
+        .title = fmt::format("per-sample gradients, 64/32/64 MLP, batch 64, on {}", where),
+        .value_label = "ms (median)"};
     plot.bars.push_back({"vmap(grad)", mv});
     plot.bars.push_back({"loop of 64 grad calls", ml});
     plot.bars.push_back({"an op without a rule under vmap (the fallback)", mf});
@@ -78,17 +82,27 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
     write_plot(o.plot, bench::svg(plot));
   }
   if (o.json) {
-    print_json({{"bench", "vmap"}, {"device", dev.str()}, {"where", where}, {"repeats", v.repeats},
-                {"vmap_ms", mv}, {"loop_ms", ml}, {"loop_over_vmap", ml / mv},
-                {"fallback_ms", mf}, {"rows_loop_ms", mr}, {"fallback_over_loop", mf / mr}});
+    print_json({{"bench", "vmap"},
+                {"device", dev.str()},
+                {"where", where},
+                {"repeats", v.repeats},
+                {"vmap_ms", mv},
+                {"loop_ms", ml},
+                {"loop_over_vmap", ml / mv},
+                {"fallback_ms", mf},
+                {"rows_loop_ms", mr},
+                {"fallback_over_loop", mf / mr}});
     return 0;
   }
-  std::printf("per-sample gradients of the 64/32/64 MLP at batch 64 on %s, median of %d (alternating)\n",
-              where.c_str(), v.repeats);
+  std::printf(
+      "per-sample gradients of the 64/32/64 MLP at batch 64 on %s, median of %d (alternating)\n",
+      where.c_str(), v.repeats);
   std::printf("  vmap(grad)              %9.3f ms\n", mv);
   std::printf("  loop of 64 grad calls   %9.3f ms\n", ml);
   std::printf("  loop / vmap             %9.2fx\n", ml / mv);
-  std::printf("an op without a batching rule (a row sum of [64, 256, 64]) under vmap, against the loop it replaces\n");
+  std::printf(
+      "an op without a batching rule (a row sum of [64, 256, 64]) under vmap, against the loop it "
+      "replaces\n");
   std::printf("  the fallback            %9.3f ms\n", mf);
   std::printf("  64 calls, copied        %9.3f ms\n", mr);
   std::printf("  fallback / loop         %9.2fx   (goal: at most 1.05)\n", mf / mr);

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `minitensor cache`: the NVRTC kernel cache: ls, stats, clear; --plot draws its LRU order.
+#include "kernels/jit/cache.h"
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -7,9 +11,6 @@
 #include <filesystem>
 #include <map>
 
-#include <unistd.h>
-
-#include "kernels/jit/cache.h"
 #include "kernels/jit/nvrtc.h"
 #include "tools/bench/memory_plot.h"
 #include "tools/cli/cli.h"
@@ -39,13 +40,18 @@ int cache_cmd(const std::string& what, bool json) {
   }
   const auto entries = cache.list();
   if (what == "stats") {
-    const size_t invalid = size_t(std::count_if(entries.begin(), entries.end(), [](const auto& e) { return !e.valid; }));
+    const size_t invalid = size_t(
+        std::count_if(entries.begin(), entries.end(), [](const auto& e) { return !e.valid; }));
     if (json) {
-      print_json({{"dir", dir}, {"entries", entries.size()}, {"invalid", invalid}, {"bytes", cache.disk_bytes()},
+      print_json({{"dir", dir},
+                  {"entries", entries.size()},
+                  {"invalid", invalid},
+                  {"bytes", cache.disk_bytes()},
                   {"max_bytes", cache.config().max_bytes}});
     } else {
-      std::printf("dir %s\nentries %zu (%zu invalid), %.2f MiB of %llu MiB\n", dir.c_str(), entries.size(), invalid,
-                  double(cache.disk_bytes()) / (1 << 20), (unsigned long long)(cache.config().max_bytes >> 20));
+      std::printf("dir %s\nentries %zu (%zu invalid), %.2f MiB of %llu MiB\n", dir.c_str(),
+                  entries.size(), invalid, double(cache.disk_bytes()) / (1 << 20),
+                  (unsigned long long)(cache.config().max_bytes >> 20));
     }
     return 0;
   }
@@ -169,7 +175,8 @@ void add_cache(CLI::App& app, Commands& commands) {
         return opts.plot.empty() ? cache_cmd(opts.what, opts.json)
                                  : cache_plot(opts.plot, opts.demo);
       });
-  cac->add_option("what", o->what, "ls | stats | clear")->check(CLI::IsMember({"ls", "stats", "clear"}));
+  cac->add_option("what", o->what, "ls | stats | clear")
+      ->check(CLI::IsMember({"ls", "stats", "clear"}));
   cac->add_flag("--json", o->json, "machine-readable output");
   cac->add_option("--plot", o->plot,
                   "draw the LRU order over time (hits, misses, evictions) into this SVG file");

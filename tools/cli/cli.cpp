@@ -63,8 +63,9 @@ int machine_threads() { return std::max(1, int(std::thread::hardware_concurrency
 int clamp_threads(int n, const char* what) {
   const int most = machine_threads();
   if (n <= most) return n;
-  std::fprintf(stderr, "minitensor: %s %d is more than this machine's %d hardware threads; using %d\n", what, n, most,
-               most);
+  std::fprintf(stderr,
+               "minitensor: %s %d is more than this machine's %d hardware threads; using %d\n",
+               what, n, most, most);
   return most;
 }
 
@@ -76,8 +77,8 @@ void bound_omp_threads() {
   long long n = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (ec == std::errc::result_out_of_range || (ec == std::errc() && n > machine_threads()))
-    cpu::set_num_threads(clamp_threads(ec == std::errc() ? int(std::min<long long>(n, 1 << 30)) : 1 << 30,
-                                       "OMP_NUM_THREADS"));
+    cpu::set_num_threads(clamp_threads(
+        ec == std::errc() ? int(std::min<long long>(n, 1 << 30)) : 1 << 30, "OMP_NUM_THREADS"));
 }
 
 std::optional<mlp::Shape> parse_mlp_shape(std::string_view text) {
@@ -87,13 +88,18 @@ std::optional<mlp::Shape> parse_mlp_shape(std::string_view text) {
   for (int k = 0; k < 3; ++k) {
     if (k > 0 && (p == end || *p++ != 'x')) return std::nullopt;
     auto [next, ec] = std::from_chars(p, end, dims[k]);
-    if (ec != std::errc() || next == p || dims[k] < 1 || dims[k] >= (int64_t(1) << 31)) return std::nullopt;
+    if (ec != std::errc() || next == p || dims[k] < 1 || dims[k] >= (int64_t(1) << 31))
+      return std::nullopt;
     p = next;
   }
   if (p != end) return std::nullopt;
   const int64_t cap = int64_t(1) << 31;
-  if (dims[0] * dims[1] > cap || dims[0] * dims[2] > cap || dims[1] * dims[2] > cap) return std::nullopt;
-  return mlp::Shape{.batch = dims[0], .in = dims[1], .hidden = dims[2], .out = dims[1]};  // output dim = input dim
+  if (dims[0] * dims[1] > cap || dims[0] * dims[2] > cap || dims[1] * dims[2] > cap)
+    return std::nullopt;
+  return mlp::Shape{.batch = dims[0],
+                    .in = dims[1],
+                    .hidden = dims[2],
+                    .out = dims[1]};  // output dim = input dim
 }
 
 void add_device_option(CLI::App& sub, std::string& device, const char* help) {

@@ -30,8 +30,12 @@ int compile_demo(const std::string& device_name) {
   };
   auto make_inputs = [&] {
     manual_seed(0);
-    std::vector<Tensor> in = {randn({64, 32}), randn({64, 32}), mul(randn({32, 64}), 0.18),
-                              zeros({64}), mul(randn({64, 32}), 0.125), zeros({32})};
+    std::vector<Tensor> in = {randn({64, 32}),
+                              randn({64, 32}),
+                              mul(randn({32, 64}), 0.18),
+                              zeros({64}),
+                              mul(randn({64, 32}), 0.125),
+                              zeros({32})};
     for (size_t i = 0; i < in.size(); ++i) {
       in[i] = in[i].to(dev);
       if (i >= 2) in[i].requires_grad_();
@@ -39,8 +43,10 @@ int compile_demo(const std::string& device_name) {
     return in;
   };
   const std::vector<std::string> names = {"x", "y", "w1", "b1", "w2", "b2"};
-  std::printf("== 1. capture: the step runs once on fake tensors (shapes from each op's fake kernel,\n"
-              "nothing computed); forward, the backward the engine ran and the SGD update are one graph\n\n");
+  std::printf(
+      "== 1. capture: the step runs once on fake tensors (shapes from each op's fake kernel,\n"
+      "nothing computed); forward, the backward the engine ran and the SGD update are one "
+      "graph\n\n");
   const Graph g = capture(step, make_inputs(), {.input_names = names});
   std::printf("%s", g.str().c_str());
   std::printf("\n== 2. the same graph for Graphviz (dot -Tsvg)\n\n%s", g.dot().c_str());
@@ -54,7 +60,8 @@ int compile_demo(const std::string& device_name) {
     std::printf("%s: %s\n  %s\n", fg.name.c_str(), fmt::format("{}", fmt::join(ops, ", ")).c_str(),
                 body.c_str());
   }
-  std::printf("\n== 4. five steps, eager and compiled (mt::compile; replay without the dispatcher)\n\n");
+  std::printf(
+      "\n== 4. five steps, eager and compiled (mt::compile; replay without the dispatcher)\n\n");
   std::vector<Tensor> eager = make_inputs(), compiled_in = make_inputs();
   Compiled compiled = mt::compile(step, {.input_names = names});
   for (int i = 0; i < 5; ++i) {
@@ -67,7 +74,8 @@ int compile_demo(const std::string& device_name) {
     Tensor a = eager[i].detach().cpu().contiguous(), b = compiled_in[i].detach().cpu().contiguous();
     same = same && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
   }
-  std::printf("parameters after 5 steps: %s\nplan:\n%s", same ? "bitwise equal" : "differ (fused kernels round differently)",
+  std::printf("parameters after 5 steps: %s\nplan:\n%s",
+              same ? "bitwise equal" : "differ (fused kernels round differently)",
               compiled.plan_str().c_str());
   return 0;
 }
@@ -83,7 +91,9 @@ void add_compile_demo(CLI::App& app, Commands& commands) {
       app, "compile-demo",
       "mt::compile on the MLP training step: the graph, Graphviz, fusion, replay",
       [](const CompileDemoCliOptions& opts) { return compile_demo(opts.device); });
-  cdemo->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(device_name());
+  cdemo->add_option("--device", o->device, "cpu or cuda")
+      ->capture_default_str()
+      ->check(device_name());
 }
 
 }  // namespace mt::cli

@@ -52,7 +52,8 @@ int demo_debug_mode() {
     backward(loss);
     return loss;
   };
-  std::printf("== DebugMode: one MLP step (64/32/64), one line an op; #hash: FNV-1a of the values\n");
+  std::printf(
+      "== DebugMode: one MLP step (64/32/64), one line an op; #hash: FNV-1a of the values\n");
   DebugMode debug;
   {
     ModeGuard guard(debug);
@@ -81,8 +82,9 @@ int demo(const std::string& device_name) {
     return 1;
   }
   std::printf("The tutorial's flow, in C++, on %s.\n", dev.str().c_str());
-  step(1, "register: custom_op(\"triton_demo::silu\", fn) defines the op, fn is its CPU kernel; "
-          "register_kernel(CUDA, ...) adds the user's GPU kernel (a pointwise expression)");
+  step(1,
+       "register: custom_op(\"triton_demo::silu\", fn) defines the op, fn is its CPU kernel; "
+       "register_kernel(CUDA, ...) adds the user's GPU kernel (a pointwise expression)");
   auto op = make_demo_op();
   std::printf("schema: %s\n", op.schema().str().c_str());
   std::printf("%s", dispatcher().dump_table("triton_demo::silu").c_str());
@@ -111,7 +113,8 @@ int demo(const std::string& device_name) {
   std::printf("%s", opcheck(op.handle(), {Stack{randn({3, 4}).to(dev)}}).str().c_str());
 
   step(7, "the dispatch trace of one call that requires grad (MT_TRACE=dispatch)");
-  Dispatcher::singleton().set_log_sink([](std::string_view l) { std::printf("%.*s\n", int(l.size()), l.data()); });
+  Dispatcher::singleton().set_log_sink(
+      [](std::string_view l) { std::printf("%.*s\n", int(l.size()), l.data()); });
   Dispatcher::singleton().set_trace_dispatch(true);
   op(x);
   Dispatcher::singleton().set_trace_dispatch(false);
@@ -127,17 +130,20 @@ int demo(const std::string& device_name) {
       auto t0 = std::chrono::steady_clock::now();
       fn();
       if (dev.is_cuda()) cuda::synchronize(dev.index);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
     return ms[5];
   };
   const double t_op = median_ms([&] { op(big); }), t_builtin = median_ms([&] { silu(big); });
-  std::printf("2^20 float32 on %s, median of 11 (wall clock): triton_demo::silu %.3f ms, "
-              "mt::silu %.3f ms\n",
-              dev.str().c_str(), t_op, t_builtin);
+  std::printf(
+      "2^20 float32 on %s, median of 11 (wall clock): triton_demo::silu %.3f ms, "
+      "mt::silu %.3f ms\n",
+      dev.str().c_str(), t_op, t_builtin);
 
-  step(9, "train: a two-layer MLP with SiLU is examples/mlp_train (tools/dev.sh demo runs it next)");
+  step(9,
+       "train: a two-layer MLP with SiLU is examples/mlp_train (tools/dev.sh demo runs it next)");
   return 0;
 }
 

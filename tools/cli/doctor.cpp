@@ -27,34 +27,40 @@ int doctor(bool json) {
 #else
   kv.push_back({"cuda_backend", "cuda backend", "not built (no cuda.h/nvrtc.h at configure time)"});
 #endif
-  kv.push_back({"cpu", "cpu", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())});
+  kv.push_back(
+      {"cpu", "cpu",
+       fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())});
   kv.push_back({"blas", "blas", cpu::blas_info()});
   kv.push_back({"cpu_threads", "cpu threads", std::to_string(cpu::num_threads())});
   bool cuda_ok = cuda::is_available();
   kv.push_back({"cuda_driver", "cuda driver",
-                cuda_ok ? fmt::format("found, {} device(s), driver {}", cuda::device_count(), cuda::driver_version())
+                cuda_ok ? fmt::format("found, {} device(s), driver {}", cuda::device_count(),
+                                      cuda::driver_version())
                         : "unavailable: " + cuda::unavailable_reason()});
   for (int i = 0; cuda_ok && i < cuda::device_count(); ++i) {
     const auto& p = cuda::device_props(i);
     kv.push_back({fmt::format("cuda_{}", i), fmt::format("cuda:{}", i),
-                  fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB", p.name, p.major, p.minor, p.sm_count,
-                              double(p.total_memory) / (1 << 30))});
+                  fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB", p.name, p.major, p.minor,
+                              p.sm_count, double(p.total_memory) / (1 << 30))});
   }
   if (jit::nvrtc_available()) {
     jit::NvrtcVersion v = jit::nvrtc_version();
     std::vector<std::string> archs;
     for (int a : jit::nvrtc_supported_archs()) archs.push_back(fmt::format("sm_{}", a));
     kv.push_back({"nvrtc", "nvrtc",
-                  fmt::format("{}.{} at {}; archs {}", v.major, v.minor, jit::nvrtc_library_path(), fmt::join(archs, " "))});
+                  fmt::format("{}.{} at {}; archs {}", v.major, v.minor, jit::nvrtc_library_path(),
+                              fmt::join(archs, " "))});
   } else {
     kv.push_back({"nvrtc", "nvrtc", "unavailable: " + jit::nvrtc_unavailable_reason()});
   }
   try {
     auto& cache = jit::kernel_cache();
-    kv.push_back({"kernel_cache", "kernel cache", cache.disk_enabled()
-                                        ? fmt::format("{} ({} entries, {:.1f} MiB of {} MiB)", cache.config().dir, cache.list().size(),
-                                                      double(cache.disk_bytes()) / (1 << 20), cache.config().max_bytes >> 20)
-                                        : std::string("memory only (MT_KERNEL_CACHE=0)")});
+    kv.push_back({"kernel_cache", "kernel cache",
+                  cache.disk_enabled()
+                      ? fmt::format("{} ({} entries, {:.1f} MiB of {} MiB)", cache.config().dir,
+                                    cache.list().size(), double(cache.disk_bytes()) / (1 << 20),
+                                    cache.config().max_bytes >> 20)
+                      : std::string("memory only (MT_KERNEL_CACHE=0)")});
   } catch (const Error& e) {
     kv.push_back({"kernel_cache", "kernel cache", std::string("error: ") + e.what()});
   }
@@ -70,7 +76,8 @@ int doctor(bool json) {
                     fmt::format("max |diff| vs cpu {:.2g}: {}", d, d < 1e-5 ? "ok" : "MISMATCH")});
       all_ok = all_ok && d < 1e-5;
     } catch (const Error& e) {
-      kv.push_back({fmt::format("silu_cuda_{}", i), fmt::format("silu on cuda:{}", i), std::string("error: ") + e.what()});
+      kv.push_back({fmt::format("silu_cuda_{}", i), fmt::format("silu on cuda:{}", i),
+                    std::string("error: ") + e.what()});
       all_ok = false;
     }
   }

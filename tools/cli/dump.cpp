@@ -22,7 +22,8 @@ std::string closest_op(std::string_view name) {
     const std::string full = n.str();
     std::string short_name = n.name;
     if (!n.overload.empty()) short_name += "." + n.overload;
-    const size_t d = std::min(detail::edit_distance(name, full), detail::edit_distance(bare, short_name));
+    const size_t d =
+        std::min(detail::edit_distance(name, full), detail::edit_distance(bare, short_name));
     const bool is_mt = n.ns == "mt";
     if (d < best_d || (d == best_d && is_mt && !best_mt)) best = full, best_d = d, best_mt = is_mt;
   }
@@ -38,9 +39,10 @@ int dump(const std::string& name) {
   } catch (const Error&) {
     const std::string guess = closest_op(name);
     if (guess.empty()) throw;
-    MT_ERROR("[dump] no operator named {} is registered; did you mean '{}'? (`minitensor ops` "
-             "lists them)",
-             mt::quoted(name), guess);
+    MT_ERROR(
+        "[dump] no operator named {} is registered; did you mean '{}'? (`minitensor ops` "
+        "lists them)",
+        mt::quoted(name), guess);
   }
   std::printf("%s", text.c_str());
   return 0;

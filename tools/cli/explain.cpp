@@ -29,7 +29,8 @@ int explain(const std::string& name, const std::vector<std::string>& args,
     } else if (base == "fake") {
       t = fake_empty({2});
     } else if (base == "cuda") {
-      MT_CHECK(cuda::is_available(), "[explain] argument 'cuda' needs a GPU, but CUDA is unavailable: {}",
+      MT_CHECK(cuda::is_available(),
+               "[explain] argument 'cuda' needs a GPU, but CUDA is unavailable: {}",
                cuda::unavailable_reason());
       t = zeros({2}, {.device = Device("cuda:0")});
     } else {
@@ -39,8 +40,10 @@ int explain(const std::string& name, const std::vector<std::string>& args,
                "[explain] argument {} is not cpu, cuda, fake (each with an optional :grad) or a "
                "number",
                mt::quoted(a));
-      if (a.find_first_of(".eE") == std::string::npos) stack.emplace_back(int64_t(d));
-      else stack.emplace_back(d);
+      if (a.find_first_of(".eE") == std::string::npos)
+        stack.emplace_back(int64_t(d));
+      else
+        stack.emplace_back(d);
       continue;
     }
     if (flag == "grad") t.requires_grad_();
@@ -80,13 +83,16 @@ void add_explain(CLI::App& app, Commands& commands) {
         return explain(opts.name, opts.args, opts.include, opts.exclude);
       });
   exp_cmd->add_option("name", o->name, "namespace::op")->required();
-  exp_cmd->add_option("--args", o->args,
-                      "the call's arguments: cpu, cuda or fake (a float32 tensor of 2 elements; "
-                      "add :grad to require grad) or a number")
+  exp_cmd
+      ->add_option("--args", o->args,
+                   "the call's arguments: cpu, cuda or fake (a float32 tensor of 2 elements; "
+                   "add :grad to require grad) or a number")
       ->type_name("ARG ...");
   exp_cmd->add_option("--include", o->include, "thread-local included keys, as a guard adds")
       ->type_name("KEY ...");
-  exp_cmd->add_option("--exclude", o->exclude, "thread-local excluded keys (--exclude Autograd: no_grad)")
+  exp_cmd
+      ->add_option("--exclude", o->exclude,
+                   "thread-local excluded keys (--exclude Autograd: no_grad)")
       ->type_name("KEY ...");
 }
 

@@ -2,7 +2,6 @@
 // The minitensor command: the --load pre-pass, the app and its subcommands (each declared
 // and run by its own file of tools/cli/, cli.h), the parse, and the top-level errors.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -25,7 +24,8 @@ int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--") break;
     if (a.starts_with("-")) {
-      if (a == "--plot" || a == "--namespace" || a == "--device" || a == "--load") ++i;  // takes a value
+      if (a == "--plot" || a == "--namespace" || a == "--device" || a == "--load")
+        ++i;  // takes a value
       continue;
     }
     if (at->get_subcommands({}).empty()) break;  // a positional argument of a leaf
@@ -37,8 +37,9 @@ int unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
     if (!sub) {
       std::vector<std::string> names;
       for (const CLI::App* s : at->get_subcommands({})) names.push_back(s->get_name());
-      std::fprintf(stderr, "%s: unknown command %s; the commands are %s (see %s --help)\n", path.c_str(),
-                   mt::quoted(a).c_str(), fmt::format("{}", fmt::join(names, ", ")).c_str(), path.c_str());
+      std::fprintf(stderr, "%s: unknown command %s; the commands are %s (see %s --help)\n",
+                   path.c_str(), mt::quoted(a).c_str(),
+                   fmt::format("{}", fmt::join(names, ", ")).c_str(), path.c_str());
       return 2;
     }
     at = sub;
@@ -62,8 +63,9 @@ int main(int argc, char** argv) {
     }
     if (a == "--load") {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "minitensor: --load needs the path of a shared library of ops, "
-                             "e.g. minitensor --load ./libmyops.so ops\n");
+        std::fprintf(stderr,
+                     "minitensor: --load needs the path of a shared library of ops, "
+                     "e.g. minitensor --load ./libmyops.so ops\n");
         return 2;
       }
       load_first.emplace_back(argv[++i]);

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // `minitensor memory`: the CUDA caching allocator's events over an MLP training loop.
+#include "runtime/cuda/memory.h"
+
 #include <cstdio>
 #include <map>
 
 #include "runtime/cuda/graph.h"
-#include "runtime/cuda/memory.h"
 #include "tools/bench/memory_plot.h"
 #include "tools/cli/cli.h"
 
@@ -92,7 +93,9 @@ void add_memory(CLI::App& app, Commands& commands) {
       app, "memory",
       "the CUDA caching allocator's events over an MLP training loop (--plot FILE.svg)",
       memory_cmd);
-  mem->add_option("--device", m->device, "cuda (cuda:N)")->capture_default_str()->check(device_name());
+  mem->add_option("--device", m->device, "cuda (cuda:N)")
+      ->capture_default_str()
+      ->check(device_name());
   mem->add_option("--plot", m->plot, "draw the blocks over time into this SVG file");
   mem->add_option("--shape", m->shape, "the MLP's BATCHxINxHIDDEN")
       ->capture_default_str()

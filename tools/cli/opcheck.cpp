@@ -26,8 +26,9 @@ std::vector<std::string_view> split_top(std::string_view text, std::string_view 
     const char c = i < text.size() ? text[i] : ',';
     if (c == '(' || c == '[') ++depth;
     if (c == ')' || c == ']') --depth;
-    MT_CHECK(depth >= 0, "[opcheck] --sample '{}': a '{}' closes nothing; write e.g. 'randn(3,4), 2.0'",
-             whole, c);
+    MT_CHECK(depth >= 0,
+             "[opcheck] --sample '{}': a '{}' closes nothing; write e.g. 'randn(3,4), 2.0'", whole,
+             c);
     if (c == ',' && depth == 0) {
       items.push_back(trim(text.substr(start, i - start)));
       start = i + 1;
@@ -43,19 +44,22 @@ bool parse_int(std::string_view s, int64_t* out) {
 }
 
 Value parse_item(std::string_view item, std::string_view whole) {
-  MT_CHECK(!item.empty(), "[opcheck] --sample '{}': an empty item; write e.g. 'randn(3,4), 2.0'", whole);
+  MT_CHECK(!item.empty(), "[opcheck] --sample '{}': an empty item; write e.g. 'randn(3,4), 2.0'",
+           whole);
   if (item == "none" || item == "None") return Value();
   if (item == "true" || item == "True") return Value(true);
   if (item == "false" || item == "False") return Value(false);
   if (int64_t i = 0; parse_int(item, &i)) return Value(i);
   if (item.front() == '[') {
-    MT_CHECK(item.back() == ']', "[opcheck] --sample '{}': '{}' is not a list of ints like [1,2]", whole, item);
+    MT_CHECK(item.back() == ']', "[opcheck] --sample '{}': '{}' is not a list of ints like [1,2]",
+             whole, item);
     std::vector<int64_t> list;
     std::string_view inner = trim(item.substr(1, item.size() - 2));
     if (!inner.empty())
       for (std::string_view e : split_top(inner, whole)) {
         int64_t v = 0;
-        MT_CHECK(parse_int(e, &v), "[opcheck] --sample '{}': '{}' in '{}' is not an int", whole, e, item);
+        MT_CHECK(parse_int(e, &v), "[opcheck] --sample '{}': '{}' in '{}' is not an int", whole, e,
+                 item);
         list.push_back(v);
       }
     return Value(std::move(list));
@@ -79,15 +83,18 @@ Value parse_item(std::string_view item, std::string_view whole) {
     DType dtype = DType::Float64;
     std::string_view rest = trim(item.substr(close + 1));
     if (!rest.empty()) {
-      MT_CHECK(rest.front() == ':', "[opcheck] --sample '{}': '{}' after '{}'; a dtype goes as ':float32'",
-               whole, rest, item.substr(0, close + 1));
+      MT_CHECK(rest.front() == ':',
+               "[opcheck] --sample '{}': '{}' after '{}'; a dtype goes as ':float32'", whole, rest,
+               item.substr(0, close + 1));
       const std::string name(trim(rest.substr(1)));
       bool found = false;
       for (DType d : {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16, DType::Int64,
                       DType::Bool})
         if (dtype_name(d) == name) dtype = d, found = true;
-      MT_CHECK(found, "[opcheck] --sample '{}': unknown dtype '{}'; use float64, float32, float16, "
-               "bfloat16, int64 or bool", whole, name);
+      MT_CHECK(found,
+               "[opcheck] --sample '{}': unknown dtype '{}'; use float64, float32, float16, "
+               "bfloat16, int64 or bool",
+               whole, name);
     }
     const TensorOptions opts{.dtype = dtype};
     if (fn == "randn") return Value(randn(shape, opts));
@@ -100,8 +107,10 @@ Value parse_item(std::string_view item, std::string_view whole) {
   double d = 0;
   auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
   if (ec == std::errc() && end == item.data() + item.size()) return Value(d);
-  MT_ERROR("[opcheck] --sample '{}': cannot read '{}'; write tensors as randn(3,4), numbers, "
-           "true/false, none or [1,2]", whole, item);
+  MT_ERROR(
+      "[opcheck] --sample '{}': cannot read '{}'; write tensors as randn(3,4), numbers, "
+      "true/false, none or [1,2]",
+      whole, item);
 }
 
 // One sample's arguments, written as a comma list: randn(3,4) rand(2) ones(5) zeros(2,2)
@@ -130,7 +139,8 @@ std::vector<Stack> default_samples(const FunctionSchema& schema) {
                "[opcheck] {}: no default sample for argument '{}' of type {}; give the "
                "arguments with --sample, e.g. --sample 'randn(3,4), 2.0'",
                schema.name, a.name, t.str());
-      if (t.kind == TypeKind::Tensor) s.push_back(randn(shape, TensorOptions{.dtype = DType::Float64}));
+      if (t.kind == TypeKind::Tensor)
+        s.push_back(randn(shape, TensorOptions{.dtype = DType::Float64}));
       if (t.kind == TypeKind::Float || t.kind == TypeKind::Scalar) s.push_back(1.5);
       if (t.kind == TypeKind::Int) s.push_back(int64_t(2));
       if (t.kind == TypeKind::Bool) s.push_back(true);
@@ -160,7 +170,8 @@ int opcheck_command(const std::string& op_name, const std::vector<std::string>& 
       if (samples[si][i].is_tensor() && samples[si][i].to_tensor().defined() &&
           is_floating(samples[si][i].to_tensor().dtype())) {
         slots.push_back(i);
-        inputs.push_back(samples[si][i].to_tensor().detach().to(DType::Float64).requires_grad_(true));
+        inputs.push_back(
+            samples[si][i].to_tensor().detach().to(DType::Float64).requires_grad_(true));
       }
     if (inputs.empty() || op.schema().returns.empty()) {
       std::printf("gradcheck sample %zu: skipped (no floating tensor input, or no output)\n", si);
@@ -203,10 +214,11 @@ void add_opcheck(CLI::App& app, Commands& commands) {
       "opcheck (every test, test_compile included) and gradcheck on an op, e.g. one of --load's",
       [](const OpcheckCliOptions& opts) { return opcheck_command(opts.op, opts.samples); });
   opc->add_option("op", o->op, "the op, e.g. myops::scale")->required();
-  opc->add_option("--sample", o->samples,
-                  "one sample's arguments, e.g. 'randn(3,4), 2.0' (float64 tensors; randn(3):float32, "
-                  "numbers, true/false, none, [1,2]); repeatable; default: each tensor randn [3, 4] "
-                  "then [5], each float 1.5, int 2, bool true");
+  opc->add_option(
+      "--sample", o->samples,
+      "one sample's arguments, e.g. 'randn(3,4), 2.0' (float64 tensors; randn(3):float32, "
+      "numbers, true/false, none, [1,2]); repeatable; default: each tensor randn [3, 4] "
+      "then [5], each float 1.5, int 2, bool true");
 }
 
 }  // namespace mt::cli

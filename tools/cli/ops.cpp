@@ -21,9 +21,13 @@ int list_ops(const std::string& ns, bool json) {
     if (json) {
       std::vector<std::string> tag_names;
       for (std::string_view t : tags.names()) tag_names.emplace_back(t);
-      out.push_back({{"name", n.str()}, {"schema", h.schema().str()}, {"kernels", keys}, {"tags", tag_names}});
+      out.push_back({{"name", n.str()},
+                     {"schema", h.schema().str()},
+                     {"kernels", keys},
+                     {"tags", tag_names}});
     } else {
-      std::printf("%-60s [%s]%s\n", h.schema().str().c_str(), fmt::format("{}", fmt::join(keys, ", ")).c_str(),
+      std::printf("%-60s [%s]%s\n", h.schema().str().c_str(),
+                  fmt::format("{}", fmt::join(keys, ", ")).c_str(),
                   tags.empty() ? "" : (" tags: " + tags.str()).c_str());
     }
   }

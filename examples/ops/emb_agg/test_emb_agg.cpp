@@ -30,8 +30,6 @@ using namespace mt;
 
 namespace {
 
-
-
 // Random bags: sizes 0 to max_bag (about a quarter of them empty), rows drawn from a few
 // so duplicates are common.
 struct Bags {
@@ -99,16 +97,13 @@ Tensor emulate_segment(const double* grad, const long long* idx, const long long
   int passes = 0;
   for (long long v = V; v > 0; v >>= 8) ++passes;
   const int tiles = int((n + ops_emu::kEmbSortTile - 1) / ops_emu::kEmbSortTile);
-  std::vector<long long> hist(size_t(tiles) * ops_emu::kEmbSortBins),
-      totals(ops_emu::kEmbSortBins);
+  std::vector<long long> hist(size_t(tiles) * ops_emu::kEmbSortBins), totals(ops_emu::kEmbSortBins);
   for (int p = 0; p < passes; ++p) {
-    launch({unsigned(tiles)}, {64}, [&] {
-      ops_emu::emb_sort_hist(keys.data(), n, 8 * p, hist.data(), tiles);
-    });
+    launch({unsigned(tiles)}, {64},
+           [&] { ops_emu::emb_sort_hist(keys.data(), n, 8 * p, hist.data(), tiles); });
     // Blocks of 2 threads, so the scan's rows (3 tiles) take two chunks.
-    launch({unsigned(ops_emu::kEmbSortBins)}, {2}, [&] {
-      ops_emu::emb_sort_scan(hist.data(), tiles, totals.data());
-    });
+    launch({unsigned(ops_emu::kEmbSortBins)}, {2},
+           [&] { ops_emu::emb_sort_scan(hist.data(), tiles, totals.data()); });
     launch({unsigned(tiles)}, {32}, [&] {
       ops_emu::emb_sort_scatter(keys.data(), vals.data(), keys2.data(), vals2.data(), n, 8 * p,
                                 hist.data(), totals.data(), tiles);
@@ -122,18 +117,17 @@ Tensor emulate_segment(const double* grad, const long long* idx, const long long
     unsorted += keys[k - 1] > keys[k] || (keys[k - 1] == keys[k] && vals[k - 1] >= vals[k]);
   CHECK(unsorted == 0);
   std::vector<long long> seg_start(size_t(V + 1), -1);
-  launch({unsigned((V + 1 + 63) / 64)}, {64}, [&] {
-    ops_emu::emb_seg_starts(keys.data(), n, V, seg_start.data());
-  });
+  launch({unsigned((V + 1 + 63) / 64)}, {64},
+         [&] { ops_emu::emb_seg_starts(keys.data(), n, V, seg_start.data()); });
   Tensor gw = full({V, D}, -123.0, {.dtype = DType::Float64});
   double* o = gw.data_ptr<double>();
   launch({unsigned(V)}, {32}, [&] {
     if (D % 4 == 0)
-      ops_emu::emb_seg_reduce<double, 4>(grad, off, psw, vals.data(), bag.data(),
-                                         seg_start.data(), o, n_off, D, n, V, mean, has_psw);
+      ops_emu::emb_seg_reduce<double, 4>(grad, off, psw, vals.data(), bag.data(), seg_start.data(),
+                                         o, n_off, D, n, V, mean, has_psw);
     else
-      ops_emu::emb_seg_reduce<double, 1>(grad, off, psw, vals.data(), bag.data(),
-                                         seg_start.data(), o, n_off, D, n, V, mean, has_psw);
+      ops_emu::emb_seg_reduce<double, 1>(grad, off, psw, vals.data(), bag.data(), seg_start.data(),
+                                         o, n_off, D, n, V, mean, has_psw);
   });
   return gw;
 }
@@ -206,7 +200,8 @@ TEST_SUITE("deeprec::emb_agg") {
     }
     // The gradients: bfloat16, and within the rounding of the float64 ones.
     Tensor wr = w.detach().requires_grad_(), pr = psw.detach().requires_grad_();
-    Tensor w64 = w.to(DType::Float64).requires_grad_(), p64 = psw.to(DType::Float64).requires_grad_();
+    Tensor w64 = w.to(DType::Float64).requires_grad_(),
+           p64 = psw.to(DType::Float64).requires_grad_();
     Tensor g = randn({30, D});
     backward(deeprec::emb_agg(wr, idx, off, "sum", pr), g.to(DType::BFloat16));
     backward(deeprec::emb_agg(w64, idx, off, "sum", p64), g.to(DType::BFloat16).to(DType::Float64));
@@ -249,18 +244,22 @@ TEST_SUITE("deeprec::emb_agg") {
     std::vector<int64_t> with_last = bags.offsets;
     with_last.push_back(int64_t(bags.indices.size()));
     Tensor w = randn({5, 4}, {.dtype = DType::Float64});
-    OpCheckReport r = opcheck(
-        deeprec::emb_agg_handle(),
-        {Stack{w, idx, off}, Stack{w, idx, off, "mean"},
-         Stack{w, idx, off, "sum", randn({idx.numel()}, {.dtype = DType::Float64})},
-         Stack{w, idx, i64(with_last), "sum", Value(), true},
-         Stack{w.to(DType::BFloat16), idx, off, "mean", Value(), false, true}});
+    OpCheckReport r =
+        opcheck(deeprec::emb_agg_handle(),
+                {Stack{w, idx, off}, Stack{w, idx, off, "mean"},
+                 Stack{w, idx, off, "sum", randn({idx.numel()}, {.dtype = DType::Float64})},
+                 Stack{w, idx, i64(with_last), "sum", Value(), true},
+                 Stack{w.to(DType::BFloat16), idx, off, "mean", Value(), false, true}});
     // opcheck's test_compile: the backward computes outside the dispatcher (not an op), so
     // mt::compile cannot capture a training step through this op. A known gap; the other
     // four checks pass.
     for (const OpCheckReport::Test& t : r.tests) {
-      if (t.name != "test_compile") CHECK_MESSAGE((t.passed || t.skipped), r.str());
-      else CHECK_MESSAGE(t.message.find("read a tensor's values while it was captured") != std::string::npos, r.str());
+      if (t.name != "test_compile")
+        CHECK_MESSAGE((t.passed || t.skipped), r.str());
+      else
+        CHECK_MESSAGE(
+            t.message.find("read a tensor's values while it was captured") != std::string::npos,
+            r.str());
     }
     CHECK(deeprec::emb_agg_handle().schema().str() ==
           "deeprec::emb_agg(Tensor weight, Tensor indices, Tensor offsets, str mode=\"sum\", "
@@ -284,25 +283,35 @@ TEST_SUITE("deeprec::emb_agg") {
 
   TEST_CASE("emb_agg: bad indices, offsets, dtypes and modes are errors naming the op") {
     Tensor w = randn({10, 4});
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 12, 3}), i64({0, 2})); }) ==
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 12, 3}), i64({0, 2}));
+          }) ==
           "[deeprec::emb_agg] indices[1] = 12 is out of range for a weight of 10 rows (valid: 0 "
           "to 9)");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, -1}), i64({0})); }) ==
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, -1}), i64({0}));
+          }) ==
           "[deeprec::emb_agg] indices[1] = -1 is out of range for a weight of 10 rows (valid: 0 "
           "to 9)");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2, 3, 4}), i64({0, 3, 1})); }) ==
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 2, 3, 4}), i64({0, 3, 1}));
+          }) ==
           "[deeprec::emb_agg] offsets must be sorted (non-decreasing): offsets[2] = 1 is less "
           "than offsets[1] = 3");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}), i64({1})); }) ==
-          "[deeprec::emb_agg] offsets[0] must be 0, got 1");
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 2}), i64({1}));
+          }) == "[deeprec::emb_agg] offsets[0] must be 0, got 1");
     CHECK(error_of([&] {
             deeprec::emb_agg(w, i64({1, 2}), i64({0, 5}), "sum", std::nullopt, true);
+          }) == "[deeprec::emb_agg] offsets[1] = 5 is past the end of indices (2 indices)");
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 2}).to(DType::Float32), i64({0}));
           }) ==
-          "[deeprec::emb_agg] offsets[1] = 5 is past the end of indices (2 indices)");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2}).to(DType::Float32), i64({0})); }) ==
           "[deeprec::emb_agg] indices must be int64, got float32; convert with "
           "indices.to(mt::DType::Int64)");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1, 2, 3, 4}).view({2, 2}), i64({0})); }) ==
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1, 2, 3, 4}).view({2, 2}), i64({0}));
+          }) ==
           "[deeprec::emb_agg] indices must be 1-D, with offsets marking where each bag starts; "
           "got shape [2, 2]. For a [B, L] batch of bags of L, pass indices.flatten() and offsets "
           "arange(0, B * L, L)");
@@ -316,15 +325,18 @@ TEST_SUITE("deeprec::emb_agg") {
     CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({0}), "mean", randn({1})); }) ==
           "[deeprec::emb_agg] per_sample_weights are only supported with mode \"sum\" (as in "
           "torch.nn.functional.embedding_bag), got mode \"mean\"");
-    CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({0}), "sum", randn({2})); }).starts_with(
-        "[deeprec::emb_agg] per_sample_weights must match indices' shape [1]"));
+    CHECK(error_of([&] {
+            deeprec::emb_agg(w, i64({1}), i64({0}), "sum", randn({2}));
+          }).starts_with("[deeprec::emb_agg] per_sample_weights must match indices' shape [1]"));
     CHECK(error_of([&] { deeprec::emb_agg(w, i64({1}), i64({}), "sum", std::nullopt, true); }) ==
           "[deeprec::emb_agg] include_last_offset needs at least one offset (the final one); "
           "offsets is empty");
   }
 
-  TEST_CASE("emb_agg: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
-            "arguments match their signatures" * doctest::skip(no_nvrtc())) {
+  TEST_CASE(
+      "emb_agg: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
+      "arguments match their signatures" *
+      doctest::skip(no_nvrtc())) {
     Bags bags = random_bags(5, 7, 3, 1);
     Tensor idx = i64(bags.indices), off = i64(bags.offsets);
     for (int arch : cubin_test_archs())
@@ -333,12 +345,14 @@ TEST_SUITE("deeprec::emb_agg") {
         CAPTURE(t);
         using K = deeprec::EmbAggKernel;
         for (auto which : {K::Forward, K::ForwardVec4, K::BackwardWeight, K::BackwardWeightVec4,
-                           K::BackwardPsw, K::SegReduce, K::SegReduceVec4, K::SegInit,
-                           K::SortHist, K::SortScan, K::SortScatter, K::SegStarts}) {
+                           K::BackwardPsw, K::SegReduce, K::SegReduceVec4, K::SegInit, K::SortHist,
+                           K::SortScan, K::SortScatter, K::SegStarts}) {
           CAPTURE(int(which));
-          if (t == DType::BFloat16 && (which == K::BackwardWeight || which == K::BackwardWeightVec4))
-            CHECK(error_of([&] { deeprec::emb_agg_kernel(t, which); }).starts_with(
-                "[deeprec::emb_agg] the atomic weight gradient has no bfloat16 kernel"));
+          if (t == DType::BFloat16 &&
+              (which == K::BackwardWeight || which == K::BackwardWeightVec4))
+            CHECK(error_of([&] { deeprec::emb_agg_kernel(t, which); })
+                      .starts_with(
+                          "[deeprec::emb_agg] the atomic weight gradient has no bfloat16 kernel"));
           else
             CHECK(deeprec::emb_agg_kernel(t, which).parameters(arch).known);
         }
@@ -447,14 +461,16 @@ TEST_SUITE("deeprec::emb_agg") {
         const int64_t r3 = bags.indices[3];
         int64_t b3 = 0;
         while (b3 + 1 < int64_t(offs.size()) && offs[size_t(b3 + 1)] <= 3) ++b3;
-        const double s3 = (mean ? 1.0 / double((b3 + 1 < int64_t(offs.size()) ? offs[size_t(b3 + 1)] : n) - offs[size_t(b3)])
-                                : psw.detach().data_ptr<double>()[3]);
+        const double s3 =
+            (mean ? 1.0 / double((b3 + 1 < int64_t(offs.size()) ? offs[size_t(b3 + 1)] : n) -
+                                 offs[size_t(b3)])
+                  : psw.detach().data_ptr<double>()[3]);
         for (int64_t d = 0; d < D; ++d)
           want.data_ptr<double>()[r3 * D + d] -= s3 * g.data_ptr<double>()[b3 * D + d];
         Tensor gw = emulate_segment(g.data_ptr<double>(), ib.data(),
                                     reinterpret_cast<const long long*>(off.data_ptr<int64_t>()),
-                                    psw.detach().data_ptr<double>(), B, int(offs.size()), int(D),
-                                    n, V, mean, !mean);
+                                    psw.detach().data_ptr<double>(), B, int(offs.size()), int(D), n,
+                                    V, mean, !mean);
         CHECK(max_diff64(gw, want) < 1e-12);
       }
     // Without the debug check, an out-of-range index adds nothing (and reads nothing).
@@ -479,34 +495,33 @@ TEST_SUITE("deeprec::emb_agg") {
       for (int64_t D : {1, 8, 13, 128})
         for (const char* mode : {"sum", "mean"})
           for (bool det : {false, true}) {
-          CAPTURE(t);
-          CAPTURE(D);
-          CAPTURE(mode);
-          CAPTURE(det);
-          const int64_t V = 50;
-          Bags bags = random_bags(300, V, 12, uint64_t(D) + 7);
-          Tensor idx = i64(bags.indices), off = i64(bags.offsets);
-          const bool sum_mode = std::string(mode) == "sum";
-          Tensor w = randn({V, D}).to(t).requires_grad_();
-          Tensor psw = randn({idx.numel()}).to(t).requires_grad_();
-          Tensor wg = w.detach().to(gpu).requires_grad_();
-          Tensor pg = psw.detach().to(gpu).requires_grad_();
-          std::optional<Tensor> p_cpu, p_gpu;
-          if (sum_mode) p_cpu = psw, p_gpu = pg;
-          Tensor y = deeprec::emb_agg(w, idx, off, mode, p_cpu);
-          Tensor yg =
-              deeprec::emb_agg(wg, idx.to(gpu), off.to(gpu), mode, p_gpu, false, det);
-          const double tol = t == DType::Float64 ? 1e-10 : t == DType::Float32 ? 1e-4 : 1.0 / 128;
-          CHECK(yg.device() == gpu);
-          CHECK(yg.dtype() == t);
-          CHECK(rel_diff64(yg, y) < tol);
-          Tensor g = randn(y.sizes()).to(t);
-          backward(y, g);
-          backward(yg, g.to(gpu));
-          CHECK(wg.grad().dtype() == t);
-          CHECK(rel_diff64(wg.grad(), w.grad()) < tol);
-          if (sum_mode) CHECK(rel_diff64(pg.grad(), psw.grad()) < tol);
-        }
+            CAPTURE(t);
+            CAPTURE(D);
+            CAPTURE(mode);
+            CAPTURE(det);
+            const int64_t V = 50;
+            Bags bags = random_bags(300, V, 12, uint64_t(D) + 7);
+            Tensor idx = i64(bags.indices), off = i64(bags.offsets);
+            const bool sum_mode = std::string(mode) == "sum";
+            Tensor w = randn({V, D}).to(t).requires_grad_();
+            Tensor psw = randn({idx.numel()}).to(t).requires_grad_();
+            Tensor wg = w.detach().to(gpu).requires_grad_();
+            Tensor pg = psw.detach().to(gpu).requires_grad_();
+            std::optional<Tensor> p_cpu, p_gpu;
+            if (sum_mode) p_cpu = psw, p_gpu = pg;
+            Tensor y = deeprec::emb_agg(w, idx, off, mode, p_cpu);
+            Tensor yg = deeprec::emb_agg(wg, idx.to(gpu), off.to(gpu), mode, p_gpu, false, det);
+            const double tol = t == DType::Float64 ? 1e-10 : t == DType::Float32 ? 1e-4 : 1.0 / 128;
+            CHECK(yg.device() == gpu);
+            CHECK(yg.dtype() == t);
+            CHECK(rel_diff64(yg, y) < tol);
+            Tensor g = randn(y.sizes()).to(t);
+            backward(y, g);
+            backward(yg, g.to(gpu));
+            CHECK(wg.grad().dtype() == t);
+            CHECK(rel_diff64(wg.grad(), w.grad()) < tol);
+            if (sum_mode) CHECK(rel_diff64(pg.grad(), psw.grad()) < tol);
+          }
   }
 
   TEST_CASE("emb_agg (gpu): the deterministic weight gradient is the same bits on every run" *
@@ -556,20 +571,24 @@ TEST_SUITE("deeprec::emb_agg") {
         },
         {w});
     CHECK_MESSAGE(gd.ok, gd.message);
-    OpCheckReport r = opcheck(deeprec::emb_agg_handle(),
-                              {Stack{w.detach(), idx, off, "mean"},
-                               Stack{w.detach().to(DType::Float32), idx, off},
-                               Stack{w.detach().to(DType::BFloat16), idx, off, "sum", Value(),
-                                     false, true}});
+    OpCheckReport r = opcheck(
+        deeprec::emb_agg_handle(),
+        {Stack{w.detach(), idx, off, "mean"}, Stack{w.detach().to(DType::Float32), idx, off},
+         Stack{w.detach().to(DType::BFloat16), idx, off, "sum", Value(), false, true}});
     // opcheck's test_compile: the backward computes outside the dispatcher (not an op), so
     // mt::compile cannot capture a training step through this op. A known gap; the other
     // four checks pass. On CUDA the backward's first step is its weight kernel's launch
     // (mt::jit) on a fake gradient, which the error names.
     for (const OpCheckReport::Test& t : r.tests) {
-      if (t.name != "test_compile") CHECK_MESSAGE((t.passed || t.skipped), r.str());
+      if (t.name != "test_compile")
+        CHECK_MESSAGE((t.passed || t.skipped), r.str());
       else {
-        CHECK_MESSAGE(t.message.find("read a tensor's values while it was captured") != std::string::npos, r.str());
-        CHECK_MESSAGE(t.message.find("launched a kernel outside the dispatcher (mt::jit)") != std::string::npos, r.str());
+        CHECK_MESSAGE(
+            t.message.find("read a tensor's values while it was captured") != std::string::npos,
+            r.str());
+        CHECK_MESSAGE(t.message.find("launched a kernel outside the dispatcher (mt::jit)") !=
+                          std::string::npos,
+                      r.str());
       }
     }
   }

@@ -53,15 +53,15 @@ Geometry check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool ca
            "[mha::flash_attn] k and v must have one shape [batch, heads, seq_k, head_dim], got "
            "{} and {}",
            k.sizes(), v.sizes());
-  MT_CHECK(q.sizes()[0] == k.sizes()[0] && q.sizes()[1] == k.sizes()[1] &&
-               q.sizes()[3] == k.sizes()[3],
-           "[mha::flash_attn] q {} and k {} must agree in batch, heads and head_dim (only the "
-           "sequence lengths may differ)",
-           q.sizes(), k.sizes());
+  MT_CHECK(
+      q.sizes()[0] == k.sizes()[0] && q.sizes()[1] == k.sizes()[1] && q.sizes()[3] == k.sizes()[3],
+      "[mha::flash_attn] q {} and k {} must agree in batch, heads and head_dim (only the "
+      "sequence lengths may differ)",
+      q.sizes(), k.sizes());
   const DType t = q.dtype();
-  MT_CHECK(t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
-               t == DType::Float64,
-           "[mha::flash_attn] q must be float16, bfloat16, float32 or float64, got {}", t);
+  MT_CHECK(
+      t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64,
+      "[mha::flash_attn] q must be float16, bfloat16, float32 or float64, got {}", t);
   MT_CHECK(k.dtype() == t && v.dtype() == t,
            "[mha::flash_attn] q, k and v must have one dtype, got {}, {} and {}; convert with "
            ".to(dtype)",
@@ -239,10 +239,14 @@ enum class K { Forward, Backward, Prep, ForwardGeneric, DqGeneric, DkdvGeneric }
 
 const char* cu_type(DType t) {
   switch (t) {
-    case DType::Float16: return "mt::Half";
-    case DType::BFloat16: return "mt::BFloat16";
-    case DType::Float64: return "double";
-    default: return "float";
+    case DType::Float16:
+      return "mt::Half";
+    case DType::BFloat16:
+      return "mt::BFloat16";
+    case DType::Float64:
+      return "double";
+    default:
+      return "float";
   }
 }
 
@@ -261,10 +265,14 @@ std::string kernel_name(K which, DType t, int64_t D, Variant var = {}) {
                          tiles.fwd_rows / (16 * (tiles.fwd_threads / 32)));
     case K::Backward:
       return fmt::format("flash_attn_bwd<{}, {}, {}, {}>", ty, D, tiles.bwd_rows, tiles.bwd_warps);
-    case K::Prep: return fmt::format("flash_attn_bwd_prep<{}>", ty);
-    case K::ForwardGeneric: return fmt::format("flash_attn_fwd_generic<{}>", ty);
-    case K::DqGeneric: return fmt::format("flash_attn_bwd_dq_generic<{}>", ty);
-    case K::DkdvGeneric: return fmt::format("flash_attn_bwd_dkdv_generic<{}>", ty);
+    case K::Prep:
+      return fmt::format("flash_attn_bwd_prep<{}>", ty);
+    case K::ForwardGeneric:
+      return fmt::format("flash_attn_fwd_generic<{}>", ty);
+    case K::DqGeneric:
+      return fmt::format("flash_attn_bwd_dq_generic<{}>", ty);
+    case K::DkdvGeneric:
+      return fmt::format("flash_attn_bwd_dkdv_generic<{}>", ty);
   }
   return {};
 }
@@ -425,10 +433,9 @@ std::tuple<Tensor, Tensor> forward_cuda(const Tensor& q, const Tensor& k, const 
 }
 
 std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& grad_out, const Tensor& grad_lse,
-                                                 const Tensor& q, const Tensor& k,
-                                                 const Tensor& v, const Tensor& out,
-                                                 const Tensor& lse, const Geometry& g,
-                                                 bool generic) {
+                                                 const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse,
+                                                 const Geometry& g, bool generic) {
   const TensorOptions o{.dtype = q.dtype(), .device = q.device()};
   const TensorOptions lo{.dtype = g.lse_dtype, .device = q.device()};
   Tensor dk = empty(k.sizes(), o), dv = empty(v.sizes(), o);
@@ -480,8 +487,7 @@ auto make_op() {
         const std::vector<Tensor> s = ctx.saved();
         const bool causal = std::any_cast<bool>(ctx.data.at("causal"));
         const auto scale = std::any_cast<std::optional<double>>(ctx.data.at("scale"));
-        return flash_attn_backward(grad_out, grad_lse, s[0], s[1], s[2], s[3], s[4], causal,
-                                   scale);
+        return flash_attn_backward(grad_out, grad_lse, s[0], s[1], s[2], s[3], s[4], causal, scale);
       },
       [](AutogradContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
          std::optional<double> scale, const std::tuple<Tensor, Tensor>& result) {
@@ -520,10 +526,8 @@ std::tuple<Tensor, Tensor> flash_attn(const Tensor& q, const Tensor& k, const Te
 const OperatorHandle& flash_attn_handle() { return the_op().handle(); }
 
 std::tuple<Tensor, Tensor> flash_attn_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           bool causal, std::optional<double> scale,
-                                           bool generic) {
-  MT_CHECK(q.is_cuda(), "[mha::flash_attn] flash_attn_cuda takes CUDA tensors, got {}",
-           q.device());
+                                           bool causal, std::optional<double> scale, bool generic) {
+  MT_CHECK(q.is_cuda(), "[mha::flash_attn] flash_attn_cuda takes CUDA tensors, got {}", q.device());
   return forward_cuda_impl(q, k, v, causal, scale, generic);
 }
 
@@ -597,8 +601,9 @@ std::string flash_attn_tune_key(const Tensor& q, const Tensor& k, bool causal, b
 void flash_attn_check_launch(int arch, const Tensor& q, const Tensor& k, const Tensor& v,
                              bool causal, bool generic) {
   const Geometry g = check_inputs(q, k, v, causal, std::nullopt);
-  auto check = [arch](const jit::UserKernel& kern, const jit::LaunchConfig&,
-                      const auto&... args) { kern.check_args(arch, args...); };
+  auto check = [arch](const jit::UserKernel& kern, const jit::LaunchConfig&, const auto&... args) {
+    kern.check_args(arch, args...);
+  };
   Tensor out = empty_like(q), lse = empty(lse_shape(g), {.dtype = g.lse_dtype});
   Tensor dq = generic ? empty_like(q) : empty(q.sizes(), {.dtype = DType::Float32});
   Tensor delta = empty_like(lse);

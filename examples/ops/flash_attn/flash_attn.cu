@@ -57,7 +57,9 @@ __device__ __forceinline__ unsigned fa_float_bits(float f) {
 
 __device__ __forceinline__ float fa_load(float x) { return x; }
 __device__ __forceinline__ double fa_load(double x) { return x; }
-__device__ __forceinline__ float fa_load(mt::BFloat16 b) { return fa_bits_float(unsigned(b.bits) << 16); }
+__device__ __forceinline__ float fa_load(mt::BFloat16 b) {
+  return fa_bits_float(unsigned(b.bits) << 16);
+}
 __device__ __forceinline__ float fa_load(mt::Half h) {
 #if FA_DEVICE
   float f;
@@ -173,8 +175,12 @@ struct FaLaneSlot {
   float f;
 };
 inline FaLaneSlot fa_emu_slots[1024];
-inline unsigned fa_emu_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-inline unsigned short fa_emu_half(unsigned reg, int hi) { return (unsigned short)(hi ? reg >> 16 : reg); }
+inline unsigned fa_emu_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+inline unsigned short fa_emu_half(unsigned reg, int hi) {
+  return (unsigned short)(hi ? reg >> 16 : reg);
+}
 #endif
 
 #if !FA_DEVICE
@@ -314,8 +320,8 @@ __device__ __forceinline__ void fa_red_fragment(float* m, long long ld, int row0
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const bool odd = t & 1;
   const float r0 = fa_shfl_xor1(odd ? c[0] : c[2]), r1 = fa_shfl_xor1(odd ? c[1] : c[3]);
-  const float v[4] = {(odd ? r0 : c[0]) * mul, (odd ? r1 : c[1]) * mul,
-                      (odd ? c[2] : r0) * mul, (odd ? c[3] : r1) * mul};
+  const float v[4] = {(odd ? r0 : c[0]) * mul, (odd ? r1 : c[1]) * mul, (odd ? c[2] : r0) * mul,
+                      (odd ? c[3] : r1) * mul};
   const int row = row0 + g + (odd ? 8 : 0);
   if (row < n_rows) fa_red4(m + row * ld + col0 + 2 * (t & ~1), v);
 }
@@ -496,8 +502,8 @@ constexpr int flash_attn_fwd_smem() {
 // becomes P. Masked: keys at or past Sk and, causal, keys after the query are left out.
 template <bool Masked, int D, int MW>
 __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], float (&m)[MW][2],
-                                               float (&l)[MW][2], float (&o)[MW][D / 8][4],
-                                               float c, int n0, int w0, int Sk, int causal) {
+                                               float (&l)[MW][2], float (&o)[MW][D / 8][4], float c,
+                                               int n0, int w0, int Sk, int causal) {
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const float neg_inf = fa_bits_float(0xff800000u);
   float mnew[MW][2];
@@ -506,15 +512,14 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
   for (int mi = 0; mi < MW; ++mi) {
     float mx[2] = {neg_inf, neg_inf};
     FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i)
-      FA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        if (Masked) {
-          const int col = n0 + 8 * i + 2 * t + (e % 2), row = w0 + 16 * mi + g + 8 * (e / 2);
-          if (col >= Sk || (causal && col > row)) s[mi][i][e] = neg_inf;
-        }
-        mx[e / 2] = fmaxf(mx[e / 2], s[mi][i][e]);
+    for (int i = 0; i < kFaBN / 8; ++i) FA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      if (Masked) {
+        const int col = n0 + 8 * i + 2 * t + (e % 2), row = w0 + 16 * mi + g + 8 * (e / 2);
+        if (col >= Sk || (causal && col > row)) s[mi][i][e] = neg_inf;
       }
+      mx[e / 2] = fmaxf(mx[e / 2], s[mi][i][e]);
+    }
     FA_UNROLL
     for (int h = 0; h < 2; ++h) {
       const float r = fa_quad_reduce<true>(mx[h]);
@@ -550,25 +555,22 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
     }
     float rs[2] = {0.f, 0.f};
     FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i)
-      FA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        float p = fa_exp2(fmaf(s[mi][i][e], c, -msub[e / 2]));
-        if (Masked && s[mi][i][e] == neg_inf) p = 0.f;  // also when c = 0
-        s[mi][i][e] = p;
-        rs[e / 2] += p;
-      }
+    for (int i = 0; i < kFaBN / 8; ++i) FA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      float p = fa_exp2(fmaf(s[mi][i][e], c, -msub[e / 2]));
+      if (Masked && s[mi][i][e] == neg_inf) p = 0.f;  // also when c = 0
+      s[mi][i][e] = p;
+      rs[e / 2] += p;
+    }
     l[mi][0] += rs[0];
     l[mi][1] += rs[1];
   }
 }
 
 template <typename T, int D, int NW, int MW>
-__device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, const T* __restrict__ k,
-                                                    const T* __restrict__ v, T* __restrict__ out,
-                                                    float* __restrict__ lse, int Sq, int Sk,
-                                                    float scale_log2, int causal,
-                                                    unsigned short* smem) {
+__device__ __forceinline__ void flash_attn_fwd_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
+    float* __restrict__ lse, int Sq, int Sk, float scale_log2, int causal, unsigned short* smem) {
   constexpr int BM = 16 * MW * NW, LD = D + 8, Threads = 32 * NW;
   constexpr bool kQRegs = fa_fwd_q_in_regs<D, MW>();
   constexpr unsigned kTile = kFaBN * LD * 2;  // bytes of one K or V tile
@@ -588,7 +590,7 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
   const unsigned qa_off = fa_ldsm_off<true>(LD) + unsigned(16 * MW * warp * LD * 2);
   const unsigned kb_off = fa_ldsm_off<false>(LD), vb_off = fa_ldsm_off<true>(LD);
   const FaCopyLane cl = fa_copy_lane<D, Threads>();
-  const FaSAddr sq = fa_saddr(smem);                   // Q (kept there unless kQRegs)
+  const FaSAddr sq = fa_saddr(smem);                               // Q (kept there unless kQRegs)
   const FaSAddr skv = sq + (kQRegs ? 0u : unsigned(BM * LD * 2));  // 2 x (K tile, V tile)
 
   fa_copy_tile<D, BM, Threads, false>(sq, qg, q0, Sq, cl);
@@ -596,13 +598,12 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
   unsigned qf[kQRegs ? MW : 1][D / 16][4];
   if constexpr (kQRegs) {
     FA_UNROLL
-    for (int mi = 0; mi < MW; ++mi)
+    for (int mi = 0; mi < MW; ++mi) FA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      fa_ldsm_x4<false>(qf[mi][kk], sq + qa_off + unsigned((16 * mi * LD + 16 * kk) * 2));
       FA_UNROLL
-      for (int kk = 0; kk < D / 16; ++kk) {
-        fa_ldsm_x4<false>(qf[mi][kk], sq + qa_off + unsigned((16 * mi * LD + 16 * kk) * 2));
-        FA_UNROLL
-        for (int e = 0; e < 4; ++e) qf[mi][kk][e] ^= qsign;
-      }
+      for (int e = 0; e < 4; ++e) qf[mi][kk][e] ^= qsign;
+    }
     __syncthreads();  // Q is in registers; its space takes the first tiles
   }
   fa_copy_tile<D, kFaBN, Threads, true>(skv, kg, 0, Sk, cl);
@@ -633,9 +634,8 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
     // S = Q K^T: each B fragment of K feeds the warp's MW row tiles.
     float s[MW][kFaBN / 8][4];
     FA_UNROLL
-    for (int mi = 0; mi < MW; ++mi)
-      FA_UNROLL
-      for (int i = 0; i < kFaBN / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
+    for (int mi = 0; mi < MW; ++mi) FA_UNROLL
+    for (int i = 0; i < kFaBN / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
     FA_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
       unsigned qs[kQRegs ? 1 : MW][4];
@@ -688,20 +688,19 @@ __device__ __forceinline__ void flash_attn_fwd_body(const T* __restrict__ q, con
 
   auto* og = reinterpret_cast<unsigned*>(out);
   FA_UNROLL
-  for (int mi = 0; mi < MW; ++mi)
-    FA_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const int row = w0 + 16 * mi + g + 8 * h;
-      const float lt = fa_quad_reduce<false>(l[mi][h]);
-      const float inv = lt > 0.f ? 1.f / lt : 0.f;
-      if (row < Sq) {
-        unsigned* orow = og + ((bh * Sq + row) * D) / 2;
-        FA_UNROLL
-        for (int i = 0; i < D / 8; ++i)
-          orow[4 * i + t] = fa_pack<T>(o[mi][i][2 * h] * inv, o[mi][i][2 * h + 1] * inv);
-        if (t == 0) lse[bh * Sq + row] = lt > 0.f ? (m[mi][h] + log2f(lt)) * kFaLn2 : neg_inf;
-      }
+  for (int mi = 0; mi < MW; ++mi) FA_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const int row = w0 + 16 * mi + g + 8 * h;
+    const float lt = fa_quad_reduce<false>(l[mi][h]);
+    const float inv = lt > 0.f ? 1.f / lt : 0.f;
+    if (row < Sq) {
+      unsigned* orow = og + ((bh * Sq + row) * D) / 2;
+      FA_UNROLL
+      for (int i = 0; i < D / 8; ++i)
+        orow[4 * i + t] = fa_pack<T>(o[mi][i][2 * h] * inv, o[mi][i][2 * h + 1] * inv);
+      if (t == 0) lse[bh * Sq + row] = lt > 0.f ? (m[mi][h] + log2f(lt)) * kFaLn2 : neg_inf;
     }
+  }
 }
 
 // ----------------------------------------------------------- tensor-core backward
@@ -753,8 +752,8 @@ __device__ __forceinline__ void fa_copy_rows(float* lses, float* dels, const flo
 // and BM queries (columns); Masked: keys past Sk and, causal, keys after the query get 0.
 template <bool Masked, int BM>
 __device__ __forceinline__ void fa_bwd_p_ds(float (&st)[BM / 8][4], float (&dpt)[BM / 8][4],
-                                            const float* lses, const float* dels, float c,
-                                            int m0, int key0, int Sk, int causal) {
+                                            const float* lses, const float* dels, float c, int m0,
+                                            int key0, int Sk, int causal) {
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   FA_UNROLL
   for (int i = 0; i < BM / 8; ++i) {
@@ -791,8 +790,8 @@ __device__ __forceinline__ void flash_attn_bwd_body(
   const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
   unsigned short* ks = smem;
   unsigned short* vs = ks + BN * LD;
-  unsigned short* qd = vs + BN * LD;          // 2 x (Q tile, dO tile)
-  unsigned short* dss = qd + 4 * BM * LD;     // dS^T: [key][query]
+  unsigned short* qd = vs + BN * LD;                       // 2 x (Q tile, dO tile)
+  unsigned short* dss = qd + 4 * BM * LD;                  // dS^T: [key][query]
   float* rows = reinterpret_cast<float*>(dss + BN * LDS);  // 2 x (lse, delta)
   const float c = scale * kFaLog2e;
   const float* lse_h = lse + bh * Sq;
@@ -818,9 +817,8 @@ __device__ __forceinline__ void flash_attn_bwd_body(
 
   float dkacc[D / 8][4], dvacc[D / 8][4];
   FA_UNROLL
-  for (int i = 0; i < D / 8; ++i)
-    FA_UNROLL
-    for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.f;
+  for (int i = 0; i < D / 8; ++i) FA_UNROLL
+  for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.f;
   const int key0 = n0 + 16 * warp;
 
   for (int m0 = m_begin, buf = 0; m0 < Sq; m0 += BM, buf ^= 1) {
@@ -840,9 +838,8 @@ __device__ __forceinline__ void flash_attn_bwd_body(
     // S^T and dP^T, 16 keys x BM queries a warp.
     float st[BM / 8][4], dpt[BM / 8][4];
     FA_UNROLL
-    for (int i = 0; i < BM / 8; ++i)
-      FA_UNROLL
-      for (int e = 0; e < 4; ++e) st[i][e] = dpt[i][e] = 0.f;
+    for (int i = 0; i < BM / 8; ++i) FA_UNROLL
+    for (int e = 0; e < 4; ++e) st[i][e] = dpt[i][e] = 0.f;
     FA_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
       unsigned ka[4], va[4];
@@ -954,9 +951,8 @@ __global__ void __launch_bounds__(32 * NW, D == 64 && NW == 4 ? 3 : 1)
 // delta[r] = sum_d dout[r, d] * out[r, d] - grad_lse[r]: a warp a row.
 template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_prep(const T* __restrict__ out, const T* __restrict__ dout,
-                                    const A* __restrict__ grad_lse,
-                                    A* __restrict__ delta, long long rows,
-                                    int D) {
+                                    const A* __restrict__ grad_lse, A* __restrict__ delta,
+                                    long long rows, int D) {
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   A s = 0;
@@ -968,8 +964,8 @@ __global__ void flash_attn_bwd_prep(const T* __restrict__ out, const T* __restri
 template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_fwd_generic(const T* __restrict__ q, const T* __restrict__ k,
                                        const T* __restrict__ v, T* __restrict__ out,
-                                       A* __restrict__ lse, long long rows,
-                                       int Sq, int Sk, int D, double scale, bool causal) {
+                                       A* __restrict__ lse, long long rows, int Sq, int Sk, int D,
+                                       double scale, bool causal) {
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const long long bh = r / Sq;
@@ -997,8 +993,8 @@ __global__ void flash_attn_fwd_generic(const T* __restrict__ q, const T* __restr
 
 // s = q . k and dp = o . v over D values (the generic backward's score and dP).
 template <typename T, typename A>
-__device__ __forceinline__ void fa_dot2(const T* q, const T* k, const T* o, const T* v, int D,
-                                        A& s, A& dp) {
+__device__ __forceinline__ void fa_dot2(const T* q, const T* k, const T* o, const T* v, int D, A& s,
+                                        A& dp) {
   s = 0;
   dp = 0;
   for (int d = 0; d < D; ++d) {
@@ -1011,10 +1007,9 @@ __device__ __forceinline__ void fa_dot2(const T* q, const T* k, const T* o, cons
 template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __restrict__ k,
                                           const T* __restrict__ v, const T* __restrict__ dout,
-                                          const A* __restrict__ lse,
-                                          const A* __restrict__ delta,
-                                          T* __restrict__ dq, long long rows, int Sq, int Sk,
-                                          int D, double scale, bool causal) {
+                                          const A* __restrict__ lse, const A* __restrict__ delta,
+                                          T* __restrict__ dq, long long rows, int Sq, int Sk, int D,
+                                          double scale, bool causal) {
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const long long bh = r / Sq;
@@ -1037,8 +1032,7 @@ __global__ void flash_attn_bwd_dq_generic(const T* __restrict__ q, const T* __re
 template <typename T, typename A = typename FaAcc<T>::type>
 __global__ void flash_attn_bwd_dkdv_generic(const T* __restrict__ q, const T* __restrict__ k,
                                             const T* __restrict__ v, const T* __restrict__ dout,
-                                            const A* __restrict__ lse,
-                                            const A* __restrict__ delta,
+                                            const A* __restrict__ lse, const A* __restrict__ delta,
                                             T* __restrict__ dk, T* __restrict__ dv, long long rows,
                                             int Sq, int Sk, int D, double scale, bool causal) {
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -36,7 +36,6 @@ using namespace mt;
 
 namespace {
 
-
 double max_diff64(const Tensor& a, const Tensor& b) {
   return max_abs_diff(a.cpu().to(DType::Float64), b.cpu().to(DType::Float64));
 }
@@ -108,7 +107,7 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   CHECK(tiles.fwd_rows == 16 * MW * 4);
   CHECK(tiles.fwd_smem == (ops_emu::flash_attn_fwd_smem<T, D, 4, MW>()));
   CHECK(tiles.bwd_smem == (ops_emu::flash_attn_bwd_smem < T, D, D == 64 ? 64 : 32, 8 > ()));
-  constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem<T, D, D == 64 ? 64 : 32, NWB>();
+  constexpr int bwd_smem = ops_emu::flash_attn_bwd_smem < T, D, D == 64 ? 64 : 32, NWB > ();
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
   const DType dt = q.dtype();
   Tensor out = full(q.sizes(), 7.0, {.dtype = dt}), lse = full({B, H, Sq}, 7.0);
@@ -126,8 +125,8 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   Tensor glse = zeros({B, H, Sq}), delta = full({B, H, Sq}, 7.0);
   const long long rows = B * H * Sq;
   ops_emu::launch({unsigned((rows + 63) / 64)}, {64}, [&] {
-    ops_emu::flash_attn_bwd_prep<T>(cp(out), cp(g), glse.data_ptr<float>(),
-                                    delta.data_ptr<float>(), rows, D);
+    ops_emu::flash_attn_bwd_prep<T>(cp(out), cp(g), glse.data_ptr<float>(), delta.data_ptr<float>(),
+                                    rows, D);
   });
   Tensor dq = zeros(q.sizes()), dk = full(k.sizes(), 7.0, {.dtype = dt}),
          dv = full(v.sizes(), 7.0, {.dtype = dt});
@@ -267,8 +266,12 @@ TEST_SUITE("mha::flash_attn") {
     // mt::compile cannot capture a training step through this op. A known gap; the other
     // four checks pass.
     for (const OpCheckReport::Test& t : r.tests) {
-      if (t.name != "test_compile") CHECK_MESSAGE((t.passed || t.skipped), r.str());
-      else CHECK_MESSAGE(t.message.find("read a tensor's values while it was captured") != std::string::npos, r.str());
+      if (t.name != "test_compile")
+        CHECK_MESSAGE((t.passed || t.skipped), r.str());
+      else
+        CHECK_MESSAGE(
+            t.message.find("read a tensor's values while it was captured") != std::string::npos,
+            r.str());
     }
     CHECK(mha::flash_attn_handle().schema().str() ==
           "mha::flash_attn(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) "
@@ -290,20 +293,27 @@ TEST_SUITE("mha::flash_attn") {
     }
     // The fake kernel makes the real kernels' checks.
     Tensor q = fake_empty({1, 1, 8, 256}, {.dtype = DType::Float16, .device = gpu});
-    CHECK(error_of([&] { mha::flash_attn(q, q, q); }).starts_with(
-        "[mha::flash_attn] head_dim 256 is not supported on CUDA"));
+    CHECK(error_of([&] {
+            mha::flash_attn(q, q, q);
+          }).starts_with("[mha::flash_attn] head_dim 256 is not supported on CUDA"));
   }
 
   TEST_CASE("flash_attn: bad shapes, dtypes, devices and head dims are errors naming the op") {
     Tensor q = randn({1, 2, 8, 16}), k = randn({1, 2, 10, 16});
-    CHECK(error_of([&] { mha::flash_attn(randn({2, 8, 16}), k, k); }) ==
+    CHECK(error_of([&] {
+            mha::flash_attn(randn({2, 8, 16}), k, k);
+          }) ==
           "[mha::flash_attn] q, k and v must be 4-D [batch, heads, seq, head_dim], got shapes "
           "[2, 8, 16], [1, 2, 10, 16] and [1, 2, 10, 16]; for [batch, seq, heads, head_dim] pass "
           "x.transpose(1, 2)");
-    CHECK(error_of([&] { mha::flash_attn(q, k, randn({1, 2, 9, 16})); }) ==
+    CHECK(error_of([&] {
+            mha::flash_attn(q, k, randn({1, 2, 9, 16}));
+          }) ==
           "[mha::flash_attn] k and v must have one shape [batch, heads, seq_k, head_dim], got "
           "[1, 2, 10, 16] and [1, 2, 9, 16]");
-    CHECK(error_of([&] { mha::flash_attn(q, randn({1, 3, 10, 16}), randn({1, 3, 10, 16})); }) ==
+    CHECK(error_of([&] {
+            mha::flash_attn(q, randn({1, 3, 10, 16}), randn({1, 3, 10, 16}));
+          }) ==
           "[mha::flash_attn] q [1, 2, 8, 16] and k [1, 3, 10, 16] must agree in batch, heads and "
           "head_dim (only the sequence lengths may differ)");
     CHECK(error_of([&] { mha::flash_attn(q, k.to(DType::Float64), k); }) ==
@@ -311,7 +321,9 @@ TEST_SUITE("mha::flash_attn") {
           "convert with .to(dtype)");
     CHECK(error_of([&] { mha::flash_attn(q.to(DType::Int64), k, k); }) ==
           "[mha::flash_attn] q must be float16, bfloat16, float32 or float64, got int64");
-    CHECK(error_of([&] { mha::flash_attn(q, randn({1, 2, 0, 16}), randn({1, 2, 0, 16})); }) ==
+    CHECK(error_of([&] {
+            mha::flash_attn(q, randn({1, 2, 0, 16}), randn({1, 2, 0, 16}));
+          }) ==
           "[mha::flash_attn] k and v have no keys (seq_k = 0), so the softmax of 8 queries is "
           "undefined; pass at least one key");
     CHECK(error_of([&] {
@@ -319,8 +331,10 @@ TEST_SUITE("mha::flash_attn") {
           }) == "[mha::flash_attn] scale must be finite, got inf");
     const Device gpu("cuda:0");
     Tensor kg = fake_empty({1, 2, 10, 16}, {.device = gpu});
-    CHECK(error_of([&] { FakeMode fake; mha::flash_attn(fake_empty({1, 2, 8, 16}), kg, kg); }) ==
-          "[mha::flash_attn] q, k and v must be on one device, got cpu, cuda:0 and cuda:0");
+    CHECK(error_of([&] {
+            FakeMode fake;
+            mha::flash_attn(fake_empty({1, 2, 8, 16}), kg, kg);
+          }) == "[mha::flash_attn] q, k and v must be on one device, got cpu, cuda:0 and cuda:0");
     Tensor qb = fake_empty({1, 2, 8, 200}, {.device = gpu});
     CHECK(error_of([&] { mha::flash_attn(qb, qb, qb); }) ==
           "[mha::flash_attn] head_dim 200 is not supported on CUDA: at most 128 (64 and 128 take "
@@ -334,8 +348,10 @@ TEST_SUITE("mha::flash_attn") {
     CHECK(l0.sizes() == Shape{1, 2, 0});
   }
 
-  TEST_CASE("flash_attn: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
-            "arguments match their signatures" * doctest::skip(no_nvrtc())) {
+  TEST_CASE(
+      "flash_attn: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
+      "arguments match their signatures" *
+      doctest::skip(no_nvrtc())) {
     const std::vector<jit::UserKernel> all = mha::flash_attn_kernels();
     CHECK(all.size() == 32);
     for (int arch : cubin_test_archs()) {
@@ -406,8 +422,9 @@ TEST_SUITE("mha::flash_attn") {
           "backward blocks of 4 or 8 warps, got 3 and 8");
   }
 
-  TEST_CASE("flash_attn: the tensor-core kernels compute the reference under a CPU emulation of "
-            "ldmatrix and mma.sync") {
+  TEST_CASE(
+      "flash_attn: the tensor-core kernels compute the reference under a CPU emulation of "
+      "ldmatrix and mma.sync") {
     manual_seed(34);
     struct Case {
       int64_t Sq, Sk;
@@ -463,14 +480,16 @@ TEST_SUITE("mha::flash_attn") {
       CAPTURE(causal);
       const int64_t B = 1, H = 2, Sq = 13, Sk = 17, D = 6;
       auto in = [](int64_t s) { return randn({1, 2, s, 6}, {.dtype = DType::Float64}); };
-      Tensor q = in(Sq), k = in(Sk), v = in(Sk), g = in(Sq), gl = randn({B, H, Sq}, {.dtype = DType::Float64});
+      Tensor q = in(Sq), k = in(Sk), v = in(Sk), g = in(Sq),
+             gl = randn({B, H, Sq}, {.dtype = DType::Float64});
       auto [out, lse] = mha::flash_attn(q, k, v, causal);
       auto [dq, dk, dv] = mha::flash_attn_backward(g, gl, q, k, v, out, lse, causal, std::nullopt);
       const double scale = 1 / std::sqrt(double(D));
       const long long rq = B * H * Sq, rk = B * H * Sk;
       Tensor eo = full(q.sizes(), 7.0, {.dtype = DType::Float64}),
              el = full({B, H, Sq}, 7.0, {.dtype = DType::Float64}),
-             delta = full({B, H, Sq}, 7.0, {.dtype = DType::Float64}), edq = full(q.sizes(), 7.0, {.dtype = DType::Float64}),
+             delta = full({B, H, Sq}, 7.0, {.dtype = DType::Float64}),
+             edq = full(q.sizes(), 7.0, {.dtype = DType::Float64}),
              edk = full(k.sizes(), 7.0, {.dtype = DType::Float64}),
              edv = full(v.sizes(), 7.0, {.dtype = DType::Float64});
       auto p = [](const Tensor& t) { return t.data_ptr<double>(); };
@@ -484,9 +503,8 @@ TEST_SUITE("mha::flash_attn") {
         ops_emu::flash_attn_bwd_prep<double>(p(out), p(g), p(gl), p(delta), rq, int(D));
       });
       ops_emu::launch({2}, {16}, [&] {
-        ops_emu::flash_attn_bwd_dq_generic<double>(p(q), p(k), p(v), p(g), p(lse), p(delta),
-                                                   p(edq), rq, int(Sq), int(Sk), int(D), scale,
-                                                   causal);
+        ops_emu::flash_attn_bwd_dq_generic<double>(p(q), p(k), p(v), p(g), p(lse), p(delta), p(edq),
+                                                   rq, int(Sq), int(Sk), int(D), scale, causal);
       });
       ops_emu::launch({3}, {16}, [&] {
         ops_emu::flash_attn_bwd_dkdv_generic<double>(p(q), p(k), p(v), p(g), p(lse), p(delta),
@@ -533,8 +551,8 @@ TEST_SUITE("mha::flash_attn") {
           }
           MESSAGE(fmt::format("{} D={} causal={} S={}: max errors{}", t, D, causal, S, errs));
           // The generic kernels agree too.
-          auto [og, lg] = mha::flash_attn_cuda(q.to(gpu), k.to(gpu), v.to(gpu), causal,
-                                               std::nullopt, true);
+          auto [og, lg] =
+              mha::flash_attn_cuda(q.to(gpu), k.to(gpu), v.to(gpu), causal, std::nullopt, true);
           CHECK(max_err(og, want[0]) < tol);
         }
     // float32 takes the generic kernels, any head dim up to 128.
@@ -545,8 +563,10 @@ TEST_SUITE("mha::flash_attn") {
     CHECK(max_diff64(lse, r.lse) < 1e-5);
   }
 
-  TEST_CASE("flash_attn (gpu): each tuned candidate matches the reference, and the tuner takes "
-            "one of them" * doctest::skip(no_gpu())) {
+  TEST_CASE(
+      "flash_attn (gpu): each tuned candidate matches the reference, and the tuner takes "
+      "one of them" *
+      doctest::skip(no_gpu())) {
     manual_seed(38);
     const Device gpu("cuda:0");
     const DType t = DType::Float16;
@@ -599,9 +619,8 @@ TEST_SUITE("mha::flash_attn") {
     ::setenv("MHA_FLASH_ATTN_BWD_WARPS", "6", 1);
     const Tensor x = rnd({1, 1, 64, 64}, t).to(gpu);
     auto [o, l] = mha::flash_attn(x, x, x);
-    CHECK(error_of([&] {
-            mha::flash_attn_backward(x, Tensor(), x, x, x, o, l, false, std::nullopt);
-          }) ==
+    CHECK(error_of(
+              [&] { mha::flash_attn_backward(x, Tensor(), x, x, x, o, l, false, std::nullopt); }) ==
           "[mha::flash_attn] MHA_FLASH_ATTN_BWD_WARPS='6' must be 4 or 8; unset it to let the "
           "autotuner choose");
     ::unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
@@ -628,8 +647,12 @@ TEST_SUITE("mha::flash_attn") {
     // mt::compile cannot capture a training step through this op. A known gap; the other
     // four checks pass.
     for (const OpCheckReport::Test& t : r.tests) {
-      if (t.name != "test_compile") CHECK_MESSAGE((t.passed || t.skipped), r.str());
-      else CHECK_MESSAGE(t.message.find("read a tensor's values while it was captured") != std::string::npos, r.str());
+      if (t.name != "test_compile")
+        CHECK_MESSAGE((t.passed || t.skipped), r.str());
+      else
+        CHECK_MESSAGE(
+            t.message.find("read a tensor's values while it was captured") != std::string::npos,
+            r.str());
     }
   }
 

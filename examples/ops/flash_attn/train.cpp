@@ -67,13 +67,13 @@ int main(int argc, char** argv) {
     zero_grad(model.params());
     last = loss.cpu().item<double>();
     if (step == 0) first = last;
-    if (step % 50 == 0 || step == steps - 1)
-      std::printf("step %4d  loss %.6f\n", step, last);
+    if (step % 50 == 0 || step == steps - 1) std::printf("step %4d  loss %.6f\n", step, last);
   }
-  std::printf("flash_attn_train on %s (attention in %s, B=%lld S=%lld E=%lld): loss %.4g -> "
-              "%.4g (%.1f%% of the start) in %d steps\n",
-              dev.str().c_str(), attn_dtype == DType::BFloat16 ? "bfloat16" : "float32",
-              (long long)B, (long long)S, (long long)E, first, last, 100 * last / first, steps);
+  std::printf(
+      "flash_attn_train on %s (attention in %s, B=%lld S=%lld E=%lld): loss %.4g -> "
+      "%.4g (%.1f%% of the start) in %d steps\n",
+      dev.str().c_str(), attn_dtype == DType::BFloat16 ? "bfloat16" : "float32", (long long)B,
+      (long long)S, (long long)E, first, last, 100 * last / first, steps);
   if (!(last < 0.5 * first)) {
     std::printf("FAIL: the loss did not halve\n");
     return 1;

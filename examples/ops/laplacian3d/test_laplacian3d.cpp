@@ -8,8 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "helpers.h"
@@ -29,8 +29,6 @@ namespace lap_emu = ops_emu;
 using namespace mt;
 
 namespace {
-
-
 
 // The float64 reference: every point's six neighbours by index arithmetic.
 Tensor reference(const Tensor& u, double h, bool periodic) {
@@ -102,15 +100,15 @@ Tensor emulate(const Tensor& u, double h, bool periodic, pde::Laplacian3dKernel 
       lap_emu::launch({blocks}, block, [&] {
         constexpr int V = sizeof(T) == 4 ? 4 : 2;
         if (vec == 1)
-          periodic ? lap_emu::pde_laplacian3d_stream<T, true, 1>(in, o, X, Y, Z, zb, yb, x_chunk,
-                                                                 inv_h2)
-                   : lap_emu::pde_laplacian3d_stream<T, false, 1>(in, o, X, Y, Z, zb, yb, x_chunk,
-                                                                  inv_h2);
+          periodic
+              ? lap_emu::pde_laplacian3d_stream<T, true, 1>(in, o, X, Y, Z, zb, yb, x_chunk, inv_h2)
+              : lap_emu::pde_laplacian3d_stream<T, false, 1>(in, o, X, Y, Z, zb, yb, x_chunk,
+                                                             inv_h2);
         else
-          periodic ? lap_emu::pde_laplacian3d_stream<T, true, V>(in, o, X, Y, Z, zb, yb, x_chunk,
-                                                                 inv_h2)
-                   : lap_emu::pde_laplacian3d_stream<T, false, V>(in, o, X, Y, Z, zb, yb, x_chunk,
-                                                                  inv_h2);
+          periodic
+              ? lap_emu::pde_laplacian3d_stream<T, true, V>(in, o, X, Y, Z, zb, yb, x_chunk, inv_h2)
+              : lap_emu::pde_laplacian3d_stream<T, false, V>(in, o, X, Y, Z, zb, yb, x_chunk,
+                                                             inv_h2);
       });
       return;
     }
@@ -217,27 +215,39 @@ TEST_SUITE("pde::laplacian3d") {
     CHECK(y.sizes() == Shape{2, 64, 64, 64});
     CHECK(y.dtype() == DType::Float64);
     CHECK(y.device() == Device("cuda:0"));
-    CHECK(error_of([] { pde::laplacian3d(fake_empty({4, 4})); }).starts_with(
-        "[pde::laplacian3d] expects a grid of shape"));
+    CHECK(error_of([] {
+            pde::laplacian3d(fake_empty({4, 4}));
+          }).starts_with("[pde::laplacian3d] expects a grid of shape"));
   }
 
   TEST_CASE("laplacian3d: wrong rank, dtype, boundary and spacing are errors naming the op") {
-    CHECK(error_of([] { pde::laplacian3d(randn({3, 4})); }) ==
+    CHECK(error_of([] {
+            pde::laplacian3d(randn({3, 4}));
+          }) ==
           "[pde::laplacian3d] expects a grid of shape [N, X, Y, Z] or [X, Y, Z], got a tensor of "
           "2 dimensions [3, 4]; reshape it to one of those");
-    CHECK(error_of([] { pde::laplacian3d(randn({1, 2, 3, 4, 5})); }).starts_with(
-        "[pde::laplacian3d] expects a grid of shape [N, X, Y, Z] or [X, Y, Z], got a tensor of "
-        "5 dimensions"));
-    CHECK(error_of([] { pde::laplacian3d(zeros({3, 3, 3}, {.dtype = DType::Int64})); }) ==
+    CHECK(error_of([] {
+            pde::laplacian3d(randn({1, 2, 3, 4, 5}));
+          })
+              .starts_with("[pde::laplacian3d] expects a grid of shape [N, X, Y, Z] or [X, Y, Z], "
+                           "got a tensor of "
+                           "5 dimensions"));
+    CHECK(error_of([] {
+            pde::laplacian3d(zeros({3, 3, 3}, {.dtype = DType::Int64}));
+          }) ==
           "[pde::laplacian3d] supports float32 and float64, got int64; convert with "
           "u.to(mt::DType::Float32)");
-    CHECK(error_of([] { pde::laplacian3d(randn({3, 3, 3}).to(DType::BFloat16)); }) ==
+    CHECK(error_of([] {
+            pde::laplacian3d(randn({3, 3, 3}).to(DType::BFloat16));
+          }) ==
           "[pde::laplacian3d] supports float32 and float64, got bfloat16; convert with "
           "u.to(mt::DType::Float32)");
-    CHECK(error_of([] { pde::laplacian3d(randn({3, 3, 3}), 1.0, "reflect"); }) ==
-          "[pde::laplacian3d] boundary must be \"zero\" or \"periodic\", got \"reflect\"");
-    CHECK(error_of([] { pde::laplacian3d(randn({3, 3, 3}), 0.0); }) ==
-          "[pde::laplacian3d] the grid spacing h must be a positive finite number, got 0");
+    CHECK(error_of([] {
+            pde::laplacian3d(randn({3, 3, 3}), 1.0, "reflect");
+          }) == "[pde::laplacian3d] boundary must be \"zero\" or \"periodic\", got \"reflect\"");
+    CHECK(error_of([] {
+            pde::laplacian3d(randn({3, 3, 3}), 0.0);
+          }) == "[pde::laplacian3d] the grid spacing h must be a positive finite number, got 0");
     // Boxed, the same checks run (and a missing argument takes its default).
     Stack st{randn({3, 3, 3}), 1.0, "mirror"};
     CHECK(error_of([&] { pde::laplacian3d_handle().call_boxed(&st); }) ==
@@ -290,8 +300,10 @@ TEST_SUITE("pde::laplacian3d") {
     CHECK(pde::laplacian3d_x_chunk(1, 512, 512, 512, 132, 128, 8, 32, 4) == 31);
   }
 
-  TEST_CASE("laplacian3d: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
-            "arguments match their signatures" * doctest::skip(no_nvrtc())) {
+  TEST_CASE(
+      "laplacian3d: every kernel compiles to CUBIN for sm_80 and sm_90, and the op's launch "
+      "arguments match their signatures" *
+      doctest::skip(no_nvrtc())) {
     using K = pde::Laplacian3dKernel;
     for (int arch : cubin_test_archs())
       for (auto [which, vector] : {std::pair{K::Stream, true}, std::pair{K::Stream, false},
@@ -317,8 +329,9 @@ TEST_SUITE("pde::laplacian3d") {
     // The check is not vacuous: a float64 tensor for the float kernel is refused.
     const auto& k = pde::laplacian3d_kernel(DType::Float32, false, pde::Laplacian3dKernel::Tiled);
     Tensor d = empty({4, 4, 4}, {.dtype = DType::Float64});
-    CHECK(error_of([&] { k.check_args(90, d, d, 4, 4, 4, 4, 1.0f); }).starts_with(
-        "[jit] pde_laplacian3d_tiled<float, false>: argument 1 is a Tensor (float64, cpu)"));
+    CHECK(error_of([&] { k.check_args(90, d, d, 4, 4, 4, 4, 1.0f); })
+              .starts_with("[jit] pde_laplacian3d_tiled<float, false>: argument 1 is a Tensor "
+                           "(float64, cpu)"));
   }
 
   // --------------------------------------------------------------------------- on cuda:0
@@ -328,8 +341,7 @@ TEST_SUITE("pde::laplacian3d") {
     manual_seed(16);
     const Device gpu("cuda:0");
     for (const Shape& s : {Shape{2, 19, 11, 37}, Shape{1, 1, 1}, Shape{64, 64, 64},
-                           Shape{1, 40, 33, 130}, Shape{3, 2, 1, 5},
-                           Shape{2, 17, 9, 132}})
+                           Shape{1, 40, 33, 130}, Shape{3, 2, 1, 5}, Shape{2, 17, 9, 132}})
       for (const char* boundary : {"zero", "periodic"})
         for (DType t : {DType::Float32, DType::Float64}) {
           CAPTURE(s);
@@ -373,9 +385,9 @@ TEST_SUITE("pde::laplacian3d") {
       GradcheckResult gg = gradgradcheck(f, {u});
       CHECK_MESSAGE(gg.ok, gg.message);
     }
-    OpCheckReport r = opcheck(pde::laplacian3d_handle(),
-                              {Stack{randn({3, 4, 5}).to(gpu)},
-                               Stack{randn({2, 3, 4, 33}).to(gpu), 0.5, "periodic"}});
+    OpCheckReport r = opcheck(
+        pde::laplacian3d_handle(),
+        {Stack{randn({3, 4, 5}).to(gpu)}, Stack{randn({2, 3, 4, 33}).to(gpu), 0.5, "periodic"}});
     CHECK_MESSAGE(r.ok(), r.str());
   }
 }

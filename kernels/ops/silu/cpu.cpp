@@ -36,9 +36,8 @@ void silu_backward(const Tensor& grad, const Tensor& x, const Tensor& out) {
         silu_backward_f32_loop(o, in[0], in[1], n);
       });
     } else if constexpr (std::is_floating_point_v<C>) {
-      for_each_block<C>(it, [&](C* o, const C* const* in, int64_t n) {
-        silu_backward_loop(o, in[0], in[1], n);
-      });
+      for_each_block<C>(
+          it, [&](C* o, const C* const* in, int64_t n) { silu_backward_loop(o, in[0], in[1], n); });
     }
   });
 }

@@ -113,8 +113,7 @@ void silu(const Tensor& x, const Tensor& out) {
     // The strided kernel reads x in place; operand 0 is the output.
     StridedLayout layout = jit::make_strided_layout(
         detail::span_of(x.sizes()), {detail::span_of(out.strides()), detail::span_of(x.strides())});
-    launch_silu_fwd(dev, detail::stream_of(x), x.dtype(), x.data_ptr(), out.data_ptr(), n,
-                    &layout);
+    launch_silu_fwd(dev, detail::stream_of(x), x.dtype(), x.data_ptr(), out.data_ptr(), n, &layout);
   }
 }
 
@@ -151,9 +150,9 @@ namespace mt::ops {
 std::vector<jit::EmbeddedKernelFile> silu_kernel_files() {
   jit::EmbeddedKernelFile silu{"silu.cu", {}};
   for (DType t : gpu::kSiluDTypes)
-    for (gpu::SiluKernel k : {gpu::SiluKernel::Fwd, gpu::SiluKernel::FwdVec,
-                              gpu::SiluKernel::FwdStrided, gpu::SiluKernel::Bwd,
-                              gpu::SiluKernel::BwdVec, gpu::SiluKernel::BwdStrided})
+    for (gpu::SiluKernel k :
+         {gpu::SiluKernel::Fwd, gpu::SiluKernel::FwdVec, gpu::SiluKernel::FwdStrided,
+          gpu::SiluKernel::Bwd, gpu::SiluKernel::BwdVec, gpu::SiluKernel::BwdStrided})
       silu.name_expressions.push_back(gpu::silu_name_expression(k, t));
   return {silu};
 }

@@ -4,25 +4,25 @@
 // through one custom_op handle per op: CPU (the forward through its row's loop in
 // kernels/cpu, the backward in cpu.cpp), CUDA (cuda.cpp, whose device code is silu.cu),
 // Fake and Autograd.
+#include "kernels/ops/silu/silu.h"
+
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/jit/expr.h"
 #include "kernels/ops/pointwise_eval.h"
 #include "kernels/ops/registry.h"
-#include "kernels/ops/silu/silu.h"
 
 namespace mt {
 namespace ops {
 
 void register_silu() {
-  auto silu_op = custom_op(
-      "mt::silu",
-      [](const Tensor& x) {
-        check_floating(x, "silu");
-        Tensor out = empty_like(x);
-        cpu::unary(cpu::UnaryOp::Silu, x, out);
-        return out;
-      },
-      {.schema = "(Tensor self) -> Tensor"});
+  auto silu_op = custom_op("mt::silu",
+                           [](const Tensor& x) {
+                             check_floating(x, "silu");
+                             Tensor out = empty_like(x);
+                             cpu::unary(cpu::UnaryOp::Silu, x, out);
+                             return out;
+                           },
+                           {.schema = "(Tensor self) -> Tensor"});
   silu_op.register_kernel(DeviceType::CUDA, [](const Tensor& x) {
     check_floating(x, "silu");
     Tensor out = empty_like(x);
@@ -38,18 +38,18 @@ void register_silu() {
       [](AutogradContext& ctx, const Tensor& x, const Tensor&) { ctx.save_for_backward(x); });
   keep(silu_op);
 
-  auto bwd_op = custom_op(
-      "mt::silu_backward",
-      [](const Tensor& grad, const Tensor& x) {
-        MT_CHECK(grad.sizes() == x.sizes(),
-                 "[silu_backward] grad has shape {} but x has shape {}; they must match",
-                 grad.sizes(), x.sizes());
-        check_floating(x, "silu_backward");
-        Tensor out = empty_like(x);
-        cpu::silu_backward(grad, x, out);
-        return out;
-      },
-      {.schema = "(Tensor grad_output, Tensor self) -> Tensor"});
+  auto bwd_op =
+      custom_op("mt::silu_backward",
+                [](const Tensor& grad, const Tensor& x) {
+                  MT_CHECK(grad.sizes() == x.sizes(),
+                           "[silu_backward] grad has shape {} but x has shape {}; they must match",
+                           grad.sizes(), x.sizes());
+                  check_floating(x, "silu_backward");
+                  Tensor out = empty_like(x);
+                  cpu::silu_backward(grad, x, out);
+                  return out;
+                },
+                {.schema = "(Tensor grad_output, Tensor self) -> Tensor"});
   bwd_op.register_kernel(DeviceType::CUDA, [](const Tensor& grad, const Tensor& x) {
     MT_CHECK(grad.sizes() == x.sizes(),
              "[silu_backward] grad has shape {} but x has shape {}; they must match", grad.sizes(),
@@ -89,9 +89,9 @@ void register_silu() {
   // fusion] in kernels/compile/fuse.cpp) through this formula; mt::silu has its row's.
   auto formula = std::make_shared<PointwiseFormula>();
   formula->tensors = 2;
-  formula->program = jit::expr::parse("mt::silu_backward",
-                                      "t = sigmoid(x); g * t * (1 + x * (1 - t))", {"g", "x"},
-                                      {}, {"out"}, false);
+  formula->program =
+      jit::expr::parse("mt::silu_backward", "t = sigmoid(x); g * t * (1 + x * (1 - t))", {"g", "x"},
+                       {}, {"out"}, false);
   set_pointwise_formula("mt::silu_backward", std::move(formula));
 }
 

@@ -35,13 +35,15 @@ void softmax_impl(const Tensor& x_in, int64_t dim, const Tensor& out, bool log) 
     mt::detail::copy_impl(rows_in, x);
   }
   Tensor out_t = x_in.dim() == 0 ? out : mt::detail::transpose_of(out, d, last);
-  Tensor rows_out = out_t.is_contiguous() ? out_t : empty(x.sizes(), {.dtype = out.dtype(), .device = x.device()});
+  Tensor rows_out = out_t.is_contiguous()
+                        ? out_t
+                        : empty(x.sizes(), {.dtype = out.dtype(), .device = x.device()});
   long long n = x_in.dim() == 0 ? 1 : x_in.size(d);
   long long rows = out.numel() / n;
   const int dev = out.device().index;
   const DType t = out.dtype();
   const jit::Kernel& k = g_softmax_kernels.get(dev, int(t) * 2 + log, "softmax.cu",
-                                       [&] { return softmax_name_expression(t, log); });
+                                               [&] { return softmax_name_expression(t, log); });
   // A block per row: up to 1024 threads for long rows, a warp's multiple for short ones.
   const unsigned threads = unsigned(std::clamp<int64_t>((n + 31) / 32 * 32, 32, 1024));
   const unsigned blocks = unsigned(std::min<int64_t>(rows, int64_t(jit::sm_count(dev)) * 32));
@@ -55,7 +57,9 @@ void softmax_impl(const Tensor& x_in, int64_t dim, const Tensor& out, bool log) 
 }  // namespace
 
 void softmax(const Tensor& x, int64_t dim, const Tensor& out) { softmax_impl(x, dim, out, false); }
-void log_softmax(const Tensor& x, int64_t dim, const Tensor& out) { softmax_impl(x, dim, out, true); }
+void log_softmax(const Tensor& x, int64_t dim, const Tensor& out) {
+  softmax_impl(x, dim, out, true);
+}
 
 }  // namespace mt::gpu
 

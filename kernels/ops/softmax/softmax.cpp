@@ -4,8 +4,9 @@
 // (recomputed from the saved input, as in Note [Saved inputs, not outputs] in
 // kernels/ops/unary.cpp):
 // softmax: y * (g - sum(g * y)), log_softmax: g - exp(y) * sum(g), sums along dim.
-#include "kernels/ops/registry.h"
 #include "kernels/ops/softmax/softmax.h"
+
+#include "kernels/ops/registry.h"
 
 namespace mt {
 namespace ops {
@@ -28,10 +29,10 @@ Tensor softmax_kernel(const Tensor& x, int64_t dim) {
 template <bool Log>
 void register_softmax_op(const char* name,
                          std::source_location loc = std::source_location::current()) {
-  auto op = custom_op(name, softmax_kernel<Log, Log ? cpu::log_softmax : cpu::softmax>,
+  auto op = custom_op(name, softmax_kernel < Log, Log ? cpu::log_softmax : cpu::softmax >,
                       {.mutates_args = {}, .schema = "(Tensor self, int dim) -> Tensor"}, loc);
-  op.register_kernel(DeviceType::CUDA, softmax_kernel<Log, Log ? gpu::log_softmax : gpu::softmax>,
-                     loc);
+  op.register_kernel(DeviceType::CUDA, softmax_kernel < Log,
+                     Log ? gpu::log_softmax : gpu::softmax >, loc);
   op.register_fake(softmax_result<Log>, loc);
   op.register_autograd(
       [](AutogradContext& ctx, const Tensor& g) {

@@ -43,10 +43,13 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, long lo
     const T* xr = x + row * n;
     T* yr = y + row * n;
     C m = mt::lowest_value<C>();
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) m = mt::max_nan(m, mt::load_compute(xr[j]));
-    m = mt::block_all_reduce(m, mt::lowest_value<C>(), scratch, [](C a, C b) { return mt::max_nan(a, b); });
+    for (long long j = threadIdx.x; j < n; j += blockDim.x)
+      m = mt::max_nan(m, mt::load_compute(xr[j]));
+    m = mt::block_all_reduce(m, mt::lowest_value<C>(), scratch,
+                             [](C a, C b) { return mt::max_nan(a, b); });
     C s = C(0);
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) s += mt::exp_(mt::load_compute(xr[j]) - m);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x)
+      s += mt::exp_(mt::load_compute(xr[j]) - m);
     s = mt::block_all_reduce(s, C(0), scratch, [](C a, C b) { return a + b; });
     if constexpr (Log) {
       const C shift = m + mt::log_(s);
