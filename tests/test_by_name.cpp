@@ -72,9 +72,9 @@ TEST_SUITE("by name") {
   TEST_CASE("a Fake kernel that returns a real tensor, or reads data, is an error naming the op") {
     ScaleLib lib("byname_real");
     Tensor held = mt::ones({3});
+    auto returns_held = [held](const Tensor&, double) { return held; };
     const auto here = std::source_location::current();
-    Registration fake =
-        register_fake("byname_real::scale", [held](const Tensor&, double) { return held; });
+    Registration fake = register_fake("byname_real::scale", returns_held);
     const std::string at = fmt::format("tests/test_by_name.cpp:{}", here.line() + 1);
     CHECK(error_of([&] { call<Tensor>("byname_real::scale", fake_empty({3}), 2.0); }) ==
           "[byname_real::scale] the Fake kernel registered at " + at +

@@ -77,8 +77,9 @@ else
 fi
 
 packages=(meson ninja-build g++ pkg-config python3 libfmt-dev doctest-dev libopenblas-dev libcli11-dev nlohmann-json3-dev cmake)
-# CI's second build compiles with clang 15, the compiler floor (tools/scripts/ci_nocuda.sh)
-[ "${CI:-}" = true ] && packages+=(clang-15)
+# CI's second build compiles with clang 15, the compiler floor (tools/scripts/ci_nocuda.sh);
+# its format test runs clang-format 14 (tools/lint/format.py).
+[ "${CI:-}" = true ] && packages+=(clang-15 clang-format-14)
 
 install_missing() {
   local missing=()

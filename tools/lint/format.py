@@ -5,7 +5,8 @@ clang-format (14, Debian 12's), so the check means the same on every machine.
 
   tools/lint/format.py --check [ROOT]   list the tracked C++/CUDA files clang-format would
                                         change (exit 1 if any; 77, a skip, outside a git
-                                        checkout or without clang-format 14)
+                                        checkout or without clang-format 14, but a
+                                        failure under CI=true)
   tools/lint/format.py --fix [ROOT]     format them in place, and move the docs' file:line
                                         anchors (tools/lint/doc_snippets.py anchors) that
                                         point into a changed file to the line their code
@@ -158,6 +159,9 @@ def main(argv):
         return 77
     exe, why = find_clang_format()
     if exe is None:
+        if os.environ.get("CI") == "true":  # CI installs it (tools/dev.sh deps): never skip there
+            print(f"format.py: FAIL: {why}")
+            return 1
         print(f"format.py: skipped: {why}")
         return 77
     def one(rel):
