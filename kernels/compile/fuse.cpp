@@ -119,7 +119,8 @@ std::optional<ReductionArgs> reduction_args(const GraphNode& n) {
   if (name != "mt::sum" && name != "mt::mean") return std::nullopt;
   if (n.args.empty() || n.args.size() > 3 || n.args[0].kind != GraphArg::Kind::Tensor)
     return std::nullopt;
-  ReductionArgs r{.mean = name == "mt::mean"};
+  ReductionArgs r;
+  r.mean = name == "mt::mean";
   if (n.args.size() > 1) {
     const GraphArg& d = n.args[1];
     if (d.kind != GraphArg::Kind::Constant || !d.constant.is_int_list()) return std::nullopt;
