@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "minitensor.h"
@@ -84,3 +87,21 @@ inline std::vector<int> cubin_test_archs() {
   return {80, 90};
 #endif
 }
+
+// MT_LOG=compile for a scope, with the dispatcher's log collected.
+struct CompileLog {
+  std::vector<std::string> lines;
+  CompileLog() {
+    ::setenv("MT_LOG", "compile", 1);
+    mt::dispatcher().set_log_sink([this](std::string_view l) { lines.emplace_back(l); });
+  }
+  ~CompileLog() {
+    mt::dispatcher().set_log_sink(nullptr);
+    ::unsetenv("MT_LOG");
+  }
+  bool has(std::string_view text) const {
+    for (const std::string& l : lines)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+};

@@ -20,24 +20,6 @@ Tensor count_calls(const Tensor& x) {
   return x.clone();
 }
 
-// MT_LOG=compile for a scope, with the dispatcher's log collected.
-struct CompileLog {
-  std::vector<std::string> lines;
-  CompileLog() {
-    ::setenv("MT_LOG", "compile", 1);
-    dispatcher().set_log_sink([this](std::string_view l) { lines.emplace_back(l); });
-  }
-  ~CompileLog() {
-    dispatcher().set_log_sink(nullptr);
-    ::unsetenv("MT_LOG");
-  }
-  bool has(std::string_view text) const {
-    for (const std::string& l : lines)
-      if (l.find(text) != std::string::npos) return true;
-    return false;
-  }
-};
-
 }  // namespace
 
 TEST_CASE("tags: def and custom_op take tags; dump and dump_table print them") {

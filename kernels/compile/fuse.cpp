@@ -173,6 +173,28 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
         if (g.values[size_t(w)].alias_root == root) return true;
     return false;
   };
+  // Whether running the members `ms` (sorted) at node `at` moves one past an op tagged
+  // side_effect (Note [Tags in compile] in replay.cpp).
+  auto crosses_side_effect = [&](const std::vector<int>& ms, int at) {
+    for (int k = ms.front() + 1; k < at; ++k) {
+      const OperatorEntry* e = g.nodes[size_t(k)].op.entry();
+      if (e != nullptr && e->tags().has(Tag::side_effect)) return true;
+    }
+    return false;
+  };
+  // Whether running the members `ms` at node `at` moves a read of one of their external
+  // inputs `ext` past a write to its memory.
+  auto moves_past_write = [&](const std::vector<int>& ms, const std::vector<int>& ext, int at) {
+    for (int m : ms) {
+      const int nm = tensor_operands(g.nodes[size_t(m)]);
+      for (int a = 0; a < nm; ++a) {
+        const int e = g.nodes[size_t(m)].args[size_t(a)].value;
+        if (std::find(ext.begin(), ext.end(), e) != ext.end() && written_between(e, m, at))
+          return true;
+      }
+    }
+    return false;
+  };
 
   for (size_t i = 0; i < nn; ++i) {
     if (!ok[i]) continue;
@@ -187,14 +209,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       std::vector<int> merged = members[size_t(p)];
       merged.insert(merged.end(), members[i].begin(), members[i].end());
       std::sort(merged.begin(), merged.end());
-      // A group runs at its root: never move a member past an op tagged side_effect
-      // (Note [Tags in compile] in replay.cpp).
-      bool across_effect = false;
-      for (int k = merged.front() + 1; k < int(i) && !across_effect; ++k) {
-        const OperatorEntry* e = g.nodes[size_t(k)].op.entry();
-        across_effect = e != nullptr && e->tags().has(Tag::side_effect);
-      }
-      if (across_effect) continue;
+      // A group runs at its root: never move a member past an op tagged side_effect.
+      if (crosses_side_effect(merged, int(i))) continue;
       const std::vector<int> ext = externals(merged);
       if (ext.size() > 7) continue;
       if (!ext.empty()) {
@@ -202,16 +218,7 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
         for (int e : ext) promoted = promote_types(promoted, g.values[size_t(e)].dtype);
         if (promoted != t) continue;
       }
-      bool moved_past_write = false;
-      for (int m : merged) {
-        const int nm = tensor_operands(g.nodes[size_t(m)]);
-        for (int a = 0; a < nm && !moved_past_write; ++a) {
-          const int e = g.nodes[size_t(m)].args[size_t(a)].value;
-          if (std::find(ext.begin(), ext.end(), e) != ext.end())
-            moved_past_write = written_between(e, m, int(i));
-        }
-      }
-      if (moved_past_write) continue;
+      if (moves_past_write(merged, ext, int(i))) continue;
       members[i] = std::move(merged);
       members[size_t(p)].clear();
     }
@@ -232,12 +239,7 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
         g.values[size_t(out)].device != g.values[size_t(v)].device)
       continue;
     const std::vector<int>& ms = members[size_t(p)];
-    bool across_effect = false;
-    for (int k = ms.front() + 1; k < int(i) && !across_effect; ++k) {
-      const OperatorEntry* e = g.nodes[size_t(k)].op.entry();
-      across_effect = e != nullptr && e->tags().has(Tag::side_effect);
-    }
-    if (across_effect) continue;
+    if (crosses_side_effect(ms, int(i))) continue;
     const std::vector<int> ext = externals(ms);
     if (ext.empty() || ext.size() > 7) continue;
     DType promoted = g.values[size_t(ext[0])].dtype;
@@ -247,16 +249,7 @@ std::vector<FusionGroup> fusion_groups(const Graph& g) {
       shape = detail::broadcast_shapes(shape, g.values[size_t(e)].sizes, "fusion");
     }
     if (promoted != t || shape != g.values[size_t(v)].sizes) continue;
-    bool moved_past_write = false;
-    for (int m : ms) {
-      const int nm = tensor_operands(g.nodes[size_t(m)]);
-      for (int a = 0; a < nm && !moved_past_write; ++a) {
-        const int e = g.nodes[size_t(m)].args[size_t(a)].value;
-        if (std::find(ext.begin(), ext.end(), e) != ext.end())
-          moved_past_write = written_between(e, m, int(i));
-      }
-    }
-    if (moved_past_write) continue;
+    if (moves_past_write(ms, ext, int(i))) continue;
     members[i] = ms;
     members[i].push_back(int(i));
     members[size_t(p)].clear();
