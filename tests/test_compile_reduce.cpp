@@ -163,7 +163,9 @@ TEST_SUITE("compile") {
       DType dtype;
       double rtol;
     } cases[] = {{DType::Float64, 1e-12}, {DType::Float16, 4e-3}, {DType::BFloat16, 2e-2}};
-    for (const auto& [t, rtol] : cases) {
+    for (const auto& tc : cases) {  // not a structured binding: clang 15 cannot CAPTURE one
+      const DType t = tc.dtype;
+      const double rtol = tc.rtol;
       CAPTURE(t);
       Tensor xt = x.to(t);
       Compiled c = mt::compile(fn, {.fuse = true});
