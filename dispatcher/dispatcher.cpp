@@ -11,6 +11,7 @@
 #include "dispatcher/mode.h"
 #include "runtime/fake.h"
 #include "runtime/init.h"
+#include "runtime/log.h"
 
 namespace mt {
 
@@ -397,19 +398,12 @@ void Dispatcher::set_trace_dispatch(bool on) { detail::g_trace_dispatch.store(on
 void Dispatcher::set_trace_why(bool on) { detail::g_trace_why.store(on); }
 void Dispatcher::set_log_registrations(bool on) { log_registrations_.store(on); }
 
+// The sink is the runtime's (runtime/log.h), which the JIT and mt::compile log through too.
 void Dispatcher::set_log_sink(std::function<void(std::string_view)> sink) {
-  std::lock_guard<std::mutex> lock(sink_mutex_);
-  sink_ = std::move(sink);
+  detail::set_log_sink(std::move(sink));
 }
 
-void Dispatcher::log(std::string_view line) {
-  std::lock_guard<std::mutex> lock(sink_mutex_);
-  if (sink_) {
-    sink_(line);
-  } else {
-    std::fprintf(stderr, "%.*s\n", int(line.size()), line.data());
-  }
-}
+void Dispatcher::log(std::string_view line) { detail::log_line(line); }
 
 void Dispatcher::rebuild_locked(OperatorEntry& e) {
   std::array<KernelFunction, kNumDispatchKeys> fb;

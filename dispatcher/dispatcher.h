@@ -305,8 +305,6 @@ class Dispatcher {
   std::unordered_map<uint64_t, std::pair<OperatorEntry*, int>> by_id_;  // key -1: def
   uint64_t next_id_ = 1;
   std::atomic<bool> log_registrations_{false};
-  std::mutex sink_mutex_;
-  std::function<void(std::string_view)> sink_;
 };
 
 // The dispatcher, with the built-in ops registered (on the first call, not by static

@@ -17,12 +17,12 @@
 #include <limits>
 #include <utility>
 
-#include "dispatcher/dispatcher.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/sha256.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/graph.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 
 namespace mt::jit {
 
@@ -377,14 +377,14 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
       std::string times;
       for (size_t i = 0; i < names.size(); ++i)
         times += fmt::format("{}{} {} ms", i ? ", " : "", names[i], format_ms(c.ms[i]));
-      Dispatcher::singleton().log(fmt::format(
+      mt::detail::log_line(fmt::format(
           "[autotune] {} on {}: {} -> {} (tuned in {:.1f} ms)", key, tag, times, c.name,
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
               .count()));
     }
     found = std::move(c);
   } else if (config().log) {
-    Dispatcher::singleton().log(
+    mt::detail::log_line(
         fmt::format("[autotune] {} on {}: {} (from {})", key, tag, found->name, config().file));
   }
   const size_t index = found->index;

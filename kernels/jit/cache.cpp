@@ -16,9 +16,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "dispatcher/dispatcher.h"
 #include "kernels/jit/sha256.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 
 namespace mt::jit {
 
@@ -511,10 +511,10 @@ void log_get(std::string_view level, const CompileRequest& r, const std::string&
                               : n == 1
                                   ? fmt::format(" [{}]", r.name_expressions[0])
                                   : fmt::format(" [{} and {} more]", r.name_expressions[0], n - 1);
-  Dispatcher::singleton().log(fmt::format("[jit] {:<10} {}{} for {}{} (key {})", level, r.name,
-                                          kernels, nvrtc_target(r.arch, r.arch_specific, r.name),
-                                          ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "",
-                                          key.substr(0, 16)));
+  mt::detail::log_line(fmt::format("[jit] {:<10} {}{} for {}{} (key {})", level, r.name, kernels,
+                                   nvrtc_target(r.arch, r.arch_specific, r.name),
+                                   ms >= 0 ? fmt::format(", {:.1f} ms", ms) : "",
+                                   key.substr(0, 16)));
 }
 }  // namespace
 
