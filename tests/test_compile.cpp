@@ -368,7 +368,8 @@ TEST_SUITE("compile") {
     CHECK(c.compile_count() == 6);
   }
 
-  TEST_CASE("replay: guards checked in place, an output returned twice, slots freed after an error") {
+  TEST_CASE(
+      "replay: guards checked in place, an output returned twice, slots freed after an error") {
     // Note [Replay's fixed cost]: the last plan's guard is compared as it is worked out; two
     // guards in turn find their plans again, storage sharing between inputs is part of it.
     Compiled c = mt::compile([](const Tensors& in) { return one(in[0] * in[1]); });

@@ -159,7 +159,7 @@ struct Plan {
   std::vector<Tensor> vals;  // one slot a value, reused from call to call; empty between runs
   std::vector<std::pair<int, int>> input_grads;  // (value, input): an input's .grad at call time
   std::vector<size_t> boxed_steps;               // steps that call through their Stack
-  std::string tag_note;      // MT_LOG=compile: what the ops' tags changed
+  std::string tag_note;                          // MT_LOG=compile: what the ops' tags changed
   // Set when the graph has an op tagged inplace_view: the function runs eagerly (Note [Tags
   // in compile]); says why.
   std::string eager_reason;

@@ -686,7 +686,7 @@ struct TileEvaluator<C>::Plan {
   struct Step {
     Op op;
     Fn fn;
-    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a), 4: a / (b + exp(-a)) (Note [Tile evaluation])
+    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a), 4: a / (b + exp(-a)): Note [Tile evaluation]
     Ref r, a, b, c;
   };
   std::vector<Step> steps;
