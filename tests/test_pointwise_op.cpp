@@ -390,6 +390,67 @@ TEST_SUITE("tile evaluator") {
     }
   }
 
+  TEST_CASE("tile evaluator: x / (c + exp(-x)) runs as one loop, bitwise its three loops") {
+    // Note [Tile evaluation]: the SiLU users write, fused; against the same nodes with the
+    // exp also an output, which keeps them three loops. Every exponent's edges, subnormals,
+    // zeros, +-inf and NaN, each tail length below a tile, c a literal and a scalar.
+    std::vector<float> xs;
+    for (int e = -149; e <= 128; ++e)
+      for (float m : {1.0f, 1.3f, 1.999f})
+        xs.push_back(std::ldexp(m, e)), xs.push_back(-std::ldexp(m, e));
+    for (float v : {0.0f, -0.0f, 88.7f, -88.7f, 103.9f, -103.9f, INFINITY, -INFINITY, NAN, -NAN})
+      xs.push_back(v);
+    const auto n = int64_t(xs.size());
+    const ex::Program lit = parse1("x / (1.0f + expf(-x))", {"x"});
+    const ex::Program three =
+        ex::parse("t", "t = expf(-x); e = t; y = x / (1.0f + t);", {"x"}, {}, {"y", "e"}, false);
+    const ex::Program scal = ex::parse("t", "x / (s + exp(-x))", {"x"}, {"s"}, {"out"}, false);
+    const float s[] = {0.5f};
+    const bool had = cpu::set_vec_exp_enabled(true);
+    for (bool vec : {true, false}) {
+      cpu::set_vec_exp_enabled(vec);
+      if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here
+      CAPTURE(vec);
+      ex::TileEvaluator<float> ef(lit, nullptr), ep(three, nullptr), es(scal, s);
+      CHECK(ef.num_buffers() == 0);  // one loop: x in, the output written
+      CHECK(es.num_buffers() == 0);
+      CHECK(ep.num_buffers() == 2);  // e kept for its output, the add's own
+      std::vector<float> got(xs.size()), want(xs.size()), e(xs.size()), sc(xs.size());
+      for (int64_t len : {int64_t(1), int64_t(15), int64_t(17), int64_t(63), int64_t(65),
+                          int64_t(255), ex::kChunk - 1, ex::kChunk}) {
+        CAPTURE(len);
+        for (int64_t at = 0; at < n; at += len) {
+          const int64_t m = std::min(len, n - at);
+          const float* in[] = {xs.data() + at};
+          float* out_f[] = {got.data() + at};
+          float* out_p[] = {want.data() + at, e.data() + at};
+          float* out_s[] = {sc.data() + at};
+          ef.run(in, out_f, m);
+          ep.run(in, out_p, m);
+          es.run(in, out_s, m);
+        }
+        size_t same = 0;
+        for (size_t i = 0; i < xs.size(); ++i) {
+          const float ws = xs[i] / (0.5f + e[i]);  // the scalar's three loops, one element
+          same += std::isnan(want[i]) ? std::isnan(got[i]) && std::isnan(sc[i]) && std::isnan(ws)
+                                      : std::memcmp(&got[i], &want[i], sizeof(float)) == 0 &&
+                                            std::memcmp(&sc[i], &ws, sizeof(float)) == 0;
+        }
+        CHECK(same == xs.size());
+      }
+    }
+    cpu::set_vec_exp_enabled(had);
+    // float64 keeps its nodes' loops
+    ex::TileEvaluator<double> ed(lit, nullptr);
+    CHECK(ed.num_buffers() == 1);
+    const double x[] = {-1.5, 0.0, 2.25, -700.0};
+    double y[4];
+    const double* in[] = {x};
+    double* out[] = {y};
+    ed.run(in, out, 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(y[i] == x[i] / (1.0 + std::exp(-x[i])));
+  }
+
   TEST_CASE("tile evaluator: a chain of any length runs in one buffer, over many tiles") {
     // 40 statements reassigning one temporary: 40 nodes alive one after another
     std::string body = "t = x;\n";

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // mt::compile: guards, the cache of compiled plans, and replay without the dispatcher
 // (kernels called directly on CPU; on CUDA, through a CUDA graph when one can be captured).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -74,6 +75,18 @@ void log(const std::string& text) {
 }
 
 // Signatures a kernel step calls unboxed (T: Tensor, d: double, l: int[], b: bool, i: int),
+// Note [Replay's fixed cost]
+// A replayed call pays, besides its kernels, for what eager code does not: the guard check,
+// the value slots and the outputs. On one thread of the 2-core VM (callgrind and a blocked
+// A/B, tools/bench/bench_compile_cpu) that cost once exceeded the dispatch it saves for a
+// chain of 4 small ops (2^8 elements: 4-9% slower than eager): the guard was built as a
+// vector (a malloc and a free, a push_back a number) and compared after; the slots were
+// reassigned whole and every value's kind scanned for input .grads; every step's stack was
+// cleared. Now the last plan's guard is compared number by number as it is worked out
+// (guard_matches: no allocation; guard_of only for a miss), the slots stay empty between
+// runs and only inputs, their .grads (a list made with the plan) and constants are set,
+// only the boxed steps' stacks are cleared, and each output is moved out of its slot.
+
 // Note [Unboxed replay]; None: boxed, through a Stack.
 enum class Fast : uint8_t { None, T_T, T_TT, T_TTd, T_Td, T_Tl, T_Tlb, T_Tii };
 
@@ -143,8 +156,10 @@ struct Plan {
   std::vector<Tensor> static_inputs, static_grads_in, static_outputs;
   std::vector<std::pair<int, Tensor>> static_grads_out;
   std::vector<bool> input_written;
-  std::vector<Tensor> vals;  // one slot a value, reused from call to call
-  std::string tag_note;      // MT_LOG=compile: what the ops' tags changed
+  std::vector<Tensor> vals;  // one slot a value, reused from call to call; empty between runs
+  std::vector<std::pair<int, int>> input_grads;  // (value, input): an input's .grad at call time
+  std::vector<size_t> boxed_steps;               // steps that call through their Stack
+  std::string tag_note;                          // MT_LOG=compile: what the ops' tags changed
   // Set when the graph has an op tagged inplace_view: the function runs eagerly (Note [Tags
   // in compile]); says why.
   std::string eager_reason;
@@ -335,32 +350,53 @@ std::vector<bool> forward_clones(Graph& g) {
   return dropped;
 }
 
-// The guard of a call: everything the captured graph depends on, as numbers.
-std::vector<int64_t> guard_of(const std::vector<Tensor>& inputs) {
-  std::vector<int64_t> g;
-  g.reserve(inputs.size() * 12);
-  g.push_back(int64_t(inputs.size()) << 1 |
-              int64_t(grad_enabled()));  // grad mode changes the graph
+// The guard of a call: everything the captured graph depends on, as numbers, handed to
+// emit one at a time in order; stops (false) at the first one emit refuses.
+template <typename Emit>
+bool each_guard_number(const std::vector<Tensor>& inputs, Emit&& emit) {
+  if (!emit(int64_t(inputs.size()) << 1 | int64_t(grad_enabled())))  // grad mode changes the graph
+    return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
-      g.push_back(-1);
+      if (!emit(-1)) return false;
       continue;
     }
-    g.push_back(int64_t(t.dtype()) | int64_t(t.device().type == DeviceType::CUDA) << 8 |
-                int64_t(t.device().index + 1) << 9 | int64_t(t.requires_grad()) << 20 |
-                int64_t(t.grad().defined()) << 21 | int64_t(t.is_fake()) << 22);
-    g.push_back(t.dim());
-    for (int64_t d = 0; d < t.dim(); ++d) g.push_back(t.size(d)), g.push_back(t.stride(d));
+    if (!emit(int64_t(t.dtype()) | int64_t(t.device().type == DeviceType::CUDA) << 8 |
+              int64_t(t.device().index + 1) << 9 | int64_t(t.requires_grad()) << 20 |
+              int64_t(t.grad().defined()) << 21 | int64_t(t.is_fake()) << 22))
+      return false;
+    const Shape &sizes = t.sizes(), &strides = t.strides();
+    if (!emit(int64_t(sizes.size()))) return false;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (!emit(sizes[d]) || !emit(strides[d])) return false;
     // which earlier input shares this one's storage (-1: none)
     int64_t shares = -1;
     const StorageImpl* st = t.is_fake() ? nullptr : t.storage().get();
     for (size_t j = 0; j < i && st && shares < 0; ++j)
       if (inputs[j].defined() && !inputs[j].is_fake() && inputs[j].storage().get() == st)
         shares = int64_t(j);
-    g.push_back(shares);
+    if (!emit(shares)) return false;
   }
+  return true;
+}
+
+std::vector<int64_t> guard_of(const std::vector<Tensor>& inputs) {
+  std::vector<int64_t> g;
+  g.reserve(inputs.size() * 12);
+  each_guard_number(inputs, [&](int64_t v) {
+    g.push_back(v);
+    return true;
+  });
   return g;
+}
+
+// Whether inputs have the guard g: guard_of(inputs) == g, compared as it is worked out, with
+// nothing allocated (Note [Replay's fixed cost]).
+bool guard_matches(const std::vector<int64_t>& g, const std::vector<Tensor>& inputs) {
+  size_t k = 0;
+  return each_guard_number(inputs, [&](int64_t v) { return k < g.size() && g[k++] == v; }) &&
+         k == g.size();
 }
 
 std::string guard_str(const std::vector<Tensor>& inputs) {
@@ -484,6 +520,13 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
   for (size_t v = 0; v < g.values.size(); ++v)
     if (!keep[v] && g.values[v].kind == GraphValue::Kind::Intermediate && last[v] >= 0)
       plan->steps[size_t(last[v])].release.push_back(int(v));
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].kind == GraphValue::Kind::InputGrad)
+      plan->input_grads.push_back({int(v), g.values[v].input});
+  for (size_t i = 0; i < plan->steps.size(); ++i)
+    if (plan->steps[i].kind != Step::Kind::Fused && plan->steps[i].kind != Step::Kind::Factory &&
+        plan->steps[i].fast == Fast::None)
+      plan->boxed_steps.push_back(i);
   plan->input_written.assign(inputs.size(), false);
   for (const GraphNode& n : g.nodes)
     for (int w : n.mutated)
@@ -510,15 +553,14 @@ std::string Plan::str() const {
   return out;
 }
 
-// The value slots at the start of a run: the inputs, their .grads, the constants.
+// The value slots at the start of a run: the inputs, their .grads, the constants. The slots
+// are empty between runs (end_plan, and run_plan after an error), so only these are set.
 void begin_plan(Plan& p, const std::vector<Tensor>& inputs) {
   const Graph& g = p.exec;
   std::vector<Tensor>& vals = p.vals;
-  vals.assign(g.values.size(), Tensor());
+  if (vals.size() != g.values.size()) vals.assign(g.values.size(), Tensor());
   for (size_t i = 0; i < inputs.size(); ++i) vals[size_t(g.inputs[i])] = inputs[i];
-  for (const GraphValue& v : g.values)
-    if (v.kind == GraphValue::Kind::InputGrad)
-      vals[size_t(&v - g.values.data())] = inputs[size_t(v.input)].grad();
+  for (auto [v, input] : p.input_grads) vals[size_t(v)] = inputs[size_t(input)].grad();
   for (const auto& [v, t] : p.constants) vals[size_t(v)] = t;
 }
 
@@ -596,16 +638,32 @@ std::vector<Tensor> end_plan(Plan& p, const std::vector<Tensor>& inputs) {
   }
   std::vector<Tensor> outs;
   outs.reserve(g.outputs.size());
-  for (int v : g.outputs) outs.push_back(v >= 0 ? vals[size_t(v)] : Tensor());
+  // the slots are emptied next: an output's last mention moves it out (no reference count)
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const int v = g.outputs[k];
+    if (v < 0)
+      outs.emplace_back();
+    else if (std::find(g.outputs.begin() + long(k) + 1, g.outputs.end(), v) == g.outputs.end())
+      outs.push_back(std::move(vals[size_t(v)]));
+    else
+      outs.push_back(vals[size_t(v)]);
+  }
   std::fill(vals.begin(), vals.end(), Tensor());
-  for (Step& s : p.steps) s.stack.clear();
+  for (size_t i : p.boxed_steps) p.steps[i].stack.clear();
   return outs;
 }
 
-// Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads).
+// Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads). After an
+// error the slots are emptied, as begin_plan expects them.
 std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
   begin_plan(p, inputs);
-  run_steps(p, 0, p.steps.size());
+  try {
+    run_steps(p, 0, p.steps.size());
+  } catch (...) {
+    std::fill(p.vals.begin(), p.vals.end(), Tensor());
+    for (size_t i : p.boxed_steps) p.steps[i].stack.clear();
+    throw;
+  }
   return end_plan(p, inputs);
 }
 
@@ -835,8 +893,10 @@ std::vector<Tensor> Compiled::operator()(const std::vector<Tensor>& inputs) cons
   for (const Tensor& t : inputs)
     if (t.defined() && t.is_fake()) return st.fn(inputs);
   std::unique_lock<std::mutex> lock(st.mutex);
-  std::vector<int64_t> guard = guard_of(inputs);
-  Plan* plan = st.last && st.last->guard == guard ? st.last : nullptr;
+  // Note [Replay's fixed cost]: the last plan's guard is checked in place
+  Plan* plan = st.last && guard_matches(st.last->guard, inputs) ? st.last : nullptr;
+  std::vector<int64_t> guard;
+  if (!plan) guard = guard_of(inputs);
   for (size_t i = 0; i < st.plans.size() && !plan; ++i)
     if (st.plans[i]->guard == guard) plan = st.plans[i].get();
   if (!plan) {

@@ -29,6 +29,9 @@ MT_ISA_CLONES void exp_portable(float* o, const float* x, int64_t n) {
 MT_ISA_CLONES void exp_neg_portable(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = exp_f32(-x[i]);
 }
+MT_ISA_CLONES void div_c_plus_exp_neg_portable(float* o, const float* x, float c, int64_t n) {
+  MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = x[i] / (c + exp_f32(-x[i]));
+}
 MT_ISA_CLONES void sigmoid_portable(float* o, const float* x, int64_t n) {
   MT_SIMD for (int64_t i = 0; i < n; ++i) o[i] = sigmoid_of(x[i]);
 }
@@ -279,6 +282,12 @@ void exp_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, exp16
 [[gnu::always_inline]] inline V exp_neg16(V x) { return exp16(_mm512_xor_ps(x, vset(-0.0f))); }
 void exp_neg_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, exp_neg16); }
 void gelu_avx512(float* o, const float* x, int64_t n) { unary_loop(o, x, n, gelu16); }
+// The same exp as exp_neg_avx512, then the add and the division, each rounded as its own loop
+// would round it.
+void div_c_plus_exp_neg_avx512(float* o, const float* x, float c, int64_t n) {
+  const V cv = vset(c);
+  unary_loop(o, x, n, [cv](V v) { return _mm512_div_ps(v, _mm512_add_ps(cv, exp_neg16(v))); });
+}
 // Runs f(v, tab) over U vectors at a time, then one vector at a time, the tail under a mask.
 template <int U, typename F>
 [[gnu::always_inline]] inline void unary_parts_loop(float* o, const float* x, int64_t n, F f) {
@@ -358,6 +367,9 @@ void exp_f32_loop(float* o, const float* x, int64_t n) {
 }
 void exp_neg_f32_loop(float* o, const float* x, int64_t n) {
   MT_VEC_OR_PORTABLE(exp_neg_avx512, exp_neg_portable, o, x, n);
+}
+void div_c_plus_exp_neg_f32_loop(float* o, const float* x, float c, int64_t n) {
+  MT_VEC_OR_PORTABLE(div_c_plus_exp_neg_avx512, div_c_plus_exp_neg_portable, o, x, c, n);
 }
 void sigmoid_f32_loop(float* o, const float* x, int64_t n) {
   MT_VEC_OR_PORTABLE(sigmoid_avx512, sigmoid_portable, o, x, n);

@@ -20,6 +20,9 @@ bool set_vec_exp_enabled(bool enabled);
 void exp_f32_loop(float* o, const float* x, int64_t n);
 // e^-x, bitwise what exp_f32_loop gives for -x (the tile evaluator's exp(-x) in one pass).
 void exp_neg_f32_loop(float* o, const float* x, int64_t n);
+// x / (c + e^-x), bitwise what exp_neg_f32_loop, then c + e, then x / that give one loop
+// at a time (the tile evaluator's SiLU-shaped expressions in one pass).
+void div_c_plus_exp_neg_f32_loop(float* o, const float* x, float c, int64_t n);
 void sigmoid_f32_loop(float* o, const float* x, int64_t n);
 void silu_f32_loop(float* o, const float* x, int64_t n);
 void gelu_f32_loop(float* o, const float* x, int64_t n);

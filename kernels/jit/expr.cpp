@@ -652,6 +652,11 @@ std::string cuda_body(const Program& p) {
 //  - exp(-a), where only the exp reads the negation, is one loop (cpu::exp_neg_f32_loop):
 //    the negation's pass, and with it the first read of a tile's input, is folded into
 //    the exp's, whose arithmetic hides the wait for memory. Bitwise the same values.
+//  - In float, x / (c + exp(-x)) with c uniform (SiLU as users write it), where nothing else
+//    reads the add, the exp or the negation, is one loop too
+//    (cpu::div_c_plus_exp_neg_f32_loop): the same exp, add and division in registers, each
+//    rounded as its own loop rounds it, without the add's and the division's passes over
+//    the tile (a NaN stays a NaN; its sign and payload bits are the hardware's).
 //  - Every other node gets a tile buffer, but buffers are shared: a node's buffer is free
 //    again after the last node that reads it (which may write its result into it: every
 //    loop is elementwise), so a chain of any length runs in one or two buffers that stay
@@ -660,7 +665,7 @@ std::string cuda_body(const Program& p) {
 // switch once per tile, not per element, and float exp and sigmoid use the library's
 // vector loops (kernels/cpu/vec_exp.h, AVX-512 where the CPU has it). The values are
 // bitwise those of running each node's loop on its own: nothing is reordered, contracted
-// or rewritten (x / (1 + exp(-x)) stays three loops, not the SiLU loop, whose exp differs).
+// or rewritten (x / (1 + exp(-x)) is the loop above, not the SiLU loop, whose exp differs).
 
 #define MT_EXPR_SIMD _Pragma("omp simd")
 
@@ -681,7 +686,7 @@ struct TileEvaluator<C>::Plan {
   struct Step {
     Op op;
     Fn fn;
-    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a) (Note [Tile evaluation])
+    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a), 4: a / (b + exp(-a)): Note [Tile evaluation]
     Ref r, a, b, c;
   };
   std::vector<Step> steps;
@@ -907,6 +912,25 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
         std::find(p.output_nodes.begin(), p.output_nodes.end(), int(k)) == p.output_nodes.end())
       folded[k] = 1;
   }
+  // x / (c + exp(-x)) in float, c uniform, the add, exp and negation read by nothing else:
+  // one loop (mode 4, cpu::div_c_plus_exp_neg_f32_loop), its operands x and c.
+  std::vector<int> div_c(nodes, -1);
+  auto single = [&](int k) {
+    return !uniform[size_t(k)] && uses[size_t(k)] == 1 &&
+           std::find(p.output_nodes.begin(), p.output_nodes.end(), k) == p.output_nodes.end();
+  };
+  for (size_t i = 0; i < nodes && std::is_same_v<C, float>; ++i) {
+    const Node& nd = p.nodes[i];
+    if (!live[i] || uniform[i] || nd.op != Op::Div) continue;
+    const Node& add = p.nodes[size_t(nd.b)];
+    if (add.op != Op::Add || !single(nd.b) || !uniform[size_t(add.a)]) continue;
+    const Node& ex = p.nodes[size_t(add.b)];
+    if (ex.op != Op::Call || ex.fn != Fn::Exp || !single(add.b)) continue;
+    const Node& neg = p.nodes[size_t(ex.a)];
+    if (neg.op != Op::Neg || !single(ex.a) || neg.a != nd.a) continue;
+    div_c[i] = add.a;
+    folded[size_t(nd.b)] = folded[size_t(add.b)] = folded[size_t(ex.a)] = 1;
+  }
   auto operand = [&](int k) { return k >= 0 && folded[size_t(k)] ? p.nodes[size_t(k)].a : k; };
   std::vector<int> last(nodes, -1);
   for (size_t i = 0; i < nodes; ++i)
@@ -947,7 +971,7 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
     if (!live[i] || folded[i]) continue;
     typename Plan::Step st{.op = nd.op, .fn = nd.fn, .mode = 0, .r = {}, .a = {}, .b = {}, .c = {}};
     Ref* ops[3] = {&st.a, &st.b, &st.c};
-    const int idx[3] = {operand(nd.a), nd.b, nd.c};
+    const int idx[3] = {operand(nd.a), div_c[i] >= 0 ? div_c[i] : nd.b, nd.c};
     if (idx[0] != nd.a) st.mode = 3;
     for (int o = 0; o < 3; ++o) {
       if (idx[o] < 0) continue;
@@ -961,6 +985,7 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
         st.mode = o == 0 ? 1 : 2;  // one at most: a node of two uniform operands is uniform
       }
     }
+    if (div_c[i] >= 0) st.mode = 4;  // b: c, a uniform
     // operands read for the last time here give their buffers back first
     for (int o = 0; o < 3; ++o)
       if (idx[o] >= 0 && where[size_t(idx[o])].kind == RefKind::Buffer &&
@@ -1008,8 +1033,15 @@ void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
     }
     return nullptr;
   };
-  for (const auto& st : plan.steps)
+  for (const auto& st : plan.steps) {
+    if constexpr (std::is_same_v<C, float>) {
+      if (st.mode == 4) {
+        cpu::div_c_plus_exp_neg_f32_loop(ptr(st.r), ptr(st.a), *ptr(st.b), n);
+        continue;
+      }
+    }
     run_node<C>(st.op, st.fn, st.mode, ptr(st.r), ptr(st.a), ptr(st.b), ptr(st.c), n);
+  }
   for (size_t k = 0; k < plan.outputs.size(); ++k) {
     const Ref& w = plan.outputs[k];
     if (w.kind == RefKind::Uniform) {
