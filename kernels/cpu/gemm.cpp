@@ -20,7 +20,9 @@
 // compiled with target attributes (GCC on x86-64, as MT_ISA_CLONES in loops.h) and
 // picked once from the CPU's flags.
 // Threads: C is split into blocks of whole micro-tiles (rows when m >= n, else columns),
-// each a serial GEMM on the pool with its own packed panels. Every element's sum runs
+// each a serial GEMM on the pool. Blocks of rows all need all of B: when its packed copy
+// takes at most 8 MiB it is packed once, on the pool, and shared, instead of once per
+// block; blocks of columns pack their own part of B. Every element's sum runs
 // over k in the same order (KC blocks, then k within a block) whatever the split, so
 // results do not depend on the thread count.
 #include "kernels/cpu/gemm.h"
@@ -42,6 +44,8 @@ namespace {
 #endif
 
 constexpr int64_t kKC = 256, kNC = 1024;
+// Threads share one packed copy of B up to this many bytes (Note [Packed GEMM]).
+constexpr int64_t kSharedB = int64_t(8) << 20;
 constexpr int kMaxMR = 6, kMaxNR = 32;
 
 // c[MR x NR tile, row stride ldc] (+)= ap (kc x MR) @ bp (kc x NR), NR = NV * W.
@@ -214,9 +218,22 @@ T* scratch(std::vector<T>& v, int64_t n) {
   return v.data() + (((64 - addr % 64) % 64) / sizeof(T));
 }
 
+// Where block (jc, pc) of B starts in a copy of all of B packed block after block (the
+// blocks of one jc in pc order; kNC is a multiple of every NR).
+int64_t packed_b_offset(int64_t n, int64_t k, int nr, int64_t jc, int64_t pc) {
+  const int64_t nc = std::min(kNC, n - jc);
+  return jc * k + pc * ((nc + nr - 1) / nr * nr);
+}
+int64_t packed_b_size(int64_t n, int64_t k, int nr) {
+  const int64_t last = (n - 1) / kNC * kNC;
+  return packed_b_offset(n, k, nr, last, k);
+}
+
+// C = A @ B for one block of C, on this thread. b_packed: all of B already packed
+// (packed_b_offset), or null to pack B's blocks here.
 template <typename T>
 void gemm_serial(const Kernel<T>& kr, int64_t m, int64_t n, int64_t k, Mat<T> A, Mat<T> B, T* c,
-                 int64_t crs, int64_t ccs) {
+                 int64_t crs, int64_t ccs, const T* b_packed = nullptr) {
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * crs + j * ccs] = T(0);
@@ -228,14 +245,18 @@ void gemm_serial(const Kernel<T>& kr, int64_t m, int64_t n, int64_t k, Mat<T> A,
   const int64_t mc_max = (std::min(kr.mc, m) + mr - 1) / mr * mr;
   thread_local std::vector<T> a_buf, b_buf;
   T* ap = scratch(a_buf, mc_max * kc_max);
-  T* bp = scratch(b_buf, kc_max * nc_max);
+  T* const b_own = b_packed == nullptr ? scratch(b_buf, kc_max * nc_max) : nullptr;
   alignas(64) T tile[kMaxMR * kMaxNR];
   for (int64_t jc = 0; jc < n; jc += kNC) {
     const int64_t nc = std::min(kNC, n - jc);
     for (int64_t pc = 0; pc < k; pc += kKC) {
       const int64_t kc = std::min(kKC, k - pc);
       const bool add = pc > 0;
-      pack_b(B, pc, jc, kc, nc, nr, bp);
+      const T* bp = b_own;
+      if (b_packed != nullptr)
+        bp = b_packed + packed_b_offset(n, k, nr, jc, pc);
+      else
+        pack_b(B, pc, jc, kc, nc, nr, b_own);
       for (int64_t ic = 0; ic < m; ic += kr.mc) {
         const int64_t mc = std::min(kr.mc, m - ic);
         pack_a(A, ic, pc, mc, kc, mr, ap);
@@ -275,6 +296,24 @@ void gemm_typed(int64_t m, int64_t n, int64_t k, Mat<T> A, Mat<T> B, T* c, int64
   const int64_t per_unit = std::max<int64_t>(1, unit * (by_rows ? n : m) * k);
   const int64_t grain = std::max<int64_t>(1, ((int64_t(1) << 20) + per_unit - 1) / per_unit);
   if (!threads || units <= grain) return gemm_serial(kr, m, n, k, A, B, c, crs, ccs);
+  if (by_rows && k > 0 && packed_b_size(n, k, kr.nr) <= kSharedB / int64_t(sizeof(T))) {
+    // Every block of rows needs all of B: pack it once (its blocks in parallel), share it.
+    thread_local std::vector<T> shared;
+    T* bs = scratch(shared, packed_b_size(n, k, kr.nr));
+    const int64_t np = (k + kKC - 1) / kKC, nj = (n + kNC - 1) / kNC;
+    parallel_for(nj * np, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t jc = blk / np * kNC, pc = blk % np * kKC;
+        pack_b(B, pc, jc, std::min(kKC, k - pc), std::min(kNC, n - jc), kr.nr,
+               bs + packed_b_offset(n, k, kr.nr, jc, pc));
+      }
+    });
+    parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
+      const int64_t r0 = u0 * unit, r1 = std::min(m, u1 * unit);
+      gemm_serial(kr, r1 - r0, n, k, {A.ptr(r0, 0), A.rs, A.cs}, B, c + r0 * crs, crs, ccs, bs);
+    });
+    return;
+  }
   parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
     if (by_rows) {
       const int64_t r0 = u0 * unit, r1 = std::min(m, u1 * unit);
