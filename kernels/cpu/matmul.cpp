@@ -342,6 +342,7 @@ bool out_layout_ok(const Tensor& out, bool use_blas) {
 // the same time, forces one; set_matmul_kernel (set_use_blas(false) is MatmulKernel::Own,
 // set_use_blas(true) MatmulKernel::Auto) overrides both at run time. blas_info()
 // (minitensor doctor) says which runs and why.
+namespace {
 bool old_blas_core(std::string_view core) {
   static constexpr std::string_view kOld[] = {"Prescott",  "Katmai", "Coppermine", "Northwood",
                                               "Banias",    "Core2",  "Penryn",     "Dunnington",
@@ -349,6 +350,7 @@ bool old_blas_core(std::string_view core) {
                                               "Barcelona", "Bobcat", "Unknown"};
   return std::find(std::begin(kOld), std::end(kOld), core) != std::end(kOld);
 }
+}  // namespace
 
 MatmulChoice choose_matmul_kernel(std::string_view blas_core, bool avx2, bool avx512,
                                   const char* env) {
