@@ -4,6 +4,7 @@
 // dtype each kernel takes.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/vec_exp.h"
 #include "kernels/ops/silu/silu.h"
@@ -1156,4 +1158,167 @@ TEST_CASE("cpu threads: set_num_threads checks its argument") {
   cpu::set_num_threads(saved);
   CHECK_THROWS_WITH_AS(cpu::set_num_threads(0),
                        "[set_num_threads] the number of threads must be at least 1, got 0", Error);
+}
+
+TEST_CASE(
+    "cpu matmul: the own kernel runs where OpenBLAS runs old kernels on an AVX2/AVX-512 CPU") {
+  const std::string prescott512 =
+      "OpenBLAS's Prescott kernels leave the CPU's AVX-512 unused; MT_MATMUL=blas, or "
+      "OPENBLAS_CORETYPE=SkylakeX set before the program starts, gives OpenBLAS's";
+  auto c = cpu::choose_matmul_kernel("Prescott", true, true, nullptr);
+  CHECK(!c.blas);
+  CHECK(c.why == prescott512);
+  c = cpu::choose_matmul_kernel("Nehalem", true, false, nullptr);
+  CHECK(!c.blas);
+  CHECK(c.why ==
+        "OpenBLAS's Nehalem kernels leave the CPU's AVX2 unused; MT_MATMUL=blas, or "
+        "OPENBLAS_CORETYPE=Haswell set before the program starts, gives OpenBLAS's");
+  // an old core on an old CPU, kernels made for the CPU, or a cblas that is not OpenBLAS
+  struct Case {
+    const char* core;
+    bool avx2, avx512;
+  };
+  for (const Case& k :
+       {Case{"Prescott", false, false}, Case{"SkylakeX", true, true}, Case{"Haswell", true, false},
+        Case{"Zen", true, false}, Case{"", true, true}}) {
+    c = cpu::choose_matmul_kernel(k.core, k.avx2, k.avx512, nullptr);
+    CHECK_MESSAGE(c.blas, k.core);
+    CHECK(c.why.empty());
+  }
+  // MT_MATMUL forces either; another value is ignored, and said so
+  c = cpu::choose_matmul_kernel("Prescott", true, true, "blas");
+  CHECK((c.blas && c.why == "MT_MATMUL=blas"));
+  c = cpu::choose_matmul_kernel("Zen", true, false, "own");
+  CHECK((!c.blas && c.why == "MT_MATMUL=own"));
+  c = cpu::choose_matmul_kernel("Zen", true, false, "");
+  CHECK((c.blas && c.why.empty()));
+  c = cpu::choose_matmul_kernel("Zen", true, false, "mkl");
+  CHECK((c.blas && c.why == "MT_MATMUL=mkl ignored: it takes blas or own"));
+  c = cpu::choose_matmul_kernel("Prescott", true, true, "OWN");
+  CHECK(!c.blas);
+  CHECK(c.why == "MT_MATMUL=OWN ignored: it takes blas or own; " + prescott512);
+}
+
+TEST_CASE(
+    "cpu matmul: set_matmul_kernel and set_use_blas pick the path, and blas_info says which") {
+  const std::string own =
+      fmt::format("matmul runs the library's own {} kernel", cpu::gemm_isa_name(cpu::gemm_isa()));
+  cpu::set_use_blas(false);
+  CHECK(!cpu::have_blas());
+  CHECK(cpu::blas_info().ends_with(own + " (set_use_blas(false))"));
+  cpu::set_matmul_kernel(cpu::MatmulKernel::Blas);
+  const bool built_with_blas = cpu::have_blas();
+  if (built_with_blas)
+    CHECK(
+        cpu::blas_info().ends_with("; matmul runs cblas (set_matmul_kernel(MatmulKernel::Blas))"));
+  else
+    CHECK(cpu::blas_info() == "none; " + own);
+  cpu::set_matmul_kernel(cpu::MatmulKernel::Own);
+  CHECK(!cpu::have_blas());
+  cpu::set_use_blas(true);  // back to the automatic choice
+  CHECK(cpu::blas_info().find(cpu::have_blas() ? "; matmul runs cblas" : own) != std::string::npos);
+}
+
+namespace {
+
+// Fills n values of a strided buffer with seeded values in [-1, 1).
+template <typename T>
+std::vector<T> gemm_values(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> d(-1, 1);
+  std::vector<T> v(static_cast<size_t>(n));
+  for (T& x : v) x = T(d(gen));
+  return v;
+}
+
+// One m x n x k product through cpu::gemm with A, B and C in the given layouts (0: rows
+// contiguous, 1: transposed, 2: every other column), against a float64 reference; the
+// result at 1 thread must equal the one at 2 bit for bit.
+template <typename T>
+void check_gemm(int64_t m, int64_t n, int64_t k, int la, int lb, int lc, const std::string& what) {
+  // element (i, j) of an r x c matrix in layout l: {rs, cs, elements}
+  auto strides = [](int64_t r, int64_t c, int l) -> std::array<int64_t, 3> {
+    if (l == 1) return {1, std::max<int64_t>(r, 1), std::max<int64_t>(r, 1) * c};
+    const int64_t cs = l == 2 ? 2 : 1;
+    return {std::max<int64_t>(c, 1) * cs, cs, r * c * cs};
+  };
+  const auto sa = strides(m, k, la), sb = strides(k, n, lb), sc = strides(m, n, lc);
+  const auto a = gemm_values<T>(sa[2], 7), b = gemm_values<T>(sb[2], 8);
+  std::vector<T> c1(size_t(sc[2]), T(7)), c2 = c1;  // 7: a gap left as it was
+  {
+    Threads th(1);
+    cpu::gemm(m, n, k, a.data(), sa[0], sa[1], b.data(), sb[0], sb[1], c1.data(), sc[0], sc[1],
+              true);
+  }
+  {
+    Threads th(2);
+    cpu::gemm(m, n, k, a.data(), sa[0], sa[1], b.data(), sb[0], sb[1], c2.data(), sc[0], sc[1],
+              true);
+  }
+  const double eps = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, sabs = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x =
+            double(a[size_t(i * sa[0] + p * sa[1])]) * b[size_t(p * sb[0] + j * sb[1])];
+        s += x;
+        sabs += std::abs(x);
+      }
+      const double got = c1[size_t(i * sc[0] + j * sc[1])];
+      if (!(std::abs(got - s) <= eps * (4 + double(k)) * sabs + eps)) ++bad;
+    }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", m * n, " differ");
+  CHECK_MESSAGE(c1 == c2, what, ": 1 and 2 threads differ");
+  if (lc == 2) {  // the gaps between C's elements are left alone
+    int64_t touched = 0;
+    for (size_t i = 1; i < c1.size(); i += 2) touched += c1[i] != T(7);
+    CHECK_MESSAGE(touched == 0, what);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemm: every ISA variant against a float64 reference over tails, layouts, threads") {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  // tails of every tile size (4, 6 rows; 4, 8, 16, 32 columns), k past one 256 block, m
+  // past one 96/128/144-row block, n past one 1024-column block, k = 0, one row or column
+  // the last two split over 2 threads, by rows and by columns: two layouts each
+  const Dims dims[] = {{1, 1, 1},    {7, 33, 5},     {150, 37, 3},  {5, 1030, 2},
+                       {6, 32, 257}, {4, 0, 3},      {3, 5, 0},     {1, 70, 9},
+                       {70, 1, 9},   {200, 40, 260}, {40, 200, 260}};
+  const cpu::GemmIsa before = cpu::gemm_isa();
+  CHECK(before == cpu::gemm_best_isa());
+  for (cpu::GemmIsa isa : {cpu::GemmIsa::Portable, cpu::GemmIsa::Avx2, cpu::GemmIsa::Avx512}) {
+    if (!cpu::set_gemm_isa(isa)) {
+      CHECK(int(isa) > int(cpu::gemm_best_isa()));
+      CHECK(cpu::gemm_isa() != isa);
+      const std::string skipped = cpu::gemm_isa_name(isa);
+      MESSAGE("cpu gemm: this CPU has no ", skipped, " variant to test");
+      continue;
+    }
+    CHECK(cpu::gemm_isa() == isa);
+    for (const Dims& d : dims)
+      for (int la = 0; la < 3; ++la)
+        for (int lb = 0; lb < 3; ++lb) {
+          const bool large = d.m * d.n * d.k > 1000000;
+          if (large && !(la == lb && la < 2)) continue;
+          const int lc = large ? 2 * la : (la + lb) % 3;
+          const std::string what = fmt::format("{} {}x{}x{} layouts {} {} {}",
+                                               cpu::gemm_isa_name(isa), d.m, d.n, d.k, la, lb, lc);
+          check_gemm<float>(d.m, d.n, d.k, la, lb, lc, "float " + what);
+          check_gemm<double>(d.m, d.n, d.k, la, lb, lc, "double " + what);
+        }
+    // through matmul: a broadcast batch, on threads, with the variant above
+    cpu::set_use_blas(false);
+    Threads th(2);
+    check_matmul(make({2, 1, 37, 45}, DType::Float32, Layout::Transposed, -1, 1, 141),
+                 make({3, 45, 29}, DType::Float32, Layout::Strided, -1, 1, 142),
+                 empty({2, 3, 37, 29}), fmt::format("{} broadcast batch", cpu::gemm_isa_name(isa)));
+    cpu::set_use_blas(true);
+  }
+  cpu::set_gemm_isa(before);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kernels/elementwise_rows.h"
 #include "runtime/tensor.h"
@@ -49,15 +50,28 @@ void max(const Tensor& x, std::span<const int64_t> dims, bool keepdim, const Ten
 void sum_to(const Tensor& grad, const Shape& shape, const Tensor& out);
 
 // out[..., m, n] = a[..., m, k] @ b[..., k, n]; the batch dims broadcast. float32 and
-// float64 use cblas when the build found it (transposed views go in as trans flags),
-// else a cache-blocked kernel; float16/bfloat16 compute in float32; int64 is blocked.
+// float64 use cblas when the build found it and it runs kernels made for this CPU (Note
+// [Which matmul kernel] in matmul.cpp; transposed views go in as trans flags), else the
+// library's own packed GEMM (gemm.h); float16/bfloat16 compute in float32; int64 is blocked.
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 
-// Whether matmul calls cblas: built with it and not turned off.
+// Whether matmul calls cblas now: built with it, not turned off, and chosen.
 bool have_blas();
-void set_use_blas(bool use);  // no effect in a build without cblas
-// The BLAS matmul calls and the kernels it chose for this CPU ("0.3.21, kernels for Zen"),
-// with a fix when they leave the CPU's AVX2/AVX-512 unused (minitensor doctor prints it).
+void set_use_blas(bool use);  // true: MatmulKernel::Auto; false: MatmulKernel::Own
+// Which float32/float64 matmul runs: Auto (cblas unless OpenBLAS runs old kernels on a CPU
+// with AVX2/AVX-512, or as MT_MATMUL=blas/own says), cblas, or the library's own.
+enum class MatmulKernel { Auto, Blas, Own };
+void set_matmul_kernel(MatmulKernel kernel);  // Blas has no effect in a build without cblas
+// The automatic choice, from OpenBLAS's core name ("" for another cblas), the CPU's
+// AVX2/AVX-512 (with FMA) and MT_MATMUL's value (null when unset); why: "" or a reason.
+struct MatmulChoice {
+  bool blas;
+  std::string why;
+};
+MatmulChoice choose_matmul_kernel(std::string_view blas_core, bool avx2, bool avx512,
+                                  const char* env);
+// The BLAS, the kernels it chose for this CPU, and which matmul runs and why ("OpenBLAS
+// 0.3.21, kernels for Zen; matmul runs cblas"); minitensor doctor prints it.
 std::string blas_info();
 
 // Threads for the CPU kernels, matmul's included (1 to 1024; docs/cpu.md, "Threads"). By

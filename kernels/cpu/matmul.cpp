@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// matmul on the CPU: cblas_sgemm/dgemm when the build found cblas (MT_HAVE_CBLAS), else
-// (or after set_use_blas(false), or for int64) a cache-blocked kernel.
+// matmul on the CPU: cblas_sgemm/dgemm when the build found cblas (MT_HAVE_CBLAS) and it
+// runs kernels made for this CPU (Note [Which matmul kernel]); else the library's own
+// packed GEMM (gemm.cpp); int64 uses a cache-blocked kernel.
 //
 // Note [Matmul layouts]
 // A matrix view has a row stride rs and a column stride cs. cblas (row-major) takes it
@@ -10,14 +11,18 @@
 // columns, an expanded dim) are packed first. An output with rs == 1 is written as
 // C^T = B^T A^T. Batches of a [B.., m, k] @ [k, n] whose rows merge into one strided dim
 // become one [B*m, k] @ [k, n] call.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
 #include "runtime/view.h"
 
@@ -33,7 +38,7 @@ constexpr bool kBuiltWithBlas = true;
 #else
 constexpr bool kBuiltWithBlas = false;
 #endif
-std::atomic<bool> g_use_blas{true};
+std::atomic<MatmulKernel> g_kernel{MatmulKernel::Auto};
 
 // Element (i, j) of one matrix is data[i * rs + j * cs] (strides in elements).
 template <typename T>
@@ -44,19 +49,19 @@ struct Mat {
 };
 
 // Note [Blocked matmul]
-// C = A B with C's rows contiguous. Threads split C's rows (one contiguous range each, one
-// parallel region). Each thread walks B in KC x NC panels, packs the panel contiguous
-// (so the inner loop is a plain vectorizable loop and the panel stays in L2), and for
-// each MR rows of its range adds a[i][k] * panel[k][:] to those rows, which stay in L1.
-// Every element is summed in the same order whatever the thread count.
+// int64's C = A B with C's rows contiguous (float32 and float64 use gemm.cpp). Threads
+// split C's rows (one contiguous range each, one parallel region). Each thread walks B
+// in KC x NC panels, packs the panel contiguous (so the inner loop is a plain loop and
+// the panel stays in L2), and for each MR rows of its range adds a[i][k] * panel[k][:]
+// to those rows, which stay in L1. Every element is summed in the same order whatever
+// the thread count.
 constexpr int64_t kNC = 256, kKC = 128, kMR = 4;
 
 // Rows [i0, i0 + mr) of C += A[those rows, panel's k] @ panel; a points at A(i0, pc), c
 // at C(i0, jc), bp at the packed kc x nc panel.
 template <typename T>
-[[gnu::always_inline]] inline void panel_rows(int64_t mr, int64_t kc, int64_t nc, const T* a,
-                                              int64_t ars, int64_t acs, const T* bp, T* c,
-                                              int64_t ldc) {
+void panel_rows(int64_t mr, int64_t kc, int64_t nc, const T* a, int64_t ars, int64_t acs,
+                const T* bp, T* c, int64_t ldc) {
   if (mr == kMR) {
     // The four rows accumulate in a local tile whose rows are not 4 KiB apart: C's rows
     // often are (n = 1024 floats), and then loads and stores alias in the L1 and stall.
@@ -91,17 +96,6 @@ template <typename T>
     }
   }
 }
-// The arithmetic-bound loop gets an AVX2 clone (Note [ISA clones] in loops.h); panel_rows
-// is always_inline so that each clone compiles its own copy.
-MT_ISA_CLONES void panel_rows_f32(int64_t mr, int64_t kc, int64_t nc, const float* a, int64_t ars,
-                                  int64_t acs, const float* bp, float* c, int64_t ldc) {
-  panel_rows<float>(mr, kc, nc, a, ars, acs, bp, c, ldc);
-}
-MT_ISA_CLONES void panel_rows_f64(int64_t mr, int64_t kc, int64_t nc, const double* a, int64_t ars,
-                                  int64_t acs, const double* bp, double* c, int64_t ldc) {
-  panel_rows<double>(mr, kc, nc, a, ars, acs, bp, c, ldc);
-}
-
 template <typename T>
 void gemm_blocked(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, Mat<T> C,
                   bool threads) {
@@ -121,13 +115,7 @@ void gemm_blocked(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> 
           const int64_t mr = std::min(kMR, r1 - i0);
           const T* a = &A.at(i0, pc);
           T* c = &C.at(i0, jc);
-          if constexpr (std::is_same_v<T, float>) {
-            panel_rows_f32(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
-          } else if constexpr (std::is_same_v<T, double>) {
-            panel_rows_f64(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
-          } else {
-            panel_rows<T>(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
-          }
+          panel_rows<T>(mr, kc, nc, a, A.rs, A.cs, bp, c, C.rs);
         }
       }
     }
@@ -285,11 +273,15 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out, bool use_
     }
 #endif
     (void)use_blas;
-    if (z.cs == 1 || n == 1) return gemm_blocked<T>(mm, n, k, x, y, z, threads);
-    std::vector<T> tmp(size_t(mm * n));  // the blocked kernel writes contiguous rows
-    gemm_blocked<T>(mm, n, k, x, y, {tmp.data(), n, 1}, threads);
-    for (int64_t i = 0; i < mm; ++i)
-      for (int64_t j = 0; j < n; ++j) z.at(i, j) = tmp[size_t(i * n + j)];
+    if constexpr (!std::is_same_v<T, int64_t>) {
+      gemm(mm, n, k, x.data, x.rs, x.cs, y.data, y.rs, y.cs, z.data, z.rs, z.cs, threads);
+    } else {
+      if (z.cs == 1 || n == 1) return gemm_blocked<T>(mm, n, k, x, y, z, threads);
+      std::vector<T> tmp(size_t(mm * n));  // the blocked kernel writes contiguous rows
+      gemm_blocked<T>(mm, n, k, x, y, {tmp.data(), n, 1}, threads);
+      for (int64_t i = 0; i < mm; ++i)
+        for (int64_t j = 0; j < n; ++j) z.at(i, j) = tmp[size_t(i * n + j)];
+    }
   };
 
   // [B.., m, k] @ [k, n]: one call when a's and out's rows are one strided dim.
@@ -338,43 +330,109 @@ bool out_layout_ok(const Tensor& out, bool use_blas) {
 
 }  // namespace
 
-bool have_blas() { return kBuiltWithBlas && g_use_blas.load(); }
-
+// Note [Which matmul kernel]
 // OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU's model when it loads; a
-// model its table does not know (a newer CPU, or one a hypervisor renames) can get the
-// SSE3 kernels of "Prescott", several times slower than the AVX2 or AVX-512 ones the CPU
-// runs. OPENBLAS_CORETYPE, read when the library loads, overrides the choice.
-std::string blas_info() {
-#ifdef OPENBLAS_VERSION
-  std::string core = openblas_get_corename();
-  std::string version = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
-  version.erase(0, version.find_first_not_of(' '));
-  version.erase(version.find_last_not_of(' ') + 1);
-  std::string text = version + ", kernels for " + core;
-#if defined(__x86_64__) || defined(__i386__)
+// model its table does not know (a newer CPU, or one a hypervisor renames) gets old
+// kernels such as Prescott's SSE3 ones, several times slower than the AVX2 or AVX-512
+// ones the CPU runs. OPENBLAS_CORETYPE overrides that choice, but only when read as the
+// library loads, before any code of ours runs, and an embedder's users will not set it.
+// So float32/float64 matmul decides once, at first use, between cblas and the library's
+// own packed GEMM (gemm.cpp): the own kernel when OpenBLAS reports one of the old cores
+// below on a CPU with AVX2 or AVX-512, cblas otherwise. MT_MATMUL=blas or =own, read at
+// the same time, forces one; set_matmul_kernel (set_use_blas(false) is MatmulKernel::Own,
+// set_use_blas(true) MatmulKernel::Auto) overrides both at run time. blas_info()
+// (minitensor doctor) says which runs and why.
+namespace {
+bool old_blas_core(std::string_view core) {
   static constexpr std::string_view kOld[] = {"Prescott",  "Katmai", "Coppermine", "Northwood",
                                               "Banias",    "Core2",  "Penryn",     "Dunnington",
                                               "Nehalem",   "Atom",   "Athlon",     "Opteron",
                                               "Barcelona", "Bobcat", "Unknown"};
-  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2")  ? "Haswell"
-                                                         : nullptr;
-  for (std::string_view old : kOld)
-    if (better != nullptr && core == old)
-      return text + "; the CPU has " +
-             (std::string_view(better) == "SkylakeX" ? "AVX-512" : "AVX2") +
-             ", which these kernels leave unused (matmul runs several times slower): set "
-             "OPENBLAS_CORETYPE=" +
-             better + " before the program starts";
-#endif
-  return text;
-#elif defined(MT_HAVE_CBLAS)
-  return "cblas (not OpenBLAS: its kernels are not named)";
+  return std::find(std::begin(kOld), std::end(kOld), core) != std::end(kOld);
+}
+}  // namespace
+
+MatmulChoice choose_matmul_kernel(std::string_view blas_core, bool avx2, bool avx512,
+                                  const char* env) {
+  const std::string_view e = env != nullptr ? env : "";
+  if (e == "blas") return {true, "MT_MATMUL=blas"};
+  if (e == "own") return {false, "MT_MATMUL=own"};
+  std::string ignored =
+      e.empty() ? "" : fmt::format("MT_MATMUL={} ignored: it takes blas or own", e);
+  if (old_blas_core(blas_core) && (avx2 || avx512)) {
+    std::string why = fmt::format(
+        "OpenBLAS's {} kernels leave the CPU's {} unused; MT_MATMUL=blas, or "
+        "OPENBLAS_CORETYPE={} set before the program starts, gives OpenBLAS's",
+        blas_core, avx512 ? "AVX-512" : "AVX2", avx512 ? "SkylakeX" : "Haswell");
+    return {false, ignored.empty() ? why : ignored + "; " + why};
+  }
+  return {true, ignored};
+}
+
+namespace {
+
+std::string blas_core_name() {
+#ifdef OPENBLAS_VERSION
+  return openblas_get_corename();
 #else
-  return "none (matmul uses the library's own blocked kernel)";
+  return "";
 #endif
 }
-void set_use_blas(bool use) { g_use_blas.store(use); }
+
+// The automatic choice, made once (Note [Which matmul kernel]).
+const MatmulChoice& auto_choice() {
+  static const MatmulChoice choice = [] {
+    bool avx2 = false, avx512 = false;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#endif
+    return choose_matmul_kernel(blas_core_name(), avx2, avx512, std::getenv("MT_MATMUL"));
+  }();
+  return choice;
+}
+
+bool blas_now() {
+  if (!kBuiltWithBlas) return false;
+  switch (g_kernel.load()) {
+    case MatmulKernel::Blas:
+      return true;
+    case MatmulKernel::Own:
+      return false;
+    case MatmulKernel::Auto:
+      break;
+  }
+  return auto_choice().blas;
+}
+
+}  // namespace
+
+bool have_blas() { return blas_now(); }
+void set_use_blas(bool use) { g_kernel.store(use ? MatmulKernel::Auto : MatmulKernel::Own); }
+void set_matmul_kernel(MatmulKernel kernel) { g_kernel.store(kernel); }
+
+std::string blas_info() {
+  const std::string own = fmt::format("the library's own {} kernel", gemm_isa_name(gemm_isa()));
+#ifdef MT_HAVE_CBLAS
+#ifdef OPENBLAS_VERSION
+  std::string version = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
+  version.erase(0, version.find_first_not_of(' '));
+  version.erase(version.find_last_not_of(' ') + 1);
+  std::string text = version + ", kernels for " + blas_core_name();
+#else
+  std::string text = "cblas (not OpenBLAS: its kernels are not named)";
+#endif
+  const MatmulKernel mode = g_kernel.load();
+  const std::string why = mode == MatmulKernel::Blas  ? "set_matmul_kernel(MatmulKernel::Blas)"
+                          : mode == MatmulKernel::Own ? "set_use_blas(false)"
+                                                      : auto_choice().why;
+  return text + "; matmul runs " + (blas_now() ? std::string("cblas") : own) +
+         (why.empty() ? "" : " (" + why + ")");
+#else
+  return "none; matmul runs " + own;
+#endif
+}
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (const Tensor* t : {&a, &b, &out}) {
@@ -402,7 +460,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   visit_compute(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     constexpr DType kT = dtype_v<T>;
-    const bool use_blas = kBuiltWithBlas && g_use_blas.load() && !std::is_same_v<T, int64_t>;
+    const bool use_blas = !std::is_same_v<T, int64_t> && blas_now();
     // Other dtypes (float16, bfloat16, mixed) compute in T through converted copies.
     auto as_t = [&](const Tensor& t) {
       if (t.dtype() == kT) return t;
@@ -411,7 +469,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
       return c;
     };
     Tensor ta = as_t(a), tb = as_t(b);
-    if (out.dtype() == kT && out_layout_ok(out, use_blas)) {
+    if (out.dtype() == kT && out_layout_ok(out, use_blas || !std::is_same_v<T, int64_t>)) {
       matmul_typed<T>(ta, tb, out, use_blas);
     } else {
       Tensor tmp = empty(out.sizes(), {.dtype = kT});

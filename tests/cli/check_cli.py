@@ -139,18 +139,24 @@ with tempfile.TemporaryDirectory() as scratch:
     check("doctor --json keys are identifiers, not prose labels",
           doc and all(re.fullmatch(r"[a-z][a-z0-9_]*", k) for k in doc)
           and {"version", "cuda_driver", "kernel_cache", "silu_cpu"} <= set(doc), repr(list(doc)))
-    # OpenBLAS's kernels: doctor names them, and says how to get the CPU's own when OpenBLAS
-    # fell back to old ones (forced here with OPENBLAS_CORETYPE, read when the library loads).
+    # OpenBLAS's kernels: doctor names them and which matmul runs; on old kernels (forced here
+    # with OPENBLAS_CORETYPE, read when the library loads) matmul runs the library's own
+    # kernel, and doctor says why and how to get OpenBLAS's; MT_MATMUL=blas forces OpenBLAS.
     blas = doc.get("blas", "")
     if "OpenBLAS" in blas:
-        check("doctor names OpenBLAS's kernels", "kernels for " in blas, blas)
+        check("doctor names OpenBLAS's kernels", "kernels for " in blas and "; matmul runs " in blas, blas)
         cpu_flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-        if re.search(r"\bavx2\b", cpu_flags):
+        if re.search(r"\bavx2\b", cpu_flags) and re.search(r"\bfma\b", cpu_flags):
             old_blas = expect_json("doctor --json with OpenBLAS on old kernels", ["doctor", "--json"],
                                    env={"OPENBLAS_CORETYPE": "Prescott"}) or {}
-            check("doctor says how to use the CPU's AVX2/AVX-512 in OpenBLAS",
-                  "kernels for Prescott" in old_blas.get("blas", "")
-                  and "set OPENBLAS_CORETYPE=" in old_blas.get("blas", ""), repr(old_blas.get("blas")))
+            check("doctor says matmul runs the own kernel on old OpenBLAS kernels, and why",
+                  "kernels for Prescott; matmul runs the library's own " in old_blas.get("blas", "")
+                  and "OPENBLAS_CORETYPE=" in old_blas.get("blas", ""), repr(old_blas.get("blas")))
+            forced = expect_json("doctor --json with MT_MATMUL=blas", ["doctor", "--json"],
+                                 env={"OPENBLAS_CORETYPE": "Prescott", "MT_MATMUL": "blas"}) or {}
+            check("MT_MATMUL=blas keeps OpenBLAS on old kernels",
+                  forced.get("blas", "").endswith("kernels for Prescott; matmul runs cblas (MT_MATMUL=blas)"),
+                  repr(forced.get("blas")))
     # opcheck on a loaded library's op: every test and gradcheck, defaults and given samples.
     if user_ops:
         _, out, _ = expect("--load LIB opcheck passes on user_ops::scale", ["--load", user_ops, "opcheck", "user_ops::scale"], 0,

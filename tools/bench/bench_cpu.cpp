@@ -7,7 +7,7 @@
 //    AVX-512 loops (kernels/cpu/vec_exp.h) against the portable ones, alternated;
 //  - where the build found SLEEF (Debian's libsleef-dev) and the CPU has AVX-512: SiLU's
 //    float32 loop against x / (1 + e^-x) with SLEEF's Sleef_expf16_u10, one thread, 2^16;
-//  - matmul GFLOP/s on square float32 products, through cblas and the blocked kernel;
+//  - matmul GFLOP/s on square float32 products, through cblas and the library's own kernel;
 // each with 1 and 2 threads. Median of repeats; plain text, or --json.
 // Usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]
 #include <algorithm>

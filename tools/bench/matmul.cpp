@@ -17,11 +17,11 @@ std::vector<MatmulRow> matmul_cpu_sweep(const std::vector<int64_t>& sizes,
     Tensor a = rand({s, s}), b = rand({s, s}), c = empty({s, s});
     const int64_t copy_bytes = 3 * s * s * 4 / 2;  // a copy reads and writes: 12 s^2 bytes moved
     std::vector<char> src(with_copy ? size_t(copy_bytes) : 0, 1), dst(src.size(), 0);
-    for (bool blas : {true, false}) {
-      cpu::set_use_blas(blas);
+    for (bool blas : {true, false}) {  // cblas even where matmul would not pick it
+      cpu::set_matmul_kernel(blas ? cpu::MatmulKernel::Blas : cpu::MatmulKernel::Own);
       if (blas && !cpu::have_blas()) continue;  // a build without cblas
       for (int t : threads) {
-        progress.step(fmt::format("{} {} thread(s), {}x{}", blas ? "blas" : "blocked", t, s, s));
+        progress.step(fmt::format("{} {} thread(s), {}x{}", blas ? "blas" : "own", t, s, s));
         cpu::set_num_threads(t);
         double sec = cpu_median_seconds([&] { cpu::matmul(a, b, c); }, 5, min_seconds);
         double copy = with_copy ? cpu_median_seconds(
@@ -29,11 +29,11 @@ std::vector<MatmulRow> matmul_cpu_sweep(const std::vector<int64_t>& sizes,
                                       min_seconds)
                                 : std::nan("");
         rows.push_back(
-            {s, blas ? "blas" : "blocked", t, sec, 2.0 * double(s * s * s) / sec / 1e9, copy});
+            {s, blas ? "blas" : "own", t, sec, 2.0 * double(s * s * s) / sec / 1e9, copy});
       }
     }
   }
-  cpu::set_use_blas(true);
+  cpu::set_matmul_kernel(cpu::MatmulKernel::Auto);
   return rows;
 }
 

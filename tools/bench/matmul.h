@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Square float32 matmul, time and GFLOP/s over a sweep of sizes, next to the copy floor
 // (a copy moving the bytes a matmul must move at least: read A and B, write C).
-// CPU: the cblas and the blocked kernel, per thread count; CUDA: mt::matmul on device
-// tensors, timed with events. Used by bench_cpu and `minitensor bench matmul`.
+// CPU: cblas and the library's own kernel (gemm.cpp), per thread count; CUDA: mt::matmul on
+// device tensors, timed with events. Used by bench_cpu and `minitensor bench matmul`.
 #pragma once
 
 #include <string>
@@ -15,7 +15,7 @@ namespace mt::bench {
 
 struct MatmulRow {
   int64_t size;
-  std::string path;  // "blas", "blocked" (CPU) or "mt::matmul" (CUDA)
+  std::string path;  // "blas", "own" (CPU) or "mt::matmul" (CUDA)
   int threads;       // 0 on CUDA
   double seconds, gflops;
   double copy_seconds;  // NaN where not measured
