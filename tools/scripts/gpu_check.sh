@@ -27,7 +27,8 @@
 # training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
 # --compile); reduction (jit::reduction's cases on cuda:0, under memcheck, racecheck and
 # synccheck, and bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
-# floor); keys; cpu; sanitize (memcheck, racecheck, synccheck over the CUDA cases);
+# floor); keys; cpu; cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways);
+# sanitize (memcheck, racecheck, synccheck over the CUDA cases);
 # sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases);
 # dispatch-before (bench dispatch against the tree in BEFORE=DIR, built alike here).
 set -u
@@ -301,6 +302,21 @@ if want keys && have build-gpu/tools/minitensor; then
   step keys-bench-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench vmap --device cuda
   step keys-bench-cpu 120 "$OUT/keys.log" taskset -c 0,1 build-gpu/tools/minitensor bench vmap --device cpu
   step keys-split-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench split --device cuda
+fi
+
+# cpu-mlp (not in the default list): the 64/32/64 and 512/256/512 MLP steps against torch's on
+# two of the host's cores, three ways: matmul's own choice (the library's packed kernel where
+# OpenBLAS runs an old core's kernels: docs/cpu.md), OpenBLAS forced (MT_MATMUL=blas), and
+# OpenBLAS forced with its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX).
+if want cpu-mlp && have build-gpu/tools/minitensor; then
+  step cpu-mlp-doctor 30 "$OUT/cpu-mlp.log" bash -c 'build-gpu/tools/minitensor doctor | grep -E "^(cpu|blas) "'
+  step cpu-mlp-auto 120 "$OUT/cpu-mlp.log" taskset -c 0,1 python3 tools/bench/compare_torch.py --mlp --device cpu \
+      --minitensor build-gpu/tools/minitensor --json "$OUT/cpu-mlp-auto.json"
+  step cpu-mlp-blas 120 "$OUT/cpu-mlp.log" env MT_MATMUL=blas taskset -c 0,1 python3 tools/bench/compare_torch.py \
+      --mlp --device cpu --minitensor build-gpu/tools/minitensor --json "$OUT/cpu-mlp-blas.json"
+  step cpu-mlp-skx 120 "$OUT/cpu-mlp.log" env MT_MATMUL=blas OPENBLAS_CORETYPE=SkylakeX taskset -c 0,1 python3 \
+      tools/bench/compare_torch.py --mlp --device cpu --minitensor build-gpu/tools/minitensor \
+      --json "$OUT/cpu-mlp-skx.json"
 fi
 
 # cpu (not in the default list): the CPU path on two of the host's cores, where torch is
