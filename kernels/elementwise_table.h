@@ -3,7 +3,7 @@
 // comes from its row: the op's registration with CPU, CUDA and fake kernels
 // (kernels/ops/unary.cpp, binary.cpp, by a loop over the rows), its backward, its fusion
 // under mt::compile, the CPU loops (kernels/cpu/elementwise.cpp), the GPU launchers and
-// name expressions (kernels/gpu) and the kernel and op tests. kernels/elementwise_rows.h
+// name expressions (kernels/cuda_host) and the kernel and op tests. kernels/elementwise_rows.h
 // makes the rows data (ew::Fn, ew::kRows). Note [The elementwise table].
 //
 // This header is public (it was, through kernels/ops.h) only for its flags' names; it
@@ -18,7 +18,7 @@ namespace mt::ew {
 // Note [The elementwise table]
 // A row is X(Id, name, arity, flags, forward, backward, CPU functor):
 //  - Id names the row's enumerator ew::Fn::Id and its device functor, struct mt::op::Id in
-//    kernels/cuda/elementwise.cu (none for kOwnKernels rows);
+//    kernels/cuda_device/elementwise.cu (none for kOwnKernels rows);
 //  - name, an identifier, is the op's: "[exp] ..." in messages, and the op "mt::exp"
 //    (Unary and Binary rows), "mt::add.Scalar" (Scalar rows; pow is "mt::pow"), none for a
 //    kKernelOnly row. A Binary row's op takes `*, float alpha=1.0` when its forward reads s;
@@ -36,7 +36,7 @@ namespace mt::ew {
 //  - the flags give the dtype rule (kKeepDtype: the result keeps the inputs' promoted
 //    dtype; otherwise integer inputs give float32) and the tests' sampling.
 // A new unary op is two places in the library: this row and its device functor in
-// kernels/cuda/elementwise.cu (plus, for a C++ function mt::<name>, its declaration in
+// kernels/cuda_device/elementwise.cu (plus, for a C++ function mt::<name>, its declaration in
 // kernels/ops.h; the op is callable by name without it). The registration, backward,
 // fusion formula, enum, GPU kernel slots, name expressions, CPU dispatch and the test lists
 // (CPU kernels, emulated device functors, the op harness with opcheck and gradcheck) come

@@ -2,7 +2,7 @@
 // The library's initialization: the fallbacks, the built-in ops and the device hooks,
 // run once on first use (Note [Library initialization] in runtime/init.h).
 #include "dispatcher/dispatcher.h"
-#include "kernels/gpu/gpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/ops/folders.h"
 #include "kernels/ops/registry.h"
 #include "runtime/init.h"

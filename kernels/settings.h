@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Process-wide settings of the built-in kernels, part of the public API (minitensor.h).
-// The kernels' own headers (kernels/cpu/cpu_kernels.h, kernels/gpu/gpu_kernels.h) declare
+// The kernels' own headers (kernels/cpu/cpu_kernels.h, kernels/cuda_host/gpu_kernels.h) declare
 // the same functions; a translation unit that includes both checks that they agree.
 #pragma once
 

@@ -12,7 +12,7 @@ namespace mt::detail {
 //  - What: initialize_library(), declared here and defined at the top of the library
 //    (kernels/register_builtins.cpp). It installs the Autograd and Trace fallbacks
 //    (autograd/), registers every built-in op (kernels/ops/*.cpp, through custom_op as a
-//    user's op would) and installs the runtime's device hooks (kernels/gpu/device_hooks.cpp).
+//    user's op would) and installs the runtime's device hooks (kernels/cuda_host/device_hooks.cpp).
 //  - When: once, on the first call of ensure_initialized(). That is called by
 //    mt::dispatcher() (any lookup, registration or call of an op, a user's too) and by
 //    runtime/cuda/copy.cpp before it looks for a device hook. Dispatcher::singleton() does

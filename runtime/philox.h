@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Philox4x32-10, the counter-based generator of cuRAND and PyTorch, in one header compiled
 // three ways: as host C++ (runtime/tensor.cpp's rand and randn), by NVRTC (embedded as
-// "philox.h" for kernels/cuda/random.cu) and as host C++ again under the tests' CPU
+// "philox.h" for kernels/cuda_device/random.cu) and as host C++ again under the tests' CPU
 // emulation of the device code. It uses no header and no standard type, so NVRTC needs
 // nothing from a toolkit to compile it.
 //
@@ -74,7 +74,7 @@ MT_PHILOX_FN double philox_uniform01(unsigned int lo, unsigned int hi) {
 // The significand bits of the floating types rand fills, by their size in bytes and, for
 // two bytes, whether the type is bfloat16 (8 bits) or float16 (11): the bits of
 // philox_uniform for rand in that type, on the CPU (runtime/tensor.cpp) and the GPU
-// (kernels/cuda/random.cu) alike.
+// (kernels/cuda_device/random.cu) alike.
 MT_PHILOX_FN int philox_uniform_bits(int bytes, bool bfloat16) {
   return bytes == 8 ? 53 : bytes == 4 ? 24 : bfloat16 ? 8 : 11;
 }

@@ -498,7 +498,8 @@ Tensor randn(const Shape& shape, const TensorOptions& opts, Generator* gen) {
   }
   if (Tensor t = device_random(shape, opts, seed, base, true); t.defined()) return t;
   return generate(shape, opts, "randn", [&](int64_t i) {
-    // Box-Muller on the two 64-bit halves of one block (kernels/cuda/random.cu does the same)
+    // Box-Muller on the two 64-bit halves of one block (kernels/cuda_device/random.cu does the
+    // same)
     const Philox4x32 r = philox_block(seed, base + uint64_t(i));
     const double u1 = philox_uniform01(r.v[0], r.v[1]), u2 = philox_uniform01(r.v[2], r.v[3]);
     return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);

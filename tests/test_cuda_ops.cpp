@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/gpu/gpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "minitensor.h"
 #include "tests/helpers.h"
 
@@ -433,7 +433,7 @@ TEST_CASE("cuda ops (gpu): matmul through cuBLAS: transposed views, batches, bro
 TEST_CASE("cuda ops (gpu): long reductions go over chunks and partials, short ones in one pass" *
           doctest::skip(no_gpu())) {
   // The op harness's samples are short (one pass); these lengths need the chunked passes
-  // of kernels/gpu/reduce.cpp (rows past 4096 elements, columns past 256 rows).
+  // of kernels/cuda_host/reduce.cpp (rows past 4096 elements, columns past 256 rows).
   for (const Shape& shape : {Shape{3, 100003}, Shape{5000, 7}, Shape{64, 64}, Shape{1, 4097}}) {
     Tensor x = input(shape, DType::Float32, 17);
     Tensor x64 = x.to(DType::Float64);

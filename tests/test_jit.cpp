@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "helpers.h"
-#include "kernels/cuda/layout.h"
+#include "kernels/cuda_device/layout.h"
+#include "kernels/cuda_host/names.h"
 #include "kernels/elementwise_rows.h"
-#include "kernels/gpu/names.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/cache.h"
 #include "kernels/jit/embedded.h"
@@ -75,10 +75,10 @@ T __shfl_down_sync(unsigned, T v, int) {
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#include "kernels/cuda/copy.cu"
-#include "kernels/cuda/elementwise.cu"
-#include "kernels/cuda/random.cu"
-#include "kernels/cuda/reduce.cu"
+#include "kernels/cuda_device/copy.cu"
+#include "kernels/cuda_device/elementwise.cu"
+#include "kernels/cuda_device/random.cu"
+#include "kernels/cuda_device/reduce.cu"
 #include "kernels/ops/silu/silu.cu"
 #undef __global__
 #undef __device__

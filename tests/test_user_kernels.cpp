@@ -16,7 +16,7 @@
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
 
-// kernels/cuda/pointwise.cuh compiled as host C++: one "thread" at a time walks the grid
+// kernels/cuda_device/pointwise.cuh compiled as host C++: one "thread" at a time walks the grid
 // (the kernels are grid-stride loops without shared memory), as in test_jit.cpp.
 namespace pw_emu {
 struct Dim {
@@ -31,7 +31,7 @@ using ::mt::StridedLayout;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#include "kernels/cuda/pointwise.cuh"
+#include "kernels/cuda_device/pointwise.cuh"
 #undef __global__
 #undef __device__
 #undef __forceinline__

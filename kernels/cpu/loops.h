@@ -40,12 +40,13 @@
 
 // Note [ISA clones]
 // Loops whose cost is arithmetic rather than memory (exp, sigmoid, SiLU and its backward,
-// the blocked matmul's inner kernel) are compiled three times, for x86-64-v4 (AVX-512),
+// the tile evaluator's nodes) are compiled three times, for x86-64-v4 (AVX-512),
 // x86-64-v3 (AVX2: 8 float lanes, and the integer min/max that exp_f32's clamps use)
 // and the baseline (SSE2); the dynamic loader picks one for the CPU it runs on (GCC's
 // target_clones, an ifunc). SiLU on one core of a 2-core AMD EPYC VM, in cache: about
 // 2.6 ns/element for SSE2, 0.7 for v3, 0.35 for v4.
-// Memory-bound loops keep one version. Define MT_NO_ISA_CLONES for the baseline only.
+// Memory-bound loops keep one version; the packed GEMM picks its micro-kernel itself
+// (kernels/cpu/gemm.cpp). Define MT_NO_ISA_CLONES for the baseline only.
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(MT_NO_ISA_CLONES)
 #define MT_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

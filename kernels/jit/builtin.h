@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The built-in device kernels (kernels/cuda/*.cu): their name expressions, the
+// The built-in device kernels (kernels/cuda_device/*.cu): their name expressions, the
 // layouts and launch shapes they take, and launchers on raw device pointers for the
-// runtime's copies and fills (kernels/gpu/device_hooks.cpp). An op folder's kernels are
+// runtime's copies and fills (kernels/cuda_host/device_hooks.cpp). An op folder's kernels are
 // its own (kernels/ops/silu/silu.h).
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/cuda/layout.h"
+#include "kernels/cuda_device/layout.h"
 #include "kernels/jit/module.h"
 #include "runtime/dtype.h"
 
@@ -62,7 +62,7 @@ LaunchShape vec_launch_shape(int64_t work_items);
 bool aligned16(std::initializer_list<const void*> ptrs);
 
 // Cuts pairs of n[i] elements (self[i], other[i]: device pointers) into the tables of
-// the multi-tensor kernels (Note [Multi-tensor apply] in kernels/cuda/layout.h) and calls
+// the multi-tensor kernels (Note [Multi-tensor apply] in kernels/cuda_device/layout.h) and calls
 // launch(table, blocks) for each full table and the last one: one call for up to
 // kForeachMaxTensors pairs and kForeachMaxBlocks chunks. Empty pairs take no block.
 template <typename Launch>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The device sources of kernels/cuda, embedded into the library at build time by
+// The device sources of kernels/cuda_device, embedded into the library at build time by
 // tools/build/embed_sources.py ("silu.cu", "copy.cu", "common.cuh", "layout.h").
 #pragma once
 

@@ -3,7 +3,7 @@
 //   auto silu = mt::jit::pointwise("my_silu", "x / (1.0f + expf(-x))");
 //   Tensor y = silu(x);
 // The expression (Note [Pointwise expressions] in expr.cpp) becomes a functor over the
-// templates of kernels/cuda/pointwise.cuh, compiled by NVRTC through the kernel cache for
+// templates of kernels/cuda_device/pointwise.cuh, compiled by NVRTC through the kernel cache for
 // each dtype and layout it meets: every floating dtype (16-bit ones compute in float),
 // broadcasting, strided views, 16-byte packs when aligned, the current stream. On CPU
 // tensors the same parsed expression is evaluated on the host, so code and tests that
@@ -29,7 +29,7 @@ struct PointwiseSpec {
   std::string body;
 };
 
-// The kernel variants a call can take (kernels/cuda/pointwise.cuh).
+// The kernel variants a call can take (kernels/cuda_device/pointwise.cuh).
 enum class PointwiseVariant { Vec, Flat, Strided };
 inline constexpr int kPointwiseUnroll = 2;  // packs a thread a loop in the vec kernel
 

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cuda/layout.h"
+#include "kernels/cuda_device/layout.h"
 #include "kernels/jit/kernel.h"
 #include "runtime/tensor.h"
 

@@ -5,8 +5,8 @@
 #include <source_location>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/elementwise_rows.h"
-#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/pointwise_eval.h"
 #include "kernels/ops/registry.h"
 #include "runtime/view.h"

@@ -29,7 +29,7 @@ namespace mt::ops {
 // same file, and passes the count it read as MT_NUM_OP_FOLDERS), the CUBIN tests compile
 // its kernel files, and the op harness runs its samples. What several ops share (the
 // CPU loops, the AVX-512 exp, the launch helpers, the elementwise row an op may also have)
-// stays in kernels/cpu, kernels/gpu and kernels/jit.
+// stays in kernels/cpu, kernels/cuda_host and kernels/jit.
 namespace {
 constexpr OpFolder kOpFolders[] = {
 #define MT_OP_FOLDER(name) {#name, register_##name, name##_kernel_files, name##_samples},

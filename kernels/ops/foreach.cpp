@@ -2,7 +2,7 @@
 // mt::foreach_add_: self[i] += alpha * other[i] over lists of tensor pairs, PyTorch's
 // _foreach_add_.List. An optimizer step's op: on CUDA, contiguous pairs of one dtype take one
 // multi-tensor launch for the whole list (Note [Multi-tensor apply] in
-// kernels/cuda/layout.h) instead of a launch a parameter. It mutates its inputs, so it has
+// kernels/cuda_device/layout.h) instead of a launch a parameter. It mutates its inputs, so it has
 // no autograd formula: with grad mode on and an input that requires grad, the autograd
 // fallback refuses it (Note [Autograd fallback]), as PyTorch refuses an in-place op on a leaf
 // that requires grad; an optimizer runs it under mt::NoGradGuard.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/gpu/gpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {

@@ -3,7 +3,7 @@
 // gradient for both operands. The shapes must match (broadcasting a loss is usually a
 // bug, which PyTorch only warns about).
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/gpu/gpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/gpu/gpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/ops/registry.h"
 #include "runtime/fake.h"
 

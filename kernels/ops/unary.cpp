@@ -9,8 +9,8 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/elementwise_rows.h"
-#include "kernels/gpu/gpu_kernels.h"
 #include "kernels/ops/pointwise_eval.h"
 #include "kernels/ops/registry.h"
 

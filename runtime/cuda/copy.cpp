@@ -16,7 +16,7 @@
 namespace mt::cuda {
 namespace {
 
-std::atomic<CopyKernel> copy_kernel{nullptr};  // installed by kernels/gpu/device_hooks.cpp
+std::atomic<CopyKernel> copy_kernel{nullptr};  // installed by kernels/cuda_host/device_hooks.cpp
 std::atomic<FillKernel> fill_kernel{nullptr};
 std::atomic<RandomKernel> g_random_kernel{nullptr};
 

@@ -79,7 +79,7 @@ void fill(const Tensor& t, double value);
 void synchronize(int index = 0);
 
 // Device kernels for what copy() and fill() cannot do with a memcpy or memset, installed
-// by the kernel library (kernels/gpu/device_hooks.cpp) when the library initializes; copy,
+// by the kernel library (kernels/cuda_host/device_hooks.cpp) when the library initializes; copy,
 // fill and random_kernel() run that first (Note [Library initialization]). The copy kernel gets
 // both tensors on one CUDA device (strided or of different dtypes); both run on the current stream.
 // Each setter returns the kernel it replaces; nullptr removes it.

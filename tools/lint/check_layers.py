@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Checks the layers of the library, lowest first: runtime < dispatcher < autograd < kernels,
-and inside kernels/ its sub-layers (SUBLAYERS), lowest first: cuda < cpu < jit < gpu < ops <
-compile < builtins.
+and inside kernels/ its sub-layers (SUBLAYERS), lowest first: cuda_device < cpu < jit < cuda_host <
+ops < compile < builtins.
 
 Includes: every #include "..." line against DESIGN's "may include" table. A file may
 include headers of its own layer and of the layers below it, never of one above (the one
@@ -19,28 +19,28 @@ one (TOP_LEVEL), is reported too: every file has a rank.
 
 The sub-layers, the order being what the code needs (Note [Sub-layers of kernels] in
 kernels/meson.build):
-  cuda      the device code (.cu, .cuh; layout.h, shared with the host) and its embedding
-            (jit::embedded_source): needs nothing of kernels/;
+  cuda_device  the CUDA device code (.cu, .cuh; layout.h, shared with the host) and its
+            embedding (jit::embedded_source): needs nothing of kernels/;
   cpu       the CPU loops, thread pool and scalar math (math.h, vec_exp), with the
-            elementwise table (below): needs nothing else of kernels/ (nor does cuda of it:
+            elementwise table (below): needs nothing else of kernels/ (nor does cuda_device of it:
             the device code goes lowest as text that host code of any sub-layer may read);
   jit       NVRTC, the kernel cache, module loading, the built-in kernels' launch shapes
             (builtin.h), the expression language and its tile evaluator, the autotuner: it
-            compiles cuda's code (embedded_source, layout.h) and evaluates expressions on
+            compiles cuda_device's code (embedded_source, layout.h) and evaluates expressions on
             the CPU with cpu's loops and exp;
-  gpu       the host launchers of the built-in kernels: kernels from jit (builtin.h,
+  cuda_host  the host code that launches the built-in CUDA kernels (and cuBLAS): kernels from jit (builtin.h,
             get_kernel), the rows of the table;
   ops       the built-in ops and the op folders: the CPU and GPU kernels, the JIT
-            (pointwise_op, reduction_op), a folder's .cu including cuda's common.cuh;
+            (pointwise_op, reduction_op), a folder's .cu including cuda_device's common.cuh;
   compile   mt::compile: captures and calls ops, fuses through the JIT;
   builtins  register_builtins.cpp alone: the library's initialization, which runs every
-            sub-layer's registration (ops, compile's opcheck test, gpu's device hooks); the
+            sub-layer's registration (ops, compile's opcheck test, cuda_host's device hooks); the
             one hook calls it from the runtime.
 The top-level files of kernels/ rank with a sub-layer (TOP_LEVEL), each with the one that
 holds what it needs and defines what it declares: elementwise_table.h and elementwise_rows.h
 with cpu (the rows' CPU functors are cpu/math.h's functions, which elementwise_rows.h expands,
 and the CPU loops of cpu/elementwise.cpp run them; the table includes nothing else), settings.h
-with gpu (it declares settings that cpu and gpu define), ops.h with ops (the public
+with cuda_host (it declares settings that cpu and cuda_host define), ops.h with ops (the public
 declarations of the ops it defines), register_builtins.cpp as builtins.
 
 Links (--link): the same order over the built objects. The library is one static library a
@@ -75,13 +75,13 @@ import tempfile
 LIBRARY = ["runtime", "dispatcher", "autograd", "kernels"]
 # kernels/' sub-layers, lowest first (the docstring says why); each is a folder of kernels/
 # but builtins, which is register_builtins.cpp. kernels/meson.build builds them in this order.
-SUBLAYERS = ["cuda", "cpu", "jit", "gpu", "ops", "compile", "builtins"]
+SUBLAYERS = ["cuda_device", "cpu", "jit", "cuda_host", "ops", "compile", "builtins"]
 NOT_FOLDERS = {"builtins"}
 # The top-level files of kernels/ and the sub-layer each ranks with.
 TOP_LEVEL = {
     "elementwise_table.h": "cpu",
     "elementwise_rows.h": "cpu",
-    "settings.h": "gpu",
+    "settings.h": "cuda_host",
     "ops.h": "ops",
     "register_builtins.cpp": "builtins",
 }
@@ -253,7 +253,7 @@ def self_test():
         "kernels/elementwise_rows.h": '#include "kernels/cpu/d.cuh"\n#include "kernels/ops.h"\n',
         "kernels/ops.h": "",
         "kernels/cpu/loops.h": '#include "kernels/elementwise_rows.h"\n',
-        "kernels/cuda/k.cu": '#include "kernels/jit/j.h"\n',
+        "kernels/cuda_device/k.cu": '#include "kernels/jit/j.h"\n',
         "kernels/jit/j.h": "",
         # a top-level file and a folder of kernels/ in no sub-layer
         "kernels/new.h": '#include "runtime/c.h"\n',
@@ -266,7 +266,7 @@ def self_test():
                 f.write(text)
         bad, checked = check(root)
     found = sorted(b.split(": ")[0] for b in bad)
-    want = ["examples/e.cpp:2", "kernels/backend/", "kernels/cuda/k.cu:1",
+    want = ["examples/e.cpp:2", "kernels/backend/", "kernels/cuda_device/k.cu:1",
             "kernels/elementwise_rows.h:2", "kernels/jit/j.cpp:1", "kernels/new.h",
             "kernels/ops/folders.def", "kernels/ops/g.cpp:1", "kernels/ops/h/", "runtime/a.h:1"]
     if checked != 20 or found != want:
@@ -404,7 +404,7 @@ def link_self_test():
         # embedding (downward); a unity object of the JIT calls the CPU loops (downward); the
         # ops call down into the layers and the sub-layers, and define the upward targets;
         # the initialization, the top, defines the hook and calls the ops
-        ("libmt_kernels_cuda.a.p", "embedded.cpp", "int embedded() { return 3; }\n"),
+        ("libmt_kernels_cuda_device.a.p", "embedded.cpp", "int embedded() { return 3; }\n"),
         ("libmt_kernels_cpu.a.p", "f.cpp",
          "int op_up();\nint embedded();\nint cpu_f() { return op_up() + embedded(); }\n"),
         ("libmt_kernels_jit.a.p", "meson-generated_mt_kernels_jit-unity0.cpp",

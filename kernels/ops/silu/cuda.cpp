@@ -4,7 +4,7 @@
 // their device code, silu.cu.
 #include <fmt/format.h>
 
-#include "kernels/gpu/launch.h"
+#include "kernels/cuda_host/launch.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/ops/silu/silu.h"
 #include "runtime/error.h"

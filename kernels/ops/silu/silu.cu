@@ -8,9 +8,9 @@
 // All loops are grid-stride, so any grid size is correct; exact in-place
 // (y == x, grad_in == grad) is fine: each element is read, then written, by one thread.
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
-#include "common.cuh"  // kernels/cuda/common.cuh, embedded by its file name like this one
+#include "common.cuh"  // kernels/cuda_device/common.cuh, embedded by its file name like this one
 #else
-#include "kernels/cuda/common.cuh"  // the tests' CPU emulation compiles this file as host C++
+#include "kernels/cuda_device/common.cuh"  // the tests' CPU emulation compiles this file as host C++
 #endif
 
 namespace mt {

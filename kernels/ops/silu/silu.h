@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/layout.h"
+#include "kernels/cuda_device/layout.h"
 #include "kernels/ops/folders.h"
 #include "runtime/dtype.h"
 #include "runtime/tensor.h"

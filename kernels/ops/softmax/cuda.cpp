@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "kernels/gpu/launch.h"
+#include "kernels/cuda_host/launch.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/ops/softmax/softmax.h"
 #include "runtime/view.h"

@@ -3,9 +3,9 @@
 // stable: a block per row finds the row's max, then sum(exp(x - max)), then writes
 // exp(x - max) / sum or x - max - log(sum). Math in float (double for double).
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
-#include "common.cuh"  // kernels/cuda/common.cuh, embedded by its file name like this one
+#include "common.cuh"  // kernels/cuda_device/common.cuh, embedded by its file name like this one
 #else
-#include "kernels/cuda/common.cuh"  // the tests' CPU emulation compiles this file as host C++
+#include "kernels/cuda_device/common.cuh"  // the tests' CPU emulation compiles this file as host C++
 #endif
 
 namespace mt {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/gpu/launch.h"
+#include "kernels/cuda_host/launch.h"
 
 #include "runtime/error.h"
 

@@ -2,7 +2,7 @@
 // The CUDA compute kernels behind the built-in ops: the GPU twins of kernels/cpu's
 // functions, with the same contracts (the op files in kernels/ops/ allocate out with the
 // right shape and dtype; these compute into it on the device's current stream). Device
-// code is kernels/cuda/*.cu, compiled by NVRTC on first use (kernels/jit). Inputs may be
+// code is kernels/cuda_device/*.cu, compiled by NVRTC on first use (kernels/jit). Inputs may be
 // strided or broadcast; they are read in place where the kernel can (elementwise), and
 // copied to a contiguous layout where it cannot (reductions over non-adjacent dims).
 // A build without CUDA compiles these too; a call that gets a CUDA tensor anyway says the
@@ -31,7 +31,7 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);
 void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out);
 // self[i] = self[i] op alpha * other[i] for every pair (the caller checked the pairs: one
 // shape, one device, castable dtypes): contiguous pairs of one dtype in one multi-tensor
-// launch (Note [Multi-tensor apply] in kernels/cuda/layout.h), others one by one.
+// launch (Note [Multi-tensor apply] in kernels/cuda_device/layout.h), others one by one.
 void foreach_binary_(BinaryOp op, std::span<const Tensor> self, std::span<const Tensor> other,
                      double alpha);
 
@@ -60,7 +60,7 @@ std::string cublas_unavailable_reason();
 void random(const Tensor& t, uint64_t seed, uint64_t base, bool normal);
 
 // Installs the runtime's copy, fill and random kernels (cuda::set_copy_kernel, ...;
-// kernels/gpu/device_hooks.cpp). Run once by the library's initialization.
+// kernels/cuda_host/device_hooks.cpp). Run once by the library's initialization.
 void install_device_hooks();
 
 }  // namespace mt::gpu

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// rand and randn on the GPU (kernels/cuda/random.cu), installed as the runtime's random
+// rand and randn on the GPU (kernels/cuda_device/random.cu), installed as the runtime's random
 // kernel: the draws equal the host's, element by element.
-#include "kernels/gpu/gpu_kernels.h"
-#include "kernels/gpu/launch.h"
-#include "kernels/gpu/names.h"
+#include "kernels/cuda_host/gpu_kernels.h"
+#include "kernels/cuda_host/launch.h"
+#include "kernels/cuda_host/names.h"
 #include "kernels/jit/builtin.h"
 
 namespace mt::gpu {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The elementwise ops on the GPU: the row's functor of kernels/cuda/elementwise.cu
+// The elementwise ops on the GPU: the row's functor of kernels/cuda_device/elementwise.cu
 // (kernels/elementwise_table.h), the contiguous or strided template, inputs converted to
 // out's dtype, one launch.
 #include <array>
@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
-#include "kernels/gpu/gpu_kernels.h"
-#include "kernels/gpu/launch.h"
-#include "kernels/gpu/names.h"
+#include "kernels/cuda_host/gpu_kernels.h"
+#include "kernels/cuda_host/launch.h"
+#include "kernels/cuda_host/names.h"
 #include "kernels/jit/builtin.h"
 
 namespace mt::gpu {

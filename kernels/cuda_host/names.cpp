@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/gpu/names.h"
+#include "kernels/cuda_host/names.h"
 
 #include "runtime/error.h"
 

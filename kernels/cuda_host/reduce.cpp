@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
-// Reductions on the GPU (kernels/cuda/reduce.cu): the input is brought to a contiguous
+// Reductions on the GPU (kernels/cuda_device/reduce.cu): the input is brought to a contiguous
 // [O, R, I] block (in place when it already is one, else by a copy that moves the reduced
 // dims last), then reduce_rows (I == 1) or reduce_cols runs, over chunks of R and then
 // over the chunks' partials until one is left.
 #include <algorithm>
 
-#include "kernels/gpu/gpu_kernels.h"
-#include "kernels/gpu/launch.h"
-#include "kernels/gpu/names.h"
+#include "kernels/cuda_host/gpu_kernels.h"
+#include "kernels/cuda_host/launch.h"
+#include "kernels/cuda_host/names.h"
 #include "kernels/jit/builtin.h"
 #include "runtime/view.h"
 

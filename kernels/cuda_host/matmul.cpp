@@ -16,8 +16,8 @@
 #include <climits>
 #include <mutex>
 
-#include "kernels/gpu/gpu_kernels.h"
-#include "kernels/gpu/launch.h"
+#include "kernels/cuda_host/gpu_kernels.h"
+#include "kernels/cuda_host/launch.h"
 #include "runtime/view.h"
 
 #if MT_HAVE_CUDA && MT_HAVE_CUBLAS

@@ -2,13 +2,13 @@
 // The runtime's device hooks: the kernels cuda::copy, cuda::fill and the CUDA rand/randn
 // call for what a memcpy or memset cannot do (strided or dtype-converting copies on one
 // device, fills with a non-zero value, random draws). They launch the NVRTC-compiled
-// kernels of kernels/cuda/copy.cu and random.cu on the device's current stream, and are
+// kernels of kernels/cuda_device/copy.cu and random.cu on the device's current stream, and are
 // installed once by the library's initialization (Note [Library initialization]).
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/gpu/gpu_kernels.h"
-#include "kernels/gpu/launch.h"
+#include "kernels/cuda_host/gpu_kernels.h"
+#include "kernels/cuda_host/launch.h"
 #include "kernels/jit/builtin.h"
 
 #if MT_HAVE_CUDA

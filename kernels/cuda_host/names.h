@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The name expressions of the GPU op kernels (kernels/cuda/elementwise.cu, reduce.cu,
+// The name expressions of the GPU op kernels (kernels/cuda_device/elementwise.cu, reduce.cu,
 // random.cu): what NVRTC instantiates, and the full lists the tests compile.
 #pragma once
 
