@@ -86,7 +86,7 @@ bool batched_at(const Tensor& t, int64_t level) {
 Tensor make_batched(const Tensor& value, int64_t bdim, int64_t level) {
   Shape sizes = value.sizes();
   sizes.erase(size_t(bdim));
-  auto impl = std::make_shared<BatchedImpl>();
+  auto impl = detail::make_object<BatchedImpl>();  // the runtime's small-object lists
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->numel = shape_numel(sizes);
@@ -103,7 +103,7 @@ Tensor make_batched(const Tensor& value, int64_t bdim, int64_t level) {
 
 // The batched tensor b with another value (same batch dim, level and vmap call).
 Tensor rewrap(const BatchedImpl* b, const Tensor& value) {
-  auto impl = std::make_shared<BatchedImpl>();
+  auto impl = detail::make_object<BatchedImpl>();  // the runtime's small-object lists
   impl->sizes = b->sizes;
   impl->strides = b->strides;
   impl->numel = b->numel;
