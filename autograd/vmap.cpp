@@ -183,10 +183,11 @@ Tensor row_of(const Tensor& out, int64_t b) {
 // place]).
 struct Stacked {
   Tensor out;                   // [B, ...]: the rows copied so far
-  std::vector<Tensor> results;  // the results themselves, once one requires grad
+  std::vector<Tensor> results;  // the results themselves, once one cannot be copied
 
   void add(const Tensor& r, int64_t b, int64_t batch) {
-    if (results.empty() && !(r.requires_grad() && grad_enabled())) {
+    const bool keep = (r.requires_grad() && grad_enabled()) || as_batched(r) != nullptr;
+    if (results.empty() && !keep) {
       if (b == 0) {
         Shape sizes = r.sizes();
         sizes.insert(0, batch);
@@ -195,7 +196,7 @@ struct Stacked {
       if (!out.is_fake()) detail::copy_impl(row_of(out, b), r);
       return;
     }
-    // the rows copied so far do not require grad: they join as constants
+    // the rows copied so far do not require grad and hold data: they join as constants
     for (int64_t i = int64_t(results.size()); i < b; ++i) results.push_back(row_of(out, i));
     results.push_back(r);
   }
@@ -236,8 +237,10 @@ BatchDims loop_fallback(const OperatorHandle& op, const VmapInfo& info, Stack* a
   // op returns (no op calls: a view and the runtime's copy), so the fallback costs what a
   // loop that copies each result into its row costs, and each result's memory is free for
   // the next sample. A result that requires grad (with grad mode on) cannot be copied
-  // without losing its graph: from that sample on the results are kept and stacked by
-  // differentiable ops, the rows copied before it joining as constants.
+  // without losing its graph, nor can a batched tensor of an outer level's vmap
+  // (vmap(vmap(f)) with f's op without a rule), which has no data: from that sample on
+  // the results are kept and stacked by ops (differentiable, and batched in turn), the
+  // rows copied before it joining as constants.
   std::vector<Stacked> outs(s.returns.size());
   std::vector<Shape> shapes(s.returns.size());
   Stack sb;

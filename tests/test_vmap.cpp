@@ -356,6 +356,21 @@ TEST_SUITE("vmap") {
     CHECK(max_diff(plain, from_vector<float>({0, 0, 1, 2, 0, 0, 1, 2}, {4, 2})) == 0.0);
   }
 
+  TEST_CASE("vmap: an op without a rule inside vmap(vmap(f)) against a double loop") {
+    LogCapture log;
+    auto rowsum =
+        custom_op("vmap_test::nested_rowsum", [](const Tensor& x) { return mt::sum(x, {-1}); });
+    const Tensor x = positive({3, 4, 5}, 41);
+    auto inner =
+        vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{rowsum(a[0])}; });
+    auto outer = [&](const std::vector<Tensor>& a) { return inner(a); };
+    // the inner fallback's results are batched tensors of the outer vmap: stacked by ops
+    check_against_loop(outer, {x}, {0});
+    check_against_loop(outer, {x}, {1});
+    NoGradGuard no_grad;
+    check_against_loop(outer, {x}, {2});
+  }
+
   TEST_CASE("vmap: an op that cannot be looped is an error naming it") {
     LogCapture log;  // the fallback's warning, before the second op fails
     auto bump = custom_op("vmap_test::bump_", [](const Tensor& x) { x.fill_(1.0); },
