@@ -5,6 +5,7 @@
 #include "autograd/vmap.h"
 
 #include <atomic>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -85,7 +86,7 @@ bool batched_at(const Tensor& t, int64_t level) {
 Tensor make_batched(const Tensor& value, int64_t bdim, int64_t level) {
   Shape sizes = value.sizes();
   sizes.erase(size_t(bdim));
-  auto impl = std::make_shared<BatchedImpl>();
+  auto impl = detail::make_object<BatchedImpl>();  // the runtime's small-object lists
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->numel = shape_numel(sizes);
@@ -102,7 +103,7 @@ Tensor make_batched(const Tensor& value, int64_t bdim, int64_t level) {
 
 // The batched tensor b with another value (same batch dim, level and vmap call).
 Tensor rewrap(const BatchedImpl* b, const Tensor& value) {
-  auto impl = std::make_shared<BatchedImpl>();
+  auto impl = detail::make_object<BatchedImpl>();  // the runtime's small-object lists
   impl->sizes = b->sizes;
   impl->strides = b->strides;
   impl->numel = b->numel;
@@ -139,7 +140,7 @@ Tensor lift(const Tensor& t, int64_t level) {
   Tensor lifted;
   {
     CursorGuard below(level - 1);
-    lifted = t.unsqueeze(0).expand(sizes);
+    lifted = t.expand(sizes);  // one view op (and one tape node) with the new leading dim
   }
   lv.lifted.emplace(t.impl(), std::make_pair(t, lifted));
   return lifted;
@@ -151,32 +152,58 @@ std::set<std::string>& warned_ops() {
   return *s;
 }
 
-Tensor stack_results(const std::vector<Tensor>& rs, int64_t batch) {
+// The differentiable stack of the per-sample results: each placed by select_backward,
+// then summed.
+Tensor stack_differentiable(const std::vector<Tensor>& rs, int64_t batch) {
   Shape sizes = rs[0].sizes();
   sizes.insert(0, batch);
-  bool grad = grad_enabled();
-  bool any_grad = false;
-  for (const Tensor& r : rs) any_grad = any_grad || r.requires_grad();
-  if (grad && any_grad) {
-    // differentiable: each result placed by select_backward, then summed
-    static const auto place =
-        dispatcher()
-            .find_or_throw("mt::select_backward")
-            .typed<Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t)>();
-    static const auto add =
-        dispatcher().find_or_throw("mt::add").typed<Tensor(const Tensor&, const Tensor&, double)>();
-    Tensor out;
-    for (size_t b = 0; b < rs.size(); ++b) {
-      Tensor p = place.call(rs[b], sizes.vec(), 0, int64_t(b));
-      out = out.defined() ? add.call(out, p, 1.0) : p;
-    }
-    return out;
+  static const auto place =
+      dispatcher()
+          .find_or_throw("mt::select_backward")
+          .typed<Tensor(const Tensor&, const std::vector<int64_t>&, int64_t, int64_t)>();
+  static const auto add =
+      dispatcher().find_or_throw("mt::add").typed<Tensor(const Tensor&, const Tensor&, double)>();
+  Tensor out;
+  for (size_t b = 0; b < rs.size(); ++b) {
+    Tensor p = place.call(rs[b], sizes.vec(), 0, int64_t(b));
+    out = out.defined() ? add.call(out, p, 1.0) : p;
   }
-  Tensor out = empty(sizes, {.dtype = rs[0].dtype(), .device = rs[0].device()});
-  NoGradGuard no_grad;
-  for (size_t b = 0; b < rs.size(); ++b) out.select(0, int64_t(b)).copy_(rs[b]);
   return out;
 }
+
+// Row b of a [B, ...] tensor as a view, without an op call (no autograd, no trace).
+Tensor row_of(const Tensor& out, int64_t b) {
+  Shape sizes = out.sizes(), strides = out.strides();
+  sizes.erase(0);
+  strides.erase(0);
+  return detail::make_view(out, sizes, strides, out.storage_offset() + b * out.stride(0));
+}
+
+// One output of the fallback, stacked as the samples run (Note [The fallback writes in
+// place]).
+struct Stacked {
+  Tensor out;                   // [B, ...]: the rows copied so far
+  std::vector<Tensor> results;  // the results themselves, once one cannot be copied
+
+  void add(const Tensor& r, int64_t b, int64_t batch) {
+    const bool keep = (r.requires_grad() && grad_enabled()) || as_batched(r) != nullptr;
+    if (results.empty() && !keep) {
+      if (b == 0) {
+        Shape sizes = r.sizes();
+        sizes.insert(0, batch);
+        out = empty(sizes, {.dtype = r.dtype(), .device = r.device()});
+      }
+      if (!out.is_fake()) detail::copy_impl(row_of(out, b), r);
+      return;
+    }
+    // the rows copied so far do not require grad and hold data: they join as constants
+    for (int64_t i = int64_t(results.size()); i < b; ++i) results.push_back(row_of(out, i));
+    results.push_back(r);
+  }
+  Tensor finish(int64_t batch) const {
+    return results.empty() ? out : stack_differentiable(results, batch);
+  }
+};
 
 // The slow fallback: the op once per batch element, the results stacked along dim 0.
 BatchDims loop_fallback(const OperatorHandle& op, const VmapInfo& info, Stack* args) {
@@ -205,9 +232,20 @@ BatchDims loop_fallback(const OperatorHandle& op, const VmapInfo& info, Stack* a
           "the results are stacked (slow); give it a rule with mt::register_vmap",
           name));
   }
-  std::vector<std::vector<Tensor>> per_output(s.returns.size());
+  // Note [The fallback writes in place]
+  // Each sample's results are copied into their row of the [B, ...] output as soon as the
+  // op returns (no op calls: a view and the runtime's copy), so the fallback costs what a
+  // loop that copies each result into its row costs, and each result's memory is free for
+  // the next sample. A result that requires grad (with grad mode on) cannot be copied
+  // without losing its graph, nor can a batched tensor of an outer level's vmap
+  // (vmap(vmap(f)) with f's op without a rule), which has no data: from that sample on
+  // the results are kept and stacked by ops (differentiable, and batched in turn), the
+  // rows copied before it joining as constants.
+  std::vector<Stacked> outs(s.returns.size());
+  std::vector<Shape> shapes(s.returns.size());
+  Stack sb;
   for (int64_t b = 0; b < info.batch_size; ++b) {
-    Stack sb = *args;
+    sb.assign(args->begin(), args->end());
     for (size_t i = 0; i < sb.size(); ++i)
       if (info.in_dims[i]) sb[i] = Value(sb[i].to_tensor().select(*info.in_dims[i], b));
     call_below(op, &sb);
@@ -219,19 +257,22 @@ BatchDims loop_fallback(const OperatorHandle& op, const VmapInfo& info, Stack* a
                "stacks only tensors; give it a rule with mt::register_vmap",
                name, s.returns[o].type.str(), o);
       const Tensor r = sb[o].to_tensor();
-      if (b > 0)
-        MT_CHECK(r.sizes() == per_output[o][0].sizes(),
+      if (b == 0) {
+        shapes[o] = r.sizes();
+      } else {
+        MT_CHECK(r.sizes() == shapes[o],
                  "[vmap] '{}' returned output {} of shape {} for sample 0 but {} for sample {}: "
                  "an op whose output size depends on the data cannot be batched; call it "
                  "outside mt::vmap",
-                 name, o, per_output[o][0].sizes(), r.sizes(), b);
-      per_output[o].push_back(r);
+                 name, o, shapes[o], r.sizes(), b);
+      }
+      outs[o].add(r, b, info.batch_size);
     }
   }
   args->clear();
   BatchDims out;
-  for (auto& rs : per_output) {
-    args->emplace_back(stack_results(rs, info.batch_size));
+  for (Stacked& st : outs) {
+    args->emplace_back(st.finish(info.batch_size));
     out.emplace_back(0);
   }
   return out;
@@ -242,7 +283,8 @@ BatchDims loop_fallback(const OperatorHandle& op, const VmapInfo& info, Stack* a
 void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* rule) {
   const size_t n = op.schema().arguments.size();
   const size_t base = stack->size() - n;
-  Stack args(stack->begin() + std::ptrdiff_t(base), stack->end());
+  Stack args(std::make_move_iterator(stack->begin() + std::ptrdiff_t(base)),
+             std::make_move_iterator(stack->end()));
   stack->resize(base);
   auto check_live = [&](const Tensor& t) {
     const BatchedImpl* b = as_batched(t);
@@ -258,7 +300,8 @@ void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* ru
   const int64_t level = t_cursor;
   if (level == 0) {  // a live batched tensor while no level is processed: not reached
     call_below(op, &args);
-    stack->insert(stack->end(), args.begin(), args.end());
+    stack->insert(stack->end(), std::make_move_iterator(args.begin()),
+                  std::make_move_iterator(args.end()));
     return;
   }
   VmapInfo info{t_levels[size_t(level - 1)].batch_size, BatchDims(n)};
@@ -290,7 +333,8 @@ void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* ru
   CursorGuard below(level - 1);
   if (!any) {
     call_below(op, &args);
-    stack->insert(stack->end(), args.begin(), args.end());
+    stack->insert(stack->end(), std::make_move_iterator(args.begin()),
+                  std::make_move_iterator(args.end()));
     return;
   }
   BatchDims out = rule ? (*rule)(info, &args) : loop_fallback(op, info, &args);
@@ -311,7 +355,8 @@ void run_batched(const OperatorHandle& op, Stack* stack, const BoxedVmapRule* ru
              op.name().str(), o, *out[o], r.sizes(), info.batch_size);
     args[o] = Value(make_batched(r, d, level));
   }
-  stack->insert(stack->end(), args.begin(), args.end());
+  stack->insert(stack->end(), std::make_move_iterator(args.begin()),
+                std::make_move_iterator(args.end()));
 }
 
 }  // namespace
@@ -408,7 +453,7 @@ std::vector<Tensor> batched_grad(const std::vector<Tensor>& outputs,
       } else {
         Shape s = gv.sizes();
         s.insert(0, lv.batch_size);
-        gv = gv.unsqueeze(0).expand(s);
+        gv = gv.expand(s);
       }
       g = gv;
     } else {
@@ -539,7 +584,7 @@ VmapFunction vmap(VmapFunction fn, BatchDims in_dims, BatchDims out_dims) {
       } else {  // the same for every sample
         Shape s = t.sizes();
         s.insert(0, batch);
-        v = t.unsqueeze(0).expand(s);
+        v = t.expand(s);
       }
       result[o] = bdim == d ? v : detail::movedim(v, bdim, d);
     }

@@ -297,6 +297,80 @@ TEST_SUITE("vmap") {
                 mt::mul(mt::sum(x, {-1}, true).expand({4, 3, 2}), 2.0));
   }
 
+  TEST_CASE(
+      "vmap: the fallback writes each sample's results into their rows: strided and integer "
+      "outputs, several returns, fake tensors") {
+    LogCapture log;  // the fallback's one-time warning
+    // a transposed (strided) float result and an int64 one, per sample
+    auto split = custom_op("vmap_test::split_rows", [](const Tensor& x) {
+      return std::make_tuple(mt::mul(x, 2.0).transpose(0, 1), x.to(DType::Int64));
+    });
+    split.register_fake([](const Tensor& x) {
+      return std::make_tuple(empty({x.size(1), x.size(0)}),
+                             empty(x.sizes(), {.dtype = DType::Int64}));
+    });
+    const Tensor x = mt::mul(positive({5, 3, 2}, 31), 10.0);
+    auto fn = [&](const std::vector<Tensor>& a) {
+      auto [t, i] = split(a[0]);
+      return std::vector<Tensor>{t, i};
+    };
+    const std::vector<Tensor> got = vmap(fn, {1})({x});
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].sizes() == Shape{3, 2, 5});
+    CHECK(got[1].dtype() == DType::Int64);
+    for (int64_t b = 0; b < 3; ++b) {
+      auto [t, i] = split(x.select(1, b));
+      CHECK(max_diff(got[0].select(0, b), t) == 0.0);
+      CHECK(max_diff(got[1].select(0, b).to(DType::Float64), i.to(DType::Float64)) == 0.0);
+    }
+    // under FakeMode the fallback makes fake outputs of the batched shapes
+    FakeMode fake;
+    const std::vector<Tensor> f = vmap(fn, {1})({fake_empty({5, 3, 2})});
+    CHECK(f[0].is_fake());
+    CHECK(f[0].sizes() == Shape{3, 2, 5});
+    CHECK(f[1].sizes() == Shape{3, 5, 2});
+    CHECK(f[1].dtype() == DType::Int64);
+  }
+
+  TEST_CASE(
+      "vmap: the fallback keeps the graph of a result that requires grad after samples whose "
+      "results did not") {
+    LogCapture log;
+    const Tensor w = from_vector<float>({1, 2}, {2}).requires_grad_();
+    // w itself for a positive sample, zeros (no graph) for the others
+    auto pick = custom_op("vmap_test::pick", [&](const Tensor& x) {
+      return x.contiguous().to_vector<float>()[0] > 0 ? w : zeros({2});
+    });
+    const Tensor x = from_vector<float>({-1, 1, -1, 1}, {4, 1});
+    const Tensor out =
+        vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{pick(a[0])}; })({x})[0];
+    REQUIRE(out.requires_grad());
+    CHECK(max_diff(out, from_vector<float>({0, 0, 1, 2, 0, 0, 1, 2}, {4, 2})) == 0.0);
+    // samples 1 and 3 returned w: its gradient counts both rows, the constant rows none
+    CHECK(max_diff(mt::grad({mt::sum(out)}, {w})[0], from_vector<float>({2, 2}, {2})) == 0.0);
+    // with grad mode off the same op is copied row by row, without a graph
+    NoGradGuard no_grad;
+    const Tensor plain =
+        vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{pick(a[0])}; })({x})[0];
+    CHECK_FALSE(plain.requires_grad());
+    CHECK(max_diff(plain, from_vector<float>({0, 0, 1, 2, 0, 0, 1, 2}, {4, 2})) == 0.0);
+  }
+
+  TEST_CASE("vmap: an op without a rule inside vmap(vmap(f)) against a double loop") {
+    LogCapture log;
+    auto rowsum =
+        custom_op("vmap_test::nested_rowsum", [](const Tensor& x) { return mt::sum(x, {-1}); });
+    const Tensor x = positive({3, 4, 5}, 41);
+    auto inner =
+        vmap([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{rowsum(a[0])}; });
+    auto outer = [&](const std::vector<Tensor>& a) { return inner(a); };
+    // the inner fallback's results are batched tensors of the outer vmap: stacked by ops
+    check_against_loop(outer, {x}, {0});
+    check_against_loop(outer, {x}, {1});
+    NoGradGuard no_grad;
+    check_against_loop(outer, {x}, {2});
+  }
+
   TEST_CASE("vmap: an op that cannot be looped is an error naming it") {
     LogCapture log;  // the fallback's warning, before the second op fails
     auto bump = custom_op("vmap_test::bump_", [](const Tensor& x) { x.fill_(1.0); },

@@ -33,12 +33,27 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
   };
   auto run_vmap = [&] { (void)mlp::per_sample_grads_vmap(m, task.x, task.target); };
   auto run_loop = [&] { (void)mlp::per_sample_grads_loop(m, task.x, task.target); };
+  // Where vmap(grad)'s time goes: a call at batch 1 against one grad call (vmap's fixed
+  // cost), and the first layer's per-sample weight gradient alone (one [B, in, 1] @
+  // [B, 1, hidden] matmul, the largest product of the batched backward).
+  const Tensor x1 = task.x.slice(0, 0, 1), t1 = task.target.slice(0, 0, 1);
+  auto run_vmap1 = [&] { (void)mlp::per_sample_grads_vmap(m, x1, t1); };
+  auto run_grad1 = [&] { (void)mlp::per_sample_grads_loop(m, x1, t1); };
+  const Tensor col = mt::randn({shape.batch, shape.in, 1}).to(dev);
+  const Tensor row = mt::randn({shape.batch, 1, shape.hidden}).to(dev);
+  auto run_outer = [&] { (void)mt::matmul(col, row); };
   once(run_vmap);  // warm-up (and the CUDA kernels' first compile)
   once(run_loop);
-  std::vector<double> tv, tl;
+  once(run_vmap1);
+  once(run_grad1);
+  once(run_outer);
+  std::vector<double> tv, tl, tv1, tg1, to;
   for (int r = 0; r < v.repeats; ++r) {
     tv.push_back(once(run_vmap));
     tl.push_back(once(run_loop));
+    tv1.push_back(once(run_vmap1));
+    tg1.push_back(once(run_grad1));
+    to.push_back(once(run_outer));
   }
   // The slow fallback: an op without a rule under vmap, against the loop it replaces
   // (one call per row, the results copied into one tensor).
@@ -67,7 +82,8 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
     tr.push_back(once(run_rows));
   }
   const double mv = bench::median(tv), ml = bench::median(tl), mf = bench::median(tf),
-               mr = bench::median(tr);
+               mr = bench::median(tr), mv1 = bench::median(tv1), mg1 = bench::median(tg1),
+               mo = bench::median(to);
   const std::string where =
       dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
                     : cpu_model();
@@ -91,7 +107,12 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
                 {"loop_over_vmap", ml / mv},
                 {"fallback_ms", mf},
                 {"rows_loop_ms", mr},
-                {"fallback_over_loop", mf / mr}});
+                {"fallback_over_loop", mf / mr},
+                {"vmap_batch1_ms", mv1},
+                {"grad_call_ms", mg1},
+                {"vmap_batch1_over_grad_call", mv1 / mg1},
+                {"weight_grad_matmul_ms", mo},
+                {"weight_grad_matmul_share", mo / mv}});
     return 0;
   }
   std::printf(
@@ -99,7 +120,16 @@ int bench_vmap_cmd(const VmapCliOptions& v, const BenchOutput& o) {
       where.c_str(), v.repeats);
   std::printf("  vmap(grad)              %9.3f ms\n", mv);
   std::printf("  loop of 64 grad calls   %9.3f ms\n", ml);
-  std::printf("  loop / vmap             %9.2fx\n", ml / mv);
+  std::printf("  loop / vmap             %9.2fx   (goal: at least 10)\n", ml / mv);
+  std::printf("where vmap(grad)'s time goes\n");
+  std::printf("  vmap(grad) at batch 1   %9.3f ms   (%.2f grad calls: vmap's fixed cost)\n", mv1,
+              mv1 / mg1);
+  std::printf("  one grad call           %9.3f ms\n", mg1);
+  std::printf(
+      "  weight-gradient matmul  %9.3f ms   %.0f%% of vmap(grad): the first layer's "
+      "per-sample weight gradient, one [%lld, %lld, 1] @ [%lld, 1, %lld] matmul\n",
+      mo, 100 * mo / mv, (long long)shape.batch, (long long)shape.in, (long long)shape.batch,
+      (long long)shape.hidden);
   std::printf(
       "an op without a batching rule (a row sum of [64, 256, 64]) under vmap, against the loop it "
       "replaces\n");
