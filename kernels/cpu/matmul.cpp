@@ -211,6 +211,22 @@ bool gemm_blas(int64_t m, int64_t n, int64_t k, Mat<const T> A, Mat<const T> B, 
 }
 #endif
 
+// One row of an outer product, z[j] = x * y[j]: a stream of stores whose speed is the
+// vector width's (ISA clones, Note [ISA clones]); vmap's per-sample weight gradients are a
+// batch of these.
+MT_ISA_CLONES void outer_row(float* __restrict z, float x, const float* __restrict y, int64_t n) {
+  MT_SIMD
+  for (int64_t j = 0; j < n; ++j) z[j] = x * y[j];
+}
+MT_ISA_CLONES void outer_row(double* __restrict z, double x, const double* __restrict y,
+                             int64_t n) {
+  MT_SIMD
+  for (int64_t j = 0; j < n; ++j) z[j] = x * y[j];
+}
+void outer_row(int64_t* __restrict z, int64_t x, const int64_t* __restrict y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) z[j] = x * y[j];
+}
+
 // Whether dims [0, n) of (sizes, strides) walk one strided dim; its stride goes to *s.
 bool single_dim(const int64_t* sizes, const int64_t* strides, int n, int64_t* s) {
   int64_t expect = -1;
@@ -249,11 +265,8 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out, bool use_
       auto rows = [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           const T xi = x.at(i, 0);
-          if (z.cs == 1 && y.cs == 1) {  // contiguous rows: a loop the compiler vectorizes
-            T* __restrict zr = z.data + i * z.rs;
-            const T* __restrict yr = y.data;
-#pragma omp simd
-            for (int64_t j = 0; j < n; ++j) zr[j] = xi * yr[j];
+          if (z.cs == 1 && y.cs == 1) {  // contiguous rows: a vectorized loop
+            outer_row(z.data + i * z.rs, xi, y.data, n);
           } else {
             for (int64_t j = 0; j < n; ++j) z.at(i, j) = xi * y.at(0, j);
           }
