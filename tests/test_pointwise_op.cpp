@@ -337,16 +337,22 @@ TEST_SUITE("tile evaluator") {
     }
   }
 
-  // Note [Tile evaluation]'s schedule: the cases below would pass with one buffer a node
-  // too; num_buffers() shows the sharing, the values show it changed nothing.
-  TEST_CASE("tile evaluator: exp(-x) runs as one loop, bitwise the exp of the negation") {
-    // every exponent's edges, subnormals, zeros, +-inf and NaN, both signs
+  // Every exponent's edges (both signs, three mantissas), subnormals, zeros, exp's overflow and
+  // underflow edges, +-inf and NaN: the inputs of the exp loops' bitwise cases below.
+  std::vector<float> exp_edge_floats() {
     std::vector<float> xs;
     for (int e = -149; e <= 128; ++e)
       for (float m : {1.0f, 1.3f, 1.999f})
         xs.push_back(std::ldexp(m, e)), xs.push_back(-std::ldexp(m, e));
     for (float v : {0.0f, -0.0f, 88.7f, -88.7f, 103.9f, -103.9f, INFINITY, -INFINITY, NAN, -NAN})
       xs.push_back(v);
+    return xs;
+  }
+
+  // Note [Tile evaluation]'s schedule: the cases below would pass with one buffer a node
+  // too; num_buffers() shows the sharing, the values show it changed nothing.
+  TEST_CASE("tile evaluator: exp(-x) runs as one loop, bitwise the exp of the negation") {
+    const std::vector<float> xs = exp_edge_floats();
     const auto n = int64_t(xs.size());
     std::vector<float> neg(xs.size()), want(xs.size()), got(xs.size());
     for (size_t i = 0; i < xs.size(); ++i) neg[i] = -xs[i];
@@ -394,12 +400,7 @@ TEST_SUITE("tile evaluator") {
     // Note [Tile evaluation]: the SiLU users write, fused; against the same nodes with the
     // exp also an output, which keeps them three loops. Every exponent's edges, subnormals,
     // zeros, +-inf and NaN, each tail length below a tile, c a literal and a scalar.
-    std::vector<float> xs;
-    for (int e = -149; e <= 128; ++e)
-      for (float m : {1.0f, 1.3f, 1.999f})
-        xs.push_back(std::ldexp(m, e)), xs.push_back(-std::ldexp(m, e));
-    for (float v : {0.0f, -0.0f, 88.7f, -88.7f, 103.9f, -103.9f, INFINITY, -INFINITY, NAN, -NAN})
-      xs.push_back(v);
+    const std::vector<float> xs = exp_edge_floats();
     const auto n = int64_t(xs.size());
     const ex::Program lit = parse1("x / (1.0f + expf(-x))", {"x"});
     const ex::Program three =

@@ -182,6 +182,16 @@ with tempfile.TemporaryDirectory() as scratch:
     expect_json("bench silu --json", quick)
     expect_json("bench matmul --json", ["bench", "matmul", "--max-log2", "6", "--min-time", "0.01", "--json"])
     expect_json("bench mlp --json", ["bench", "mlp", "--shape", "16x8x16", "--steps", "3", "--warmup", "1", "--json"])
+    ac = expect_json("bench mlp --autocast bfloat16 --json",
+                     ["bench", "mlp", "--shape", "16x8x16", "--steps", "3", "--warmup", "1", "--autocast",
+                      "bfloat16", "--json"])
+    check("bench mlp --autocast says so and trains", ac is not None and ac.get("autocast") == "bfloat16"
+          and ac["rows"][0]["ms_median"] > 0 and ac["rows"][0]["loss_last"] == ac["rows"][0]["loss_last"],
+          repr(ac))
+    expect("bench mlp --autocast with --compile is a usage error",
+           ["bench", "mlp", "--autocast", "bfloat16", "--compile"], 2, stderr_has="excludes")
+    expect("bench mlp --autocast float32 is refused", ["bench", "mlp", "--autocast", "float32"], 2,
+           stderr_has="--autocast")
     # bench split on the CPU: no CUDA graph, so no split, said from the compile log.
     sp = expect_json("bench split --json", ["bench", "split", "--repeats", "2", "--calls", "2", "--json"])
     check("bench split --json has both medians, the ratio and the split read from the log",

@@ -17,7 +17,7 @@ MSE, SGD p -= lr * grad under no_grad, grads cleared) in PyTorch eager and in
 the device synchronized before each clock read); prints ms/step side by side with the
 ratio torch / minitensor (> 1 means minitensor is faster).
 
-  compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING]
+  compare_torch.py --mlp [--minitensor PATH] [--json OUT] [--mt-json EXISTING] [--autocast bfloat16]
                          [--steps N] [--warmup N]
 
 With --mlp --device cpu: the same on the CPU at 64/32/64 and 512/256/512, torch with as many
@@ -72,6 +72,7 @@ minitensor compiled is faster), and the first-call (compile) times.
   compare_torch.py --compile [--minitensor PATH] [--json OUT] [--steps N]
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -114,8 +115,10 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
-def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda"):
-    """The MLP of examples/mlp.h in torch: its data, parameters and one training step."""
+def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda", autocast=None):
+    """The MLP of examples/mlp.h in torch: its data, parameters and one training step (with
+    autocast, e.g. torch.bfloat16: the forward and the loss under torch.autocast, the
+    backward and the update outside it, as torch's documentation writes it)."""
     torch.manual_seed(0)
     x = torch.randn(batch, d_in, device=dev)
     teacher = torch.randn(d_in, d_out, device=dev)
@@ -127,8 +130,10 @@ def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda"):
     params = [w1, b1, w2, b2]
 
     def forward_backward_update():
-        y = F.silu(x @ w1 + b1) @ w2 + b2
-        loss = F.mse_loss(y, target)
+        with (torch.autocast(device_type=dev, dtype=autocast) if autocast
+              else contextlib.nullcontext()):
+            y = F.silu(x @ w1 + b1) @ w2 + b2
+            loss = F.mse_loss(y, target)
         loss.backward()
         with torch.no_grad():
             for p in params:
@@ -144,10 +149,10 @@ def torch_mlp(batch, d_in, hidden, d_out, lr, dev="cuda"):
     return step, forward_backward_update, params
 
 
-def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda"):
+def torch_mlp_ms(batch, d_in, hidden, d_out, steps, warmup, lr, dev="cuda", autocast=None):
     """Median ms per training step of the same MLP in PyTorch eager, and the first and last
     timed losses."""
-    step, _, _ = torch_mlp(batch, d_in, hidden, d_out, lr, dev)
+    step, _, _ = torch_mlp(batch, d_in, hidden, d_out, lr, dev, autocast)
 
     # Warm up for the steps asked and at least 0.5 s, as `minitensor bench mlp` does.
     t_warm, done = time.perf_counter(), 0
@@ -301,6 +306,8 @@ def main_mlp(args):
             cmd += ["--steps", str(args.steps)]
         if args.warmup is not None:
             cmd += ["--warmup", str(args.warmup)]
+        if args.autocast:
+            cmd += ["--autocast", args.autocast]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         if p.returncode == 0:
             mt = json.loads(p.stdout)
@@ -315,7 +322,8 @@ def main_mlp(args):
     for b, i, h in shapes:
         r = mt_rows.get((b, i, h))
         d_out = r["out"] if r else i
-        t_ms, l0, l1 = torch_mlp_ms(b, i, h, d_out, steps, warmup, lr, dev)
+        t_ms, l0, l1 = torch_mlp_ms(b, i, h, d_out, steps, warmup, lr, dev,
+                                    getattr(torch, args.autocast) if args.autocast else None)
         results.append({"batch": b, "in": i, "hidden": h, "out": d_out, "torch_ms": t_ms,
                         "torch_loss_first": l0, "torch_loss_last": l1,
                         "mt_ms": r["ms_median"] if r else None,
@@ -331,7 +339,8 @@ def main_mlp(args):
               f" minitensor: {(mt or {}).get('where', 'did not run')}")
     else:
         print(f"MLP training step on {torch.cuda.get_device_name()}: torch {torch.__version__} eager"
-              f" (TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}),"
+              f" (TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}"
+              f"{', autocast ' + args.autocast if args.autocast else ''}),"
               f" minitensor: {(mt or {}).get('where', 'did not run')}")
     print("| batch/in/hidden | out | minitensor ms/step | torch ms/step | torch/mt |"
           " loss mt (first -> last) | loss torch (first -> last) |")
@@ -632,6 +641,8 @@ def main():
                     help="CPU SiLU at 1 and all threads beside busy loops: torch and minitensor")
     ap.add_argument("--minitensor", default="build/tools/minitensor")
     ap.add_argument("--steps", type=int, default=0, help="--mlp: timed steps (default 50)")
+    ap.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
+                    help="--mlp: each step under autocast to this dtype (minitensor: --autocast)")
     ap.add_argument("--warmup", type=int, default=None, help="--mlp: warm-up steps (default 5)")
     ap.add_argument("--dispatch", action="store_true",
                     help="host cost of one call against libtorch C++ (tools/bench/bench_libtorch.cpp)")

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "tools/bench/timing.h"
 
@@ -16,6 +17,11 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
   manual_seed(0);
   mlp::Task task = mlp::teacher_task(shape, device);
   mlp::Model model = mlp::init(shape, device);
+  auto train_step = [&] {
+    std::optional<AutocastGuard> autocast;  // forward, backward and update, as examples/ do
+    if (opts.autocast != DType::Float32) autocast.emplace(device.type, opts.autocast);
+    return mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
+  };
   Tensor loss;
   // Warm-up: opts.warmup steps, or fewer once half of max_seconds is spent (slow CPU shapes).
   auto warm_begin = Clock::now();
@@ -23,7 +29,7 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
     const double spent = std::chrono::duration<double>(Clock::now() - warm_begin).count();
     if (i >= std::max(1, opts.warmup) && spent >= opts.min_warmup_seconds) break;
     if (i >= 1 && spent > opts.max_seconds / 2) break;
-    loss = mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
+    loss = train_step();
     sync();
   }
   std::vector<double> ms;
@@ -33,7 +39,7 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
          (int(ms.size()) < opts.steps &&
           std::chrono::duration<double>(Clock::now() - begin).count() < opts.max_seconds)) {
     auto t0 = Clock::now();
-    loss = mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
+    loss = train_step();
     sync();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!first_loss.defined()) first_loss = loss;

@@ -23,6 +23,8 @@ struct MlpOptions {
   double max_seconds = 10;  // stop timing a shape after this much (slow CPU shapes)
   double lr = 1e-3;
   mlp::Sgd sgd = mlp::Sgd::Foreach;  // the update: one foreach_add_, or a sub_ a parameter
+  // BFloat16 or Float16: each step runs under AutocastGuard(device, autocast); Float32: off
+  DType autocast = DType::Float32;
 };
 
 struct MlpRow {

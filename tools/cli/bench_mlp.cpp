@@ -19,6 +19,7 @@ struct MlpCliOptions {
   bench::MlpOptions opts;
   int warmup = -1, steps = -1;  // -1: 5 and 50
   bool compile = false;         // eager and mt::compile side by side
+  std::string autocast;         // "bfloat16", "float16", or empty: off
 };
 
 // bench mlp --compile: the eager step and the same step through mt::compile, alternating.
@@ -121,6 +122,8 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   bench::MlpOptions opts = m.opts;
   if (m.warmup >= 0) opts.warmup = m.warmup;
   if (m.steps >= 0) opts.steps = m.steps;
+  if (!m.autocast.empty())
+    opts.autocast = m.autocast == "float16" ? DType::Float16 : DType::BFloat16;
   if (m.compile) return bench_mlp_compile_cmd(m, opts, o);
   std::vector<bench::MlpRow> rows;
   {
@@ -160,14 +163,19 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
                 {"device", dev.str()},
                 {"where", where},
                 {"lr", opts.lr},
+                {"autocast", opts.autocast == DType::Float32 ? "off" : dtype_name(opts.autocast)},
                 {"rows", json_rows}});
     return 0;
   }
   std::printf(
       "two-layer MLP with SiLU (output dim = in), one SGD training step: forward, mse_loss, "
       "backward,\n"
-      "update under NoGradGuard (%s), zero grads; median ms per step after warm-up, on %s\n",
-      opts.sgd == mlp::Sgd::Foreach ? "one foreach_add_" : "a sub_ a parameter", where.c_str());
+      "update under NoGradGuard (%s), zero grads%s; median ms per step after warm-up, on %s\n",
+      opts.sgd == mlp::Sgd::Foreach ? "one foreach_add_" : "a sub_ a parameter",
+      opts.autocast == DType::Float32
+          ? ""
+          : fmt::format(", each step under autocast {}", dtype_name(opts.autocast)).c_str(),
+      where.c_str());
   std::vector<std::vector<std::string>> table;
   for (const auto& r : rows)
     table.push_back({label(r.shape), fmt::format("{}", r.shape.out), fmt::format("{}", r.steps),
@@ -196,6 +204,13 @@ void add_bench_mlp(BenchGroup& bench) {
               .description(""))  // CLI11 would show {foreach->0,loop->1}
       ->type_name("foreach|loop")
       ->default_str("foreach");
+  CLI::Option* autocast =
+      b_mlp
+          ->add_option("--autocast", m->autocast,
+                       "run each step (forward, backward, update) under AutocastGuard with this "
+                       "lower precision")
+          ->check(CLI::IsMember({"bfloat16", "float16"}))
+          ->type_name("bfloat16|float16");
   b_mlp->add_option("--shape", m->shapes, "BATCHxINxHIDDEN, repeatable (output dim = IN)")
       ->capture_default_str()
       ->check(CLI::Validator(
@@ -218,9 +233,11 @@ void add_bench_mlp(BenchGroup& bench) {
                    "per shape: stop timing after this long (3 timed steps at least)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 86400.0));
-  b_mlp->add_flag("--compile", m->compile,
-                  "the step eager and through mt::compile side by side (speedup, first-call time, "
-                  "same parameters)");
+  b_mlp
+      ->add_flag("--compile", m->compile,
+                 "the step eager and through mt::compile side by side (speedup, first-call time, "
+                 "same parameters)")
+      ->excludes(autocast);
 }
 
 }  // namespace mt::cli

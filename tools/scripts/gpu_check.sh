@@ -27,7 +27,8 @@
 # training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
 # --compile); reduction (jit::reduction's cases on cuda:0, under memcheck, racecheck and
 # synccheck, and bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
-# floor); keys; cpu; cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways);
+# floor); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's); cpu;
+# cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways);
 # sanitize (memcheck, racecheck, synccheck over the CUDA cases);
 # sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases);
 # dispatch-before (bench dispatch against the tree in BEFORE=DIR, built alike here).
@@ -302,6 +303,15 @@ if want keys && have build-gpu/tools/minitensor; then
   step keys-bench-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench vmap --device cuda
   step keys-bench-cpu 120 "$OUT/keys.log" taskset -c 0,1 build-gpu/tools/minitensor bench vmap --device cpu
   step keys-split-cuda 120 "$OUT/keys.log" build-gpu/tools/minitensor bench split --device cuda
+fi
+
+# autocast (not in the default list): the MLP step on cuda:0 in float32 and with each step
+# under autocast bfloat16, each beside torch's (torch.autocast around the forward and the loss).
+if want autocast && have build-gpu/tools/minitensor; then
+  step autocast-fp32 120 "$OUT/autocast.log" python3 tools/bench/compare_torch.py --mlp \
+      --minitensor build-gpu/tools/minitensor --json "$OUT/autocast-fp32.json"
+  step autocast-bf16 120 "$OUT/autocast.log" python3 tools/bench/compare_torch.py --mlp --autocast bfloat16 \
+      --minitensor build-gpu/tools/minitensor --json "$OUT/autocast-bf16.json"
 fi
 
 # cpu-mlp (not in the default list): the 64/32/64 and 512/256/512 MLP steps against torch's on
