@@ -15,6 +15,7 @@
 #include <atomic>
 #include <climits>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/cuda_host/launch.h"
@@ -41,19 +42,21 @@ bool allow_tf32() { return g_allow_tf32.load(); }
 namespace {
 
 // The one overload of cublasGemmStridedBatchedEx that the library exports (cublas_api.h
-// adds a C++ inline overload with 64-bit counts); assigning it checks the signature.
+// adds a C++ inline overload with 64-bit counts); the cast in decltype checks the signature
+// without referencing the symbol (libcublas is opened at run time: a stored address would be
+// an undefined symbol of libminitensor, which an unoptimized build keeps).
 using GemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
                                   int, const void*, const void*, cudaDataType, int, long long,
                                   const void*, cudaDataType, int, long long, const void*, void*,
                                   cudaDataType, int, long long, int, cublasComputeType_t,
                                   cublasGemmAlgo_t);
-[[maybe_unused]] constexpr GemmFn kGemmSignature = &::cublasGemmStridedBatchedEx;
+static_assert(std::is_same_v<decltype(static_cast<GemmFn>(&::cublasGemmStridedBatchedEx)), GemmFn>);
 // cublasGemmEx, for a single matrix: on the GPU host it costs the host less per call.
 using GemmOneFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
                                      int, const void*, const void*, cudaDataType, int, const void*,
                                      cudaDataType, int, const void*, void*, cudaDataType, int,
                                      cublasComputeType_t, cublasGemmAlgo_t);
-[[maybe_unused]] constexpr GemmOneFn kGemmOneSignature = &::cublasGemmEx;
+static_assert(std::is_same_v<decltype(static_cast<GemmOneFn>(&::cublasGemmEx)), GemmOneFn>);
 
 struct Cublas {
   std::string error, path;
