@@ -27,10 +27,12 @@
 # training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
 # --compile); reduction (jit::reduction's cases on cuda:0, under memcheck, racecheck and
 # synccheck, and bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
-# floor); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's); cpu;
-# cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways);
+# floor); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's);
+# autocast-kernels (that bf16 step's kernels beside torch's, timed by ncu); cpu;
+# cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways); cpu-mlp-perf (its cycles);
 # sanitize (memcheck, racecheck, synccheck over the CUDA cases);
 # sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases);
+# sanitize-cases (the three tools over the cases SAN_CASES names);
 # dispatch-before (bench dispatch against the tree in BEFORE=DIR, built alike here).
 set -u
 OUT=${OUT:-/tmp/mt-gpu-check}
@@ -314,6 +316,13 @@ if want autocast && have build-gpu/tools/minitensor; then
       --minitensor build-gpu/tools/minitensor --json "$OUT/autocast-bf16.json"
 fi
 
+# autocast-kernels (not in the default list): the kernels of one 4096/1024/4096 step under
+# autocast bfloat16, minitensor's beside torch's, each timed by ncu (tools/bench/kernel_profile.py).
+if want autocast-kernels && have build-gpu/tools/minitensor; then
+  step autocast-kernels 200 "$OUT/autocast-kernels.log" python3 tools/bench/kernel_profile.py \
+      --minitensor build-gpu/tools/minitensor --autocast bfloat16 --json "$OUT/autocast-kernels.json"
+fi
+
 # cpu-mlp (not in the default list): the 64/32/64 and 512/256/512 MLP steps against torch's on
 # two of the host's cores, three ways: matmul's own choice (the library's packed kernel where
 # OpenBLAS runs an old core's kernels: docs/cpu.md), OpenBLAS forced (MT_MATMUL=blas), and
@@ -327,6 +336,15 @@ if want cpu-mlp && have build-gpu/tools/minitensor; then
   step cpu-mlp-skx 120 "$OUT/cpu-mlp.log" env MT_MATMUL=blas OPENBLAS_CORETYPE=SkylakeX taskset -c 0,1 python3 \
       tools/bench/compare_torch.py --mlp --device cpu --minitensor build-gpu/tools/minitensor \
       --json "$OUT/cpu-mlp-skx.json"
+fi
+
+# cpu-mlp-perf (not in the default list): where the 512/256/512 CPU step's cycles go on two of
+# the host's cores (perf record over bench mlp, by symbol).
+if want cpu-mlp-perf && have build-gpu/tools/minitensor && command -v perf >/dev/null; then
+  step cpu-mlp-perf 90 "$OUT/cpu-mlp-perf.log" bash -c '
+    taskset -c 0,1 perf record -g -o /tmp/mt-mlp-perf.data build-gpu/tools/minitensor bench mlp \
+        --device cpu --shape 512x256x512 --steps 200 >/dev/null &&
+    perf report -i /tmp/mt-mlp-perf.data --no-children --sort dso,sym --percent-limit 0.5 --stdio -g none'
 fi
 
 # cpu (not in the default list): the CPU path on two of the host's cores, where torch is
@@ -364,6 +382,15 @@ if want sanitize-silu && have build-gpu/tests/mt_tests; then
   step memcheck-16bit 40 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
       build-gpu/tests/mt_tests --no-intro '-tc=*every 16-bit input*'
 fi
+# sanitize-cases (not in the default list): memcheck, racecheck and synccheck over the doctest
+# cases SAN_CASES names (a -tc filter), e.g. the cases of a change's new kernels.
+if want sanitize-cases && have build-gpu/tests/mt_tests; then
+  for tool in memcheck racecheck synccheck; do
+    step "cases-$tool" 120 "$OUT/sanitize-cases.log" compute-sanitizer --tool $tool --print-limit 20 \
+        build-gpu/tests/mt_tests --no-intro "-tc=${SAN_CASES:-*(gpu)*}"
+  done
+fi
+
 if want sanitize && have build-gpu/tests/mt_tests; then
   step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --print-limit 20 \
       build-gpu/tests/mt_tests --no-intro '-tc=*cuda*,*(gpu)*' "$NOAPI"
@@ -394,6 +421,7 @@ fi
   echo "memcheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/memcheck.log" 2>/dev/null
   echo "racecheck:"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/racecheck.log" 2>/dev/null
   echo "synccheck:"; grep -E "ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/synccheck.log" 2>/dev/null
+  echo "sanitize-cases:"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|doctest\] (test cases|Status)" "$OUT/sanitize-cases.log" 2>/dev/null
   echo
   echo "tutorial:"; grep -E "cuda:0|2\^24|checks passed|CHECKS FAILED|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tutorial.log" 2>/dev/null
   echo "mlp_train:"; grep -E "first loss" "$OUT/mlp.log" 2>/dev/null
