@@ -512,3 +512,75 @@ TEST_CASE("cuda ops (gpu): foreach_add_ with mixed dtypes, views, int64 and bool
           foreach_add_({randn({2}).to(kGpu)}, {randn({2})});
         }).starts_with("[foreach_add_] pair 0: self is on cuda:0 and other on cpu"));
 }
+
+// Note [Broadcast binary kernel] (kernels/cuda_device/elementwise.cu): a contiguous out
+// whose inputs are each the same shape, one element, or a row of its trailing dims, in its
+// dtype or a 16-bit float into float32, takes one launch that reads each input in place in
+// its own type. The shapes below take that path (periods dividing the 16-byte pack and not,
+// the left input broadcast, a 0-dim and a [1] input, misaligned views) and some beside it
+// (a middle broadcast, float32 into float64) that keep the general one; each result must be
+// the CPU op's on the same inputs, in the same dtype.
+TEST_CASE("cuda ops (gpu): binary ops over broadcasts and mixed 16-bit inputs match the CPU" *
+          doctest::skip(no_gpu())) {
+  struct Op {
+    const char* name;
+    Tensor (*f)(const Tensor&, const Tensor&);
+  };
+  const Op ops[] = {
+      {"add alpha 2.5", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+  };
+  struct Shapes {
+    Shape x, y;
+  };
+  const Shapes shapes[] = {
+      {{37, 64}, {64}},       {{37, 66}, {66}},     {{5, 7, 3}, {7, 3}},  {{64}, {37, 64}},
+      {{129}, {1}},           {{129}, {}},          {{1, 64}, {37, 64}},  {{37, 64}, {1, 64}},
+      {{3, 1, 5}, {3, 4, 5}}, {{1000, 256}, {256}}, {{37, 64}, {37, 64}},
+  };
+  const std::pair<DType, DType> dtypes[] = {
+      {DType::Float32, DType::Float32},   {DType::BFloat16, DType::Float32},
+      {DType::Float32, DType::BFloat16},  {DType::Float16, DType::Float32},
+      {DType::Float32, DType::Float16},   {DType::Float64, DType::Float64},
+      {DType::BFloat16, DType::BFloat16}, {DType::Float16, DType::Float16},
+      {DType::Float32, DType::Float64},   {DType::BFloat16, DType::Float16},
+  };
+  uint64_t seed = 100;
+  int cases = 0;
+  for (const Op& op : ops)
+    for (const Shapes& sh : shapes)
+      for (auto [tx, ty] : dtypes)
+        for (bool misaligned : {false, true}) {
+          // misaligned: each input a view one element into a larger buffer (no 16-byte packs)
+          auto make = [&](const Shape& s, DType t) {
+            int64_t n = 1;
+            for (int64_t d : s) n *= d;
+            Tensor base = input({n + 1}, t, seed++);
+            if (op.name[0] == 'd') base = add(abs(base), 0.5).to(t);  // no division by ~0
+            Tensor flat = misaligned ? base.narrow(0, 1, n) : base.narrow(0, 0, n);
+            return flat.reshape(s);
+          };
+          const Tensor x = make(sh.x, tx), y = make(sh.y, ty);
+          const Tensor want = op.f(x, y);
+          poison(want.numel(), want.dtype());
+          const Tensor got = op.f(x.to(kGpu), y.to(kGpu));
+          CAPTURE(op.name);
+          CAPTURE(fmt::format("x {} {}, y {} {}, misaligned {}", sh.x, tx, sh.y, ty, misaligned));
+          REQUIRE(got.dtype() == want.dtype());
+          REQUIRE(got.sizes() == want.sizes());
+          check_close(got, want.to(DType::Float64), want.dtype(), op.name);
+          ++cases;
+        }
+  // In place: a bias added into a contiguous float32 matrix, from bfloat16 and float32.
+  for (DType tb : {DType::Float32, DType::BFloat16}) {
+    Tensor m = input({33, 40}, DType::Float32, 7), b = input({40}, tb, 8);
+    Tensor want = add(m, b);
+    Tensor g = m.to(kGpu);
+    add_(g, b.to(kGpu));
+    check_close(g, want.to(DType::Float64), DType::Float32, "add_ bias");
+    ++cases;
+  }
+  MESSAGE(cases << " broadcast and mixed-dtype cases against the CPU");
+}

@@ -5,7 +5,8 @@
 // row in kernels/elementwise_table.h: one line of math on the compute type C (float for
 // the 16-bit types), with the op's two scalars a and b (alpha, the scalar operand, the
 // exponent) already converted to C.
-// All operands of one launch share the dtype T; the host converts mixed inputs first.
+// All operands of one launch share the dtype T, and the host converts mixed inputs first,
+// but for binary_op_bcast (Note [Broadcast binary kernel]), which reads each in its own type.
 #include "common.cuh"
 
 namespace mt {
@@ -156,6 +157,69 @@ __global__ void binary_op_strided(T* out, const T* x, const T* y, long long n, m
     binary_strided_loop<T, Op, unsigned>(out, x, y, n, s, layout);
   else
     binary_strided_loop<T, Op, unsigned long long>(out, x, y, n, s, layout);
+}
+
+// Note [Broadcast binary kernel]
+// out[i] = f(x[i % mx], y[i % my]) over a contiguous out of n elements, each input contiguous
+// with a period that divides n: n (same shape), 1 (one element), or the product of out's
+// trailing dims (a bias row [N] against [M, N]). The inputs may have their own dtype
+// (a bfloat16 matmul result plus a float32 bias, under autocast): each element is read in its
+// own type and computed in out's compute type, as the host's conversion followed by the
+// contiguous kernel would, without the converted copy or the strided kernel's index math.
+// `vec`: out, and every input of period n, are aligned to their 16-byte-of-out packs.
+template <typename T, int K>
+struct alignas(sizeof(T) * K) PackOf {
+  T v[K];
+};
+
+template <int K, typename C, typename TX>
+__device__ __forceinline__ void bcast_load(const TX* x, long long i0, long long m, long long n,
+                                           C (&v)[K]) {
+  if (m == n) {
+    const PackOf<TX, K> p = reinterpret_cast<const PackOf<TX, K>*>(x)[i0 / K];
+    MT_UNROLL
+    for (int k = 0; k < K; ++k) v[k] = C(mt::load_compute(p.v[k]));
+  } else if (m == 1) {
+    const C c = C(mt::load_compute(x[0]));
+    MT_UNROLL
+    for (int k = 0; k < K; ++k) v[k] = c;
+  } else {
+    long long j = i0 % m;
+    MT_UNROLL
+    for (int k = 0; k < K; ++k) {
+      v[k] = C(mt::load_compute(x[j]));
+      if (++j == m) j = 0;
+    }
+  }
+}
+
+template <typename T, typename TX, typename TY, typename Op>
+__global__ void binary_op_bcast(T* out, const TX* x, const TY* y, long long n, mt::OpScalars s,
+                                long long mx, long long my, int vec) {
+  using C = mt::compute_t<T>;
+  constexpr int K = 16 / sizeof(T);
+  const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
+  const Op f{};
+  const long long stride = mt::grid_stride();
+  long long done = 0;
+  if (vec) {
+    const long long npack = n / K;
+    for (long long p = mt::global_thread_index(); p < npack; p += stride) {
+      C xv[K], yv[K];
+      bcast_load<K>(x, p * K, mx, n, xv);
+      bcast_load<K>(y, p * K, my, n, yv);
+      PackOf<T, K> o;
+      MT_UNROLL
+      for (int k = 0; k < K; ++k) o.v[k] = mt::store_compute<T>(f(xv[k], yv[k], a, b));
+      reinterpret_cast<PackOf<T, K>*>(out)[p] = o;
+    }
+    done = npack * K;
+  }
+  for (long long i = done + mt::global_thread_index(); i < n; i += stride) {
+    const C xi = C(mt::load_compute(x[mx == n ? i : i % mx]));
+    const C yi = C(mt::load_compute(y[my == n ? i : i % my]));
+    out[i] = mt::store_compute<T>(f(xi, yi, a, b));
+  }
 }
 
 // Multi-tensor apply (Note [Multi-tensor apply] in layout.h): self[t] = f(self[t], other[t])

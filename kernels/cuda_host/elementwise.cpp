@@ -19,6 +19,7 @@ using detail::span_of;
 
 jit::KernelTable<ew::kNumFns * kNumDTypes * 2> g_elementwise_kernels;
 jit::KernelTable<ew::kNumFns * kNumDTypes> g_foreach_kernels;
+jit::KernelTable<ew::kNumFns * kNumDTypes * 9> g_bcast_kernels;  // x 3 input codes of x, of y
 static_assert(sizeof(ForeachTable) + sizeof(double) * 2 <= 4096,
               "a foreach launch's parameters must fit CUDA's 4 KiB limit");
 
@@ -73,6 +74,67 @@ void launch(ew::Fn fn, const Tensor& out, std::initializer_list<Tensor> inputs, 
   }
 }
 
+// The input dtypes binary_op_bcast reads besides out's own (Note [Broadcast binary kernel] in
+// elementwise.cu): 0 = out's dtype; 1, 2 = float16, bfloat16 into a float32 out (autocast's
+// 16-bit results meeting float32 operands). -1: none of these.
+int bcast_code(DType in, DType out) {
+  if (in == out) return 0;
+  if (out != DType::Float32) return -1;
+  return in == DType::Float16 ? 1 : in == DType::BFloat16 ? 2 : -1;
+}
+
+// The period of x read as a broadcast into a contiguous out of n elements: n (same sizes,
+// contiguous), 1 (one element), the product of out's trailing dims x fills (x contiguous,
+// its sizes those dims after leading ones); -1 when none holds.
+int64_t bcast_period(const Tensor& x, const Tensor& out) {
+  const int64_t n = out.numel();
+  if (x.numel() == 1) return 1;
+  if (!x.is_contiguous()) return -1;
+  if (x.sizes() == out.sizes()) return n;
+  const auto xs = x.sizes(), os = out.sizes();
+  const size_t xd = xs.size(), od = os.size();
+  size_t first = 0;  // x's leading size-1 dims are the broadcast's too
+  while (first < xd && xs[first] == 1) ++first;
+  if (xd - first > od) return -1;
+  int64_t m = 1;
+  for (size_t d = first; d < xd; ++d) {
+    if (xs[d] != os[od - (xd - d)]) return -1;
+    m *= xs[d];
+  }
+  return m;
+}
+
+// A binary row through binary_op_bcast when out is contiguous and each input is one of its
+// broadcasts above, in out's dtype or a 16-bit float into float32; false: the general path.
+bool try_bcast(ew::Fn fn, const Tensor& out, const Tensor& x, const Tensor& y, Scalars s) {
+  const DType t = out.dtype();
+  if (!is_floating(t) || !out.is_contiguous() || out.numel() == 0) return false;
+  const int cx = bcast_code(x.dtype(), t), cy = bcast_code(y.dtype(), t);
+  if (cx < 0 || cy < 0) return false;
+  long long n = out.numel(), mx = bcast_period(x, out), my = bcast_period(y, out);
+  if (mx < 0 || my < 0 || (mx == n && my == n && cx == 0 && cy == 0)) return false;
+  const int dev = out.device().index;
+  const int slot = (int(fn) * kNumDTypes + int(t)) * 9 + cx * 3 + cy;
+  const jit::Kernel& k = g_bcast_kernels.get(dev, slot, "elementwise.cu", [&] {
+    return ew_bcast_name_expression(fn, t, x.dtype(), y.dtype());
+  });
+  void* po = out.data_ptr();
+  const void* px = x.data_ptr();
+  const void* py = y.data_ptr();
+  // Packs of 16 bytes of out: K elements; an input of period n is read K of its own at once.
+  const int64_t pack = 16 / int64_t(dtype_size(t));
+  auto aligned = [&](const void* p, DType d) {
+    return reinterpret_cast<uintptr_t>(p) % uintptr_t(pack * int64_t(dtype_size(d))) == 0;
+  };
+  int vec =
+      aligned(po, t) && (mx != n || aligned(px, x.dtype())) && (my != n || aligned(py, y.dtype()));
+  const jit::LaunchShape shape =
+      jit::elementwise_launch_shape(vec ? (n + pack - 1) / pack : n, jit::sm_count(dev));
+  void* args[] = {&po, &px, &py, &n, &s, &mx, &my, &vec};
+  k.launch(shape.grid, shape.block, 0, detail::stream_of(out), args);
+  return true;
+}
+
 // Runs row fn into out with every input converted to out's dtype. bool outputs compute in
 // int64 and are stored as value != 0 (as the CPU kernels do); the kernels have no bool.
 void run(ew::Fn fn, const Tensor& out, std::initializer_list<Tensor> inputs, Scalars s = {}) {
@@ -95,6 +157,10 @@ void run(ew::Fn fn, const Tensor& out, std::initializer_list<Tensor> inputs, Sca
            "[{}] the CUDA kernel needs a floating output, got {}; integer and bool inputs "
            "promote to float32 (pass a float32 out)",
            r.name, out.dtype());
+  if (r.tensor_operands() == 2 && !via_int64) {
+    const Tensor* in = inputs.begin();
+    if (try_bcast(fn, out, in[0], in[1], s)) return;
+  }
   std::array<Tensor, 2> conv;
   size_t i = 0;
   for (const Tensor& x : inputs) conv[i++] = detail::converted(x, t);

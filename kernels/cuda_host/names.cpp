@@ -12,6 +12,14 @@ std::string ew_name_expression(ew::Fn fn, DType t, bool strided) {
                      strided ? "_strided" : "", jit::kernel_type_name(t), r.id);
 }
 
+std::string ew_bcast_name_expression(ew::Fn fn, DType t, DType tx, DType ty) {
+  const ew::Row& r = ew::row(fn);
+  MT_ASSERT(r.arity == ew::Arity::Binary && r.has_device_functor(),
+            "[{}] has no binary functor for binary_op_bcast", r.name);
+  return fmt::format("binary_op_bcast<{}, {}, {}, mt::op::{}>", jit::kernel_type_name(t),
+                     jit::kernel_type_name(tx), jit::kernel_type_name(ty), r.id);
+}
+
 bool ew_has_kernel(ew::Fn fn, DType t) {
   return ew::row(fn).has_device_functor() &&
          (is_floating(t) || (t == DType::Int64 && ew::row(fn).int_ok()));
@@ -47,6 +55,19 @@ std::vector<jit::EmbeddedKernelFile> all_kernel_files() {
       for (bool strided : {false, true})
         ew.name_expressions.push_back(ew_name_expression(r.fn, DType(t), strided));
     }
+  // The broadcast kernel in every float dtype, and with a 16-bit input beside a float32 one
+  // for add and mul (autocast's bias add and scaling); other mixes compile on first use.
+  for (const ew::Row& r : ew::kRows) {
+    if (r.arity != ew::Arity::Binary || !r.has_device_functor()) continue;
+    for (DType t : floats) ew.name_expressions.push_back(ew_bcast_name_expression(r.fn, t, t, t));
+    if (r.fn != ew::Fn::Add && r.fn != ew::Fn::Mul) continue;
+    for (DType h : {DType::Float16, DType::BFloat16}) {
+      ew.name_expressions.push_back(
+          ew_bcast_name_expression(r.fn, DType::Float32, h, DType::Float32));
+      ew.name_expressions.push_back(
+          ew_bcast_name_expression(r.fn, DType::Float32, DType::Float32, h));
+    }
+  }
   for (ew::Fn fn : kForeachFns)
     for (int t = 0; t < kNumDTypes; ++t)
       if (ew_has_kernel(fn, DType(t)))

@@ -17,6 +17,8 @@ namespace mt::gpu {
 std::string ew_name_expression(ew::Fn fn, DType t, bool strided);
 // Whether the row has an instantiation for dtype t: every float, int64 for kInt rows.
 bool ew_has_kernel(ew::Fn fn, DType t);
+// binary_op_bcast<T, TX, TY, Op> (Note [Broadcast binary kernel] in elementwise.cu).
+std::string ew_bcast_name_expression(ew::Fn fn, DType t, DType tx, DType ty);
 // "foreach_binary_op<float, mt::op::Add>": the multi-tensor kernel of a Binary row
 // (Note [Multi-tensor apply]); instantiated for the rows foreach ops use (Add), every
 // float dtype and int64.
