@@ -158,7 +158,7 @@ struct Step {
   bool returns_list = false;
   // Fused: a pointwise group, or with `reduce` set a reduction group (Note [Reduction fusion])
   jit::Pointwise pointwise;
-  std::unique_ptr<CpuGroup> cpu;  // Note [Prepared CPU groups]; null: Pointwise::call
+  std::unique_ptr<CpuGroup> cpu;          // Note [Prepared CPU groups]; null: Pointwise::call
   std::unique_ptr<CpuReduce> cpu_reduce;  // Note [Prepared CPU reductions]; null: Reduction::call
   std::vector<int> inputs;
   std::vector<double> scalars;
@@ -179,14 +179,18 @@ struct Step {
 // Note [CPU fusion]
 // A fused group on the CPU runs through jit::Pointwise's tile evaluator (Note [Tile
 // evaluation] in kernels/jit/expr.cpp): one pass over memory for the whole chain, each
-// intermediate kept in a cache-sized tile, where eager replay makes one pass an op. Below
-// a size the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks,
-// the output) outweigh the passes saved, and the group stays op calls: the threshold is
-// where tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on
-// one thread (docs/compile.md, "CPU fusion"). A reduction group (Note [Reduction fusion])
-// costs more a call (jit::reduction's checks, layout and partial sums) and saves one pass
-// of its map's size: it fuses from kCpuReduceFuseMinElements elements of its map, where
-// bench_compile_cpu measured the fused sum of squares level with the two calls.
+// intermediate kept in a cache-sized tile, where eager replay makes one pass an op. A
+// group the plan can prepare (Note [Prepared CPU groups], Note [Prepared CPU reductions])
+// costs less a call than one of its op calls, and fuses at every size. For another one
+// (broadcast or strided inputs, 16-bit dtypes, reduced dims before kept ones), below a size
+// the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks, the
+// output) outweigh the passes saved, and the group stays op calls: the threshold is where
+// tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on one
+// thread, through the pointwise builder's call (docs/compile.md, "CPU fusion"). A reduction
+// group (Note [Reduction fusion]) costs more a call (jit::reduction's checks, layout and
+// partial sums) and saves one pass of its map's size: unprepared, it fuses from
+// kCpuReduceFuseMinElements elements of its map, where bench_compile_cpu measured the fused
+// sum of squares level with the two calls.
 // CompileOptions::fuse = true fuses every group whatever its size; false fuses none.
 constexpr int64_t kCpuFuseMinElements = 4096;
 constexpr int64_t kCpuReduceFuseMinElements = 16384;
@@ -260,8 +264,7 @@ std::unique_ptr<CpuGroup> prepare_cpu_group(const Graph& g, const FusionGroup& f
   if (c->dtype == DType::Float32)
     c->f32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->program, c->scalars_f32.data());
   else
-    c->f64 =
-        std::make_unique<jit::expr::TileEvaluator<double>>(*c->program, c->scalars_f64.data());
+    c->f64 = std::make_unique<jit::expr::TileEvaluator<double>>(*c->program, c->scalars_f64.data());
   return c;
 }
 
@@ -370,7 +373,8 @@ std::unique_ptr<CpuReduce> prepare_cpu_reduce(const Graph& g, const FusionGroup&
   const float no_scalars32[1] = {0};
   if (c->dtype == DType::Float32) {
     c->map32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->map, no_scalars32);
-    if (c->post) c->post32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->post, no_scalars32);
+    if (c->post)
+      c->post32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->post, no_scalars32);
   } else {
     c->map64 = std::make_unique<jit::expr::TileEvaluator<double>>(*c->map, no_scalars64);
     if (c->post)
@@ -750,10 +754,10 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
       return fg.reduce.empty() ? cpu_preparable(g, fg) : cpu_reduce_preparable(g, fg);
     });
     plan->fusion_note = fmt::format(
-        "cpu fusion: {} of {} groups fused, {} of them prepared (below {} elements{} only a "
+        "cpu fusion: {} of {} groups fused, {} of them prepared (below {} elements{}, only a "
         "prepared group fuses: Note [CPU fusion])\n",
         plan->groups.size(), found, prepared, kCpuFuseMinElements,
-        reductions ? fmt::format(", {} in a reduction's map,", kCpuReduceFuseMinElements) : "");
+        reductions ? fmt::format(", {} in a reduction's map", kCpuReduceFuseMinElements) : "");
   }
 
   std::vector<int> group_of(g.nodes.size(), -1);
