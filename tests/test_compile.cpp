@@ -519,6 +519,83 @@ TEST_SUITE("compile") {
     for (size_t p = 2; p < eager_in.size(); ++p) CHECK(max_diff(eager_in[p], fused_in[p]) < 1e-5);
   }
 
+  TEST_CASE("fusion on CPU: a prepared group gives the pointwise builder's bits at every size") {
+    // Note [Prepared CPU groups]: contiguous inputs of one shape and dtype; the default plan
+    // fuses such a group at any size. sigmoid(x * c) and exp(x * c) are one loop each (Note
+    // [Tile evaluation]), the same bits as the product and the call as loops of their own.
+    auto fn = [](const Tensors& in) {
+      Tensor t = mt::sigmoid(in[0] * 0.75) * in[1];
+      return one(mt::exp(t * 0.5) - in[0]);
+    };
+    manual_seed(21);
+    const int saved = cpu::num_threads();
+    for (int threads : {1, 2}) {
+      cpu::set_num_threads(threads);
+      for (int64_t n : {1, 7, 8, 9, 255, 1023, 1024, 1025, 4097, 40000}) {
+        CAPTURE(threads);
+        CAPTURE(n);
+        const Tensors in = {randn({n}), randn({n})};
+        Compiled c = mt::compile(fn);
+        const Tensor out = c(in)[0];
+        CHECK(c.plan_str() == "fused    fused_mul_sigmoid_mul_mul_exp_sub -> sub\n");
+        const Graph g = capture(fn, in);
+        const std::vector<FusionGroup> groups = fusion_groups(g);
+        REQUIRE(groups.size() == 1);
+        REQUIRE(groups[0].inputs == std::vector<int>{g.inputs[0], g.inputs[1]});
+        const Tensor builder = groups[0].kernel().call(in, groups[0].scalars)[0];
+        CHECK(bitwise_equal(out, builder));
+        CHECK(bitwise_equal(c(in)[0], builder));  // the second call replays the plan
+        // each op here rounds as its eager loop does: the eager bits too
+        CHECK(bitwise_equal(out, fn(in)[0]));
+      }
+    }
+    cpu::set_num_threads(saved);
+  }
+
+  TEST_CASE("fusion on CPU: inputs unlike the prepared ones recompile or fall back, and match") {
+    auto fn = [](const Tensors& in) { return one(mt::sigmoid(in[0] * 2.0) * in[1] + 1.0); };
+    manual_seed(22);
+    Compiled c = mt::compile(fn);
+    const Tensor x = randn({3, 5}), y = randn({3, 5});
+    CHECK(bitwise_equal(c(x, y)[0], fn({x, y})[0]));
+    CHECK(c.plan_str() == "fused    fused_mul_sigmoid_mul_add -> add\n");
+    // a guard miss compiles again: dtype, sizes, a non-contiguous view, requires_grad
+    const Tensor x64 = x.to(DType::Float64), y64 = y.to(DType::Float64);
+    CHECK(max_diff(c(x64, y64)[0], fn({x64, y64})[0]) < 1e-12);
+    CHECK(c.plan_str() == "fused    fused_mul_sigmoid_mul_add -> add\n");
+    const Tensor x4 = randn({4, 5}), y4 = randn({4, 5});
+    CHECK(bitwise_equal(c(x4, y4)[0], fn({x4, y4})[0]));
+    const Tensor xt = randn({5, 3}).t();  // [3, 5], strides (1, 3)
+    CHECK(!xt.is_contiguous());
+    CHECK(bitwise_equal(c(xt, y)[0], fn({xt, y})[0]));
+    CHECK(c.plan_str() ==
+          "kernel   mt::mul.Scalar -> mul\nkernel   mt::sigmoid -> sigmoid\n"
+          "kernel   mt::mul -> mul_1\nkernel   mt::add.Scalar -> add\n");
+    const Tensor xg = x.detach().clone().requires_grad_();
+    CHECK(bitwise_equal(c(xg, y)[0].detach(), fn({x, y})[0]));
+    const Tensor row = randn({5});  // broadcast: not prepared, and small: op calls
+    CHECK(bitwise_equal(c(x, row)[0], fn({x, row})[0]));
+    CHECK(c.compile_count() == 6);
+    CHECK(bitwise_equal(c(x, y)[0], fn({x, y})[0]));  // the first plan again
+    CHECK(c.compile_count() == 6);
+
+    // an intermediate whose kernel makes another layout than its fake kernel said: the
+    // prepared group sees it at run time and calls the pointwise builder instead
+    auto transposed = custom_op("test_compile::transposed_copy",
+                                [](const Tensor& t) { return t.t().contiguous().t(); });
+    transposed.register_fake([](const Tensor& t) { return empty_like(t); });
+    auto odd = [&](const Tensors& in) { return one(mt::sigmoid(transposed(in[0]) * 2.0) + 1.0); };
+    Compiled o = mt::compile(odd);
+    for (int round = 0; round < 2; ++round) {
+      const Tensor out = o(x)[0];
+      CHECK(out.sizes() == x.sizes());
+      CHECK(bitwise_equal(out.contiguous(), (mt::sigmoid(x * 2.0) + 1.0)));
+    }
+    CHECK(o.plan_str() ==
+          "kernel   test_compile::transposed_copy -> transposed_copy\n"
+          "fused    fused_mul_sigmoid_add -> add\n");
+  }
+
   TEST_CASE("fusion: the generated CUDA source compiles to CUBIN for sm_80 and sm_90" *
             doctest::skip(no_nvrtc())) {
     auto fn = [](const Tensors& in) { return one(in[0] * mt::sigmoid(in[0])); };

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"
@@ -25,6 +26,13 @@ bool close(const Tensor& a, const Tensor& b, double rtol) {
 }
 
 Tensors sum_of_squares(const Tensors& in) { return {mt::sum(in[0] * in[0])}; }
+
+// Same sizes, dtype and bytes.
+bool bitwise_equal_reduce(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return x.numel() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
 
 }  // namespace compile_reduce_test
 
@@ -60,22 +68,82 @@ TEST_SUITE("compile") {
     CHECK(c.num_fusion_groups() == 1);
     CHECK(c.num_nodes() == 2);  // the captured graph keeps both nodes
 
-    // below it (8192 elements, past the pointwise groups' 4096) the default keeps the
-    // calls, and says so; fuse = true fuses it
-    Tensor small = randn({8192});
+    // below it (8192 elements) the default fuses a group it can prepare (Note [Prepared CPU
+    // reductions]: contiguous inputs, every dim or trailing ones reduced) and keeps the
+    // calls of one it cannot (a sum over dim 0), and says so; fuse = true fuses it
+    Tensor small = randn({8192}), cols = randn({64, 128});
+    auto col_sums = [](const Tensors& in) { return Tensors{mt::sum(in[0] * in[0], {0})}; };
     {
       CompileLog log;
       Compiled logged = mt::compile(sum_of_squares);
       CHECK(close(logged({small})[0], sum_of_squares({small})[0], 1e-5));
-      CHECK(logged.plan_str() == "kernel   mt::mul -> mul\nkernel   mt::sum -> sum\n");
+      CHECK(logged.plan_str() == "fused    fused_mul_sum -> sum\n");
       CHECK(
-          log.has("[compile] cpu fusion: 0 of 1 groups fused (a group of fewer than 4096 "
-                  "elements, a reduction group of fewer than 16384 in its map, stays op "
-                  "calls: Note [CPU fusion])"));
+          log.has("[compile] cpu fusion: 1 of 1 groups fused, 1 of them prepared (below 4096 "
+                  "elements, 16384 in a reduction's map, only a prepared group fuses: Note "
+                  "[CPU fusion])"));
+      Compiled kept = mt::compile(col_sums);
+      CHECK(bitwise_equal_reduce(kept({cols})[0], col_sums({cols})[0]));
+      CHECK(kept.plan_str() == "kernel   mt::mul -> mul\nkernel   mt::sum -> sum\n");
+      CHECK(
+          log.has("[compile] cpu fusion: 0 of 1 groups fused, 0 of them prepared (below 4096 "
+                  "elements, 16384 in a reduction's map, only a prepared group fuses: Note "
+                  "[CPU fusion])"));
     }
-    Compiled forced = mt::compile(sum_of_squares, {.fuse = true});
-    CHECK(close(forced({small})[0], sum_of_squares({small})[0], 1e-5));
+    Compiled forced = mt::compile(col_sums, {.fuse = true});
+    CHECK(close(forced({cols})[0], col_sums({cols})[0], 1e-5));
     CHECK(forced.plan_str() == "fused    fused_mul_sum -> sum\n");
+  }
+
+  TEST_CASE("reduction fusion: a prepared sum or mean gives jit::reduction's bits at every size") {
+    // Note [Prepared CPU reductions]: the default plan runs jit::reduction's CPU order itself
+    manual_seed(13);
+    for (int64_t n : {0, 1, 7, 8, 9, 1023, 1024, 1025, 2049, 12293, 32768}) {
+      CAPTURE(n);
+      const Tensor x = randn({n});
+      Compiled c = mt::compile(sum_of_squares);
+      const Tensor out = c({x})[0];
+      CHECK(c.plan_str() == "fused    fused_mul_sum -> sum\n");
+      const std::vector<FusionGroup> groups = fusion_groups(capture(sum_of_squares, {x}));
+      REQUIRE(groups.size() == 1);
+      CHECK(bitwise_equal_reduce(out, groups[0].reduction().call(Tensors{x})));
+      CHECK(bitwise_equal_reduce(c({x})[0], out));
+      CHECK(close(out, sum_of_squares({x})[0], 1e-5));
+    }
+    // means and sums over trailing dims: short rows several a tile, long rows in tiles, more
+    // rows than a tile (the post in several tiles), float64
+    auto fn = [](const Tensors& in) {
+      return Tensors{mt::mean(mt::exp(in[0]) * 0.5 + in[1], {-1}, true),
+                     mt::sum(mt::sigmoid(in[0] - in[1]), {-1})};
+    };
+    const std::vector<Shape> shapes = {{3, 5}, {7, 1024}, {2, 1500}, {40, 700}, {1500, 3}};
+    for (DType t : {DType::Float32, DType::Float64}) {
+      for (const Shape& shape : shapes) {
+        CAPTURE(shape);
+        const Tensors in = {randn(shape, {.dtype = t}), randn(shape, {.dtype = t})};
+        Compiled c = mt::compile(fn);
+        const Tensors out = c(in);
+        CHECK(c.plan_str() ==
+              "fused    fused_exp_mul_add_mean -> mean\nfused    fused_sub_sigmoid_sum -> sum\n");
+        const std::vector<FusionGroup> groups = fusion_groups(capture(fn, in));
+        REQUIRE(groups.size() == 2);
+        const std::vector<int64_t> last = {-1};
+        CHECK(bitwise_equal_reduce(out[0], groups[0].reduction().call(in, last, true)));
+        CHECK(bitwise_equal_reduce(out[1], groups[1].reduction().call(in, last, false)));
+        const Tensors eager = fn(in);
+        for (size_t i = 0; i < 2; ++i) CHECK(close(out[i], eager[i], 1e-5));
+      }
+    }
+    // a map input whose kernel made another layout than its fake kernel said: the prepared
+    // step sees it at run time and calls jit::reduction, which reads any layout
+    auto transposed = custom_op("test_compile_reduce::transposed_copy",
+                                [](const Tensor& t) { return t.t().contiguous().t(); });
+    transposed.register_fake([](const Tensor& t) { return empty_like(t); });
+    auto odd = [&](const Tensors& in) { return Tensors{mt::sum(mt::exp(transposed(in[0])))}; };
+    const Tensor x = randn({30, 50});
+    Compiled o = mt::compile(odd);
+    for (int round = 0; round < 2; ++round) CHECK(close(o({x})[0], mt::sum(mt::exp(x)), 1e-5));
+    CHECK(o.plan_str().find("fused    fused_exp_sum -> sum") != std::string::npos);
   }
 
   TEST_CASE("reduction fusion: mean and sum over dims, with and without keepdim") {

@@ -253,11 +253,15 @@ TEST_SUITE("pointwise_op") {
     REQUIRE(groups.size() == 1);
     CHECK(groups[0].name == "fused_mul_softplus2_tanh");
     CHECK(groups[0].body == "t0 = i0 * s0;\nt1 = log1p(exp(t0));\nt2 = tanh(t1);\nreturn t2;");
-    // Note [CPU fusion]: by default a CPU group fuses from 4096 elements up
+    // Note [CPU fusion]: by default a CPU group the plan can prepare (contiguous inputs)
+    // fuses at any size, another one (a strided input) from 4096 elements up
     Compiled c = mt::compile(fn);
     CHECK(max_diff(c({x})[0], fn({x})[0]) < 1e-6);
+    CHECK(c.num_fusion_groups() == 1);
+    Tensor strided = randn({16, 4}).t();
+    CHECK(max_diff(c({strided})[0], fn({strided})[0]) < 1e-6);
     CHECK(c.num_fusion_groups() == 0);
-    Tensor big = randn({8192});
+    Tensor big = randn({128, 64}).t();
     CHECK(max_diff(c({big})[0], fn({big})[0]) < 1e-6);
     CHECK(c.num_fusion_groups() == 1);
     Compiled forced = mt::compile(fn, {.fuse = true});
@@ -450,6 +454,67 @@ TEST_SUITE("tile evaluator") {
     double* out[] = {y};
     ed.run(in, out, 4);
     for (size_t i = 0; i < 4; ++i) CHECK(y[i] == x[i] / (1.0 + std::exp(-x[i])));
+  }
+
+  TEST_CASE("tile evaluator: sigmoid(x * c) and exp(c * x) run as one loop, bitwise two loops") {
+    // Note [Tile evaluation]: the product folded into the call's loop; against the same nodes
+    // with the product also an output, which keeps them two loops. c a literal and a scalar.
+    const std::vector<float> xs = exp_edge_floats();
+    const auto n = int64_t(xs.size());
+    const float s[] = {-1.25f};
+    struct Form {
+      const char* fused;
+      const char* apart;
+      bool scalar;
+    };
+    const Form forms[] = {
+        {"sigmoid(x * 0.75)", "p = x * 0.75; q = p; y = sigmoid(p);", false},
+        {"exp(s * x)", "p = s * x; q = p; y = exp(p);", true},
+        {"sigmoid(x * s)", "p = x * s; q = p; y = sigmoid(p);", true},
+    };
+    const bool had = cpu::set_vec_exp_enabled(true);
+    for (const Form& f : forms) {
+      CAPTURE(f.fused);
+      const std::vector<std::string> scalars =
+          f.scalar ? std::vector<std::string>{"s"} : std::vector<std::string>{};
+      const ex::Program fused = ex::parse("t", f.fused, {"x"}, scalars, {"out"}, false);
+      const ex::Program apart = ex::parse("t", f.apart, {"x"}, scalars, {"y", "q"}, false);
+      for (bool vec : {true, false}) {
+        cpu::set_vec_exp_enabled(vec);
+        if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here
+        CAPTURE(vec);
+        ex::TileEvaluator<float> ef(fused, s), ea(apart, s);
+        CHECK(ef.num_buffers() == 0);  // one loop: x in, the output written
+        std::vector<float> got(xs.size()), want(xs.size()), q(xs.size());
+        for (int64_t len : {int64_t(1), int64_t(15), int64_t(17), int64_t(255), ex::kChunk}) {
+          CAPTURE(len);
+          for (int64_t at = 0; at < n; at += len) {
+            const int64_t m = std::min(len, n - at);
+            const float* in[] = {xs.data() + at};
+            float* out_f[] = {got.data() + at};
+            float* out_a[] = {want.data() + at, q.data() + at};
+            ef.run(in, out_f, m);
+            ea.run(in, out_a, m);
+          }
+          size_t same = 0;
+          for (size_t i = 0; i < xs.size(); ++i)
+            same += std::isnan(want[i]) ? std::isnan(got[i])
+                                        : std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+          CHECK(same == xs.size());
+        }
+      }
+    }
+    cpu::set_vec_exp_enabled(had);
+    // float64 keeps its nodes' loops
+    const ex::Program lit = parse1("sigmoid(x * 0.75)", {"x"});
+    ex::TileEvaluator<double> ed(lit, nullptr);
+    CHECK(ed.num_buffers() == 1);
+    const double x[] = {-1.5, 0.0, 2.25, -700.0};
+    double y[4];
+    const double* in[] = {x};
+    double* out[] = {y};
+    ed.run(in, out, 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(y[i] == 1.0 / (1.0 + std::exp(-(x[i] * 0.75))));
   }
 
   TEST_CASE("tile evaluator: a chain of any length runs in one buffer, over many tiles") {

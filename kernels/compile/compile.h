@@ -127,8 +127,8 @@ std::vector<FusionGroup> fusion_groups(const Graph& g);
 struct CompileOptions {
   std::vector<std::string> input_names = {};
   // Fuse pointwise chains. Unset: on CUDA every group (a kernel launch is the cost), on CPU
-  // the groups of 4096 elements or more, run by the pointwise builder's tile evaluator
-  // (Note [CPU fusion] in replay.cpp); true: every group; false: none.
+  // the groups the plan can prepare and others of 4096 elements or more, run by the tile
+  // evaluator (Note [CPU fusion] in replay.cpp); true: every group; false: none.
   std::optional<bool> fuse = std::nullopt;
   bool cuda_graph = true;   // on CUDA, replay through mt::cuda::Graph when available
   std::string name = "fn";  // in logs

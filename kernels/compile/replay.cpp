@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "kernels/compile/compile.h"
+#include "kernels/cpu/loops.h"
 #include "runtime/cuda/graph.h"
 
 namespace mt {
@@ -87,6 +88,54 @@ void log(const std::string& text) {
 // runs and only inputs, their .grads (a list made with the plan) and constants are set,
 // only the boxed steps' stacks are cleared, and each output is moved out of its slot.
 
+// Note [Prepared CPU groups]
+// A fused pointwise group on the CPU whose inputs are, as captured, contiguous, of its
+// output's shape and of one dtype, float32 or float64 (the common case: a chain over one
+// tensor, or over tensors of one shape), is prepared with the plan: its tile evaluator
+// (the schedule and the tile buffers, Note [Tile evaluation] in kernels/jit/expr.cpp) is
+// made once, and replay runs it on the inputs' memory and a fresh output, tile by tile,
+// with no operand checks, conversions, broadcast views or per-call vectors: what
+// jit::Pointwise::call does on the CPU costs more than the op calls it saves below a few
+// thousand elements, this costs less than one op call. The same loops run, so the values
+// are those of Pointwise::call. Each call checks that the inputs still have the prepared
+// dtype, shape and contiguity (an intermediate whose kernel made another layout than its
+// fake kernel said, say) and otherwise calls Pointwise::call, which handles any layout.
+// A group of fewer than kTilesPerThread tiles runs on the calling thread; a larger one
+// splits its tiles over the pool, each thread with an evaluator of its own.
+struct CpuGroup {
+  DType dtype = DType::Float32;  // every input's and the output's
+  Shape sizes, strides;          // every input's and the output's (contiguous)
+  int64_t numel = 0;
+  const jit::expr::Program* program = nullptr;  // the step's Pointwise owns it
+  std::vector<float> scalars_f32;
+  std::vector<double> scalars_f64;
+  std::unique_ptr<jit::expr::TileEvaluator<float>> f32;
+  std::unique_ptr<jit::expr::TileEvaluator<double>> f64;
+};
+constexpr int64_t kTilesPerThread = 16;  // jit::Pointwise's CPU grain, in tiles
+
+// Note [Prepared CPU reductions]
+// A fused sum or mean (Note [Reduction fusion]) on the CPU whose inputs are, as captured,
+// contiguous, of its map's shape and of one dtype, float32 or float64, reduced over every
+// dim or over trailing ones, and of at most cpu::kGrainSize elements, is prepared too: the
+// map's and the post's tile evaluators are made once, and replay runs jit::reduction's CPU
+// steps for that layout itself (Note [Reductions] in kernels/jit/reduction.cpp: a tile's
+// values combined in eight running values, then pairwise; rows shorter than a tile several
+// at a time), without its operand checks, permutes and per-call buffers. The order is
+// jit::reduction's, so the values are its values; at that size it runs on one thread there
+// too. Larger or other layouts, and inputs not as prepared, call jit::Reduction::call.
+struct CpuReduce {
+  DType dtype = DType::Float32;  // every input's and the output's
+  Shape sizes;                   // every input's: the map's shape (contiguous)
+  Shape out_sizes;
+  int64_t rows = 0, len = 0;  // kept and reduced elements
+  double identity = 0;
+  const jit::expr::Program* map = nullptr;   // the step's Reduction owns them
+  const jit::expr::Program* post = nullptr;  // null: the output is the sum
+  std::unique_ptr<jit::expr::TileEvaluator<float>> map32, post32;
+  std::unique_ptr<jit::expr::TileEvaluator<double>> map64, post64;
+};
+
 // Note [Unboxed replay]; None: boxed, through a Stack.
 enum class Fast : uint8_t { None, T_T, T_TT, T_TTd, T_Td, T_Tl, T_Tlb, T_Tii };
 
@@ -109,6 +158,8 @@ struct Step {
   bool returns_list = false;
   // Fused: a pointwise group, or with `reduce` set a reduction group (Note [Reduction fusion])
   jit::Pointwise pointwise;
+  std::unique_ptr<CpuGroup> cpu;          // Note [Prepared CPU groups]; null: Pointwise::call
+  std::unique_ptr<CpuReduce> cpu_reduce;  // Note [Prepared CPU reductions]; null: Reduction::call
   std::vector<int> inputs;
   std::vector<double> scalars;
   bool reduce = false;
@@ -128,14 +179,18 @@ struct Step {
 // Note [CPU fusion]
 // A fused group on the CPU runs through jit::Pointwise's tile evaluator (Note [Tile
 // evaluation] in kernels/jit/expr.cpp): one pass over memory for the whole chain, each
-// intermediate kept in a cache-sized tile, where eager replay makes one pass an op. Below
-// a size the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks,
-// the output) outweigh the passes saved, and the group stays op calls: the threshold is
-// where tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on
-// one thread (docs/compile.md, "CPU fusion"). A reduction group (Note [Reduction fusion])
-// costs more a call (jit::reduction's checks, layout and partial sums) and saves one pass
-// of its map's size: it fuses from kCpuReduceFuseMinElements elements of its map, where
-// bench_compile_cpu measured the fused sum of squares level with the two calls.
+// intermediate kept in a cache-sized tile, where eager replay makes one pass an op. A
+// group the plan can prepare (Note [Prepared CPU groups], Note [Prepared CPU reductions])
+// costs less a call than one of its op calls, and fuses at every size. For another one
+// (broadcast or strided inputs, 16-bit dtypes, reduced dims before kept ones), below a size
+// the call's fixed costs (the evaluator's buffers, broadcasting and dtype checks, the
+// output) outweigh the passes saved, and the group stays op calls: the threshold is where
+// tools/bench_compile_cpu measured the fused chain of 4 overtaking the op calls on one
+// thread, through the pointwise builder's call (docs/compile.md, "CPU fusion"). A reduction
+// group (Note [Reduction fusion]) costs more a call (jit::reduction's checks, layout and
+// partial sums) and saves one pass of its map's size: unprepared, it fuses from
+// kCpuReduceFuseMinElements elements of its map, where bench_compile_cpu measured the fused
+// sum of squares level with the two calls.
 // CompileOptions::fuse = true fuses every group whatever its size; false fuses none.
 constexpr int64_t kCpuFuseMinElements = 4096;
 constexpr int64_t kCpuReduceFuseMinElements = 16384;
@@ -170,6 +225,259 @@ struct Plan {
   std::vector<Tensor> static_vals;  // split graphs: every value as the capture left it
   std::string str() const;
 };
+
+// Whether a pointwise group can be prepared (Note [Prepared CPU groups]), from its values
+// as captured.
+bool contiguous_layout(const Shape& sizes, const Shape& strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+bool cpu_preparable(const Graph& g, const FusionGroup& fg) {
+  const GraphValue& out = g.values[size_t(fg.output)];
+  if (!fg.reduce.empty() || !out.device.is_cpu() || fg.inputs.empty() || fg.inputs.size() > 8 ||
+      (out.dtype != DType::Float32 && out.dtype != DType::Float64))
+    return false;
+  for (int v : fg.inputs) {
+    const GraphValue& in = g.values[size_t(v)];
+    if (in.dtype != out.dtype || !in.device.is_cpu() || !(in.sizes == out.sizes) ||
+        !contiguous_layout(in.sizes, in.strides))
+      return false;
+  }
+  return true;
+}
+
+std::unique_ptr<CpuGroup> prepare_cpu_group(const Graph& g, const FusionGroup& fg,
+                                            const jit::Pointwise& kernel) {
+  auto c = std::make_unique<CpuGroup>();
+  const GraphValue& out = g.values[size_t(fg.output)];
+  c->dtype = out.dtype;
+  c->sizes = out.sizes;
+  c->numel = shape_numel(out.sizes);
+  c->program = &kernel.program();
+  for (double x : fg.scalars) c->scalars_f32.push_back(float(x)), c->scalars_f64.push_back(x);
+  if (c->dtype == DType::Float32)
+    c->f32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->program, c->scalars_f32.data());
+  else
+    c->f64 = std::make_unique<jit::expr::TileEvaluator<double>>(*c->program, c->scalars_f64.data());
+  return c;
+}
+
+// Tiles [first, last) of a prepared group: the next tile's lines asked for before each one
+// is evaluated (Note [Prefetching the next tile] in kernels/jit/pointwise.cpp).
+template <typename C>
+void run_group_tiles(jit::expr::TileEvaluator<C>& ev, const C* const* in, size_t nin, C* out,
+                     int64_t n, int64_t first, int64_t last) {
+  constexpr int64_t kChunk = jit::expr::kChunk, kLine = 64 / int64_t(sizeof(C));
+  const C* ic[8];
+  for (int64_t t = first; t < last; ++t) {
+    const int64_t begin = t * kChunk, len = std::min(kChunk, n - begin);
+    for (size_t k = 0; k < nin; ++k) ic[k] = in[k] + begin;
+    C* oc = out + begin;
+    if (t + 1 < last) {
+      const int64_t next = begin + kChunk, next_len = std::min(kChunk, n - next);
+      for (size_t k = 0; k < nin; ++k)
+        for (int64_t j = 0; j < next_len; j += kLine) __builtin_prefetch(in[k] + next + j, 0, 3);
+      for (int64_t j = 0; j < next_len; j += kLine) __builtin_prefetch(out + next + j, 1, 3);
+    }
+    ev.run(ic, &oc, len);
+  }
+}
+
+template <typename C>
+void run_group(CpuGroup& c, jit::expr::TileEvaluator<C>& ev, const C* const* in, size_t nin,
+               C* out) {
+  const int64_t n = c.numel, tiles = (n + jit::expr::kChunk - 1) / jit::expr::kChunk;
+  if (tiles <= kTilesPerThread || cpu::num_threads() == 1)
+    return run_group_tiles(ev, in, nin, out, n, 0, tiles);
+  cpu::parallel_for(tiles, kTilesPerThread, [&](int64_t first, int64_t last) {
+    const C* s = nullptr;
+    if constexpr (std::is_same_v<C, float>)
+      s = c.scalars_f32.data();
+    else
+      s = c.scalars_f64.data();
+    jit::expr::TileEvaluator<C> own(*c.program, s);  // its own buffers
+    run_group_tiles(own, in, nin, out, n, first, last);
+  });
+}
+
+// A prepared group's output, or an undefined tensor when an input is not as prepared (the
+// caller then calls Pointwise::call).
+Tensor run_cpu_group(CpuGroup& c, const Tensor* const* ins, size_t nin) {
+  for (size_t k = 0; k < nin; ++k) {
+    const Tensor& t = *ins[k];
+    if (!t.defined() || t.dtype() != c.dtype || !t.is_cpu() || !(t.sizes() == c.sizes) ||
+        !t.is_contiguous())
+      return Tensor();
+  }
+  Tensor out = empty(c.sizes, {.dtype = c.dtype});
+  if (c.numel == 0) return out;
+  if (c.dtype == DType::Float32) {
+    const float* in[8];
+    for (size_t k = 0; k < nin; ++k) in[k] = ins[k]->data_ptr<float>();
+    run_group(c, *c.f32, in, nin, out.data_ptr<float>());
+  } else {
+    const double* in[8];
+    for (size_t k = 0; k < nin; ++k) in[k] = ins[k]->data_ptr<double>();
+    run_group(c, *c.f64, in, nin, out.data_ptr<double>());
+  }
+  return out;
+}
+
+// Whether a reduction group can be prepared (Note [Prepared CPU reductions]).
+bool cpu_reduce_preparable(const Graph& g, const FusionGroup& fg) {
+  if (fg.reduce != "sum" && fg.reduce != "mean") return false;
+  const GraphValue& map = g.values[size_t(fg.reduced)];
+  const GraphValue& out = g.values[size_t(fg.output)];
+  if (!out.device.is_cpu() || fg.inputs.empty() || fg.inputs.size() > 8 ||
+      (out.dtype != DType::Float32 && out.dtype != DType::Float64) ||
+      shape_numel(map.sizes) > cpu::kGrainSize)
+    return false;
+  // every dim, or trailing ones
+  const auto ndim = int64_t(map.sizes.size());
+  std::vector<int64_t> dims;
+  for (int64_t d : fg.dims) dims.push_back(d < 0 ? d + ndim : d);
+  std::sort(dims.begin(), dims.end());
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (dims[k] != ndim - int64_t(dims.size()) + int64_t(k)) return false;
+  for (int v : fg.inputs) {
+    const GraphValue& in = g.values[size_t(v)];
+    if (in.dtype != out.dtype || !in.device.is_cpu() || !(in.sizes == map.sizes) ||
+        !contiguous_layout(in.sizes, in.strides))
+      return false;
+  }
+  return true;
+}
+
+std::unique_ptr<CpuReduce> prepare_cpu_reduce(const Graph& g, const FusionGroup& fg,
+                                              const jit::Reduction& red) {
+  auto c = std::make_unique<CpuReduce>();
+  const GraphValue& map = g.values[size_t(fg.reduced)];
+  const GraphValue& out = g.values[size_t(fg.output)];
+  c->dtype = out.dtype;
+  c->sizes = map.sizes;
+  c->out_sizes = out.sizes;
+  const auto ndim = int64_t(map.sizes.size());
+  const int64_t kept = fg.dims.empty() ? 0 : ndim - int64_t(fg.dims.size());
+  c->rows = 1, c->len = 1;
+  for (int64_t d = 0; d < ndim; ++d) (d < kept ? c->rows : c->len) *= map.sizes[size_t(d)];
+  c->identity = red.identity();
+  c->map = &red.map_program();
+  c->post = red.spec().post.empty() ? nullptr : &red.post_program();
+  const double no_scalars64[1] = {0};
+  const float no_scalars32[1] = {0};
+  if (c->dtype == DType::Float32) {
+    c->map32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->map, no_scalars32);
+    if (c->post)
+      c->post32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->post, no_scalars32);
+  } else {
+    c->map64 = std::make_unique<jit::expr::TileEvaluator<double>>(*c->map, no_scalars64);
+    if (c->post)
+      c->post64 = std::make_unique<jit::expr::TileEvaluator<double>>(*c->post, no_scalars64);
+  }
+  return c;
+}
+
+// jit::reduction's CPU sum of a tile: eight running values, then pairwise (reduce_tile in
+// kernels/jit/reduction.cpp, for ReduceOp::Sum).
+template <typename C>
+C sum_tile(const C* v, int64_t n, C ident) {
+  C lane[8];
+  for (C& l : lane) l = ident;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = lane[k] + v[j + k];
+  for (int k = 0; j < n; ++j, ++k) lane[k] = lane[k] + v[j];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// v[0..n) summed pairwise, in place (reduce_pairwise there).
+template <typename C>
+C sum_pairwise(C* v, int64_t n, C ident) {
+  if (n == 0) return ident;
+  while (n > 1) {
+    const int64_t half = n / 2;
+    for (int64_t i = 0; i < half; ++i) v[i] = v[2 * i] + v[2 * i + 1];
+    if (n % 2) v[half] = v[n - 1];
+    n = half + n % 2;
+  }
+  return v[0];
+}
+
+template <typename C>
+void run_reduce(const CpuReduce& c, jit::expr::TileEvaluator<C>& map,
+                jit::expr::TileEvaluator<C>* post, const C* const* in, size_t nin, C* out) {
+  constexpr int64_t kTile = jit::expr::kChunk;
+  const int64_t rows = c.rows, len = c.len;
+  const C ident = C(c.identity);
+  C buf[kTile];
+  C acc_small[kTile];
+  std::vector<C> acc_big;
+  C* acc = acc_small;
+  if (rows > kTile) acc_big.resize(size_t(rows)), acc = acc_big.data();
+  const C* ic[8];
+  C* o[1] = {buf};
+  if (len == 0) {
+    std::fill(acc, acc + rows, ident);
+  } else if (len >= kTile) {  // long rows: a partial sum a tile, those pairwise
+    const int64_t tiles = (len + kTile - 1) / kTile;
+    C part[64];  // len <= cpu::kGrainSize: at most 32 tiles
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t begin = m * len + t * kTile, n = std::min(kTile, len - t * kTile);
+        for (size_t k = 0; k < nin; ++k) ic[k] = in[k] + begin;
+        map.run(ic, o, n);
+        part[t] = sum_tile(buf, n, ident);
+      }
+      acc[m] = sum_pairwise(part, tiles, ident);
+    }
+  } else {  // short rows: as many whole rows a tile as fit
+    const int64_t per = kTile / len;
+    for (int64_t m0 = 0; m0 < rows; m0 += per) {
+      const int64_t nrows = std::min(per, rows - m0);
+      for (size_t k = 0; k < nin; ++k) ic[k] = in[k] + m0 * len;
+      map.run(ic, o, nrows * len);
+      for (int64_t r = 0; r < nrows; ++r) acc[m0 + r] = sum_tile(buf + r * len, len, ident);
+    }
+  }
+  if (!post) {
+    std::copy(acc, acc + rows, out);
+    return;
+  }
+  std::fill(buf, buf + std::min(rows, kTile), C(len));  // post(acc, n)
+  for (int64_t t = 0; t * kTile < rows; ++t) {
+    const C* pin[2] = {acc + t * kTile, buf};
+    C* po[1] = {out + t * kTile};
+    post->run(pin, po, std::min(kTile, rows - t * kTile));
+  }
+}
+
+// A prepared reduction's output, or an undefined tensor when an input is not as prepared.
+Tensor run_cpu_reduce(CpuReduce& c, const Tensor* const* ins, size_t nin) {
+  for (size_t k = 0; k < nin; ++k) {
+    const Tensor& t = *ins[k];
+    if (!t.defined() || t.dtype() != c.dtype || !t.is_cpu() || !(t.sizes() == c.sizes) ||
+        !t.is_contiguous())
+      return Tensor();
+  }
+  Tensor out = empty(c.out_sizes, {.dtype = c.dtype});
+  if (c.rows == 0) return out;
+  if (c.dtype == DType::Float32) {
+    const float* in[8];
+    for (size_t k = 0; k < nin; ++k) in[k] = ins[k]->data_ptr<float>();
+    run_reduce(c, *c.map32, c.post32.get(), in, nin, out.data_ptr<float>());
+  } else {
+    const double* in[8];
+    for (size_t k = 0; k < nin; ++k) in[k] = ins[k]->data_ptr<double>();
+    run_reduce(c, *c.map64, c.post64.get(), in, nin, out.data_ptr<double>());
+  }
+  return out;
+}
 
 // Note [Unboxed replay]
 // A boxed call boxes every argument into a Value, and the kernel's trampoline unboxes it
@@ -437,16 +745,19 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
                                         [](const FusionGroup& fg) { return !fg.reduce.empty(); });
     std::erase_if(plan->groups, [&](const FusionGroup& fg) {
       if (fg.reduce.empty())
-        return shape_numel(g.values[size_t(fg.output)].sizes) < kCpuFuseMinElements;
-      return shape_numel(g.values[size_t(fg.reduced)].sizes) < kCpuReduceFuseMinElements;
+        return !cpu_preparable(g, fg) &&
+               shape_numel(g.values[size_t(fg.output)].sizes) < kCpuFuseMinElements;
+      return !cpu_reduce_preparable(g, fg) &&
+             shape_numel(g.values[size_t(fg.reduced)].sizes) < kCpuReduceFuseMinElements;
+    });
+    const auto prepared = std::count_if(plan->groups.begin(), plan->groups.end(), [&](auto& fg) {
+      return fg.reduce.empty() ? cpu_preparable(g, fg) : cpu_reduce_preparable(g, fg);
     });
     plan->fusion_note = fmt::format(
-        "cpu fusion: {} of {} groups fused (a group of fewer than {} elements{} stays op calls: "
-        "Note [CPU fusion])\n",
-        plan->groups.size(), found, kCpuFuseMinElements,
-        reductions ? fmt::format(", a reduction group of fewer than {} in its map,",
-                                 kCpuReduceFuseMinElements)
-                   : "");
+        "cpu fusion: {} of {} groups fused, {} of them prepared (below {} elements{}, only a "
+        "prepared group fuses: Note [CPU fusion])\n",
+        plan->groups.size(), found, prepared, kCpuFuseMinElements,
+        reductions ? fmt::format(", {} in a reduction's map", kCpuReduceFuseMinElements) : "");
   }
 
   std::vector<int> group_of(g.nodes.size(), -1);
@@ -466,8 +777,11 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
         s.reduction = fg.reduction();
         s.dims = fg.dims;
         s.keepdim = fg.keepdim;
+        if (!plan->cuda && cpu_reduce_preparable(g, fg))
+          s.cpu_reduce = prepare_cpu_reduce(g, fg, s.reduction);
       } else {
         s.pointwise = fg.kernel();
+        if (!plan->cuda && cpu_preparable(g, fg)) s.cpu = prepare_cpu_group(g, fg, s.pointwise);
       }
       s.inputs = fg.inputs;
       s.scalars = fg.scalars;
@@ -602,6 +916,16 @@ void run_steps(Plan& p, size_t from, size_t to) {
         break;
       }
       case Step::Kind::Fused: {
+        if (s.cpu || s.cpu_reduce) {  // Note [Prepared CPU groups], [Prepared CPU reductions]
+          const Tensor* in[8];
+          for (size_t k = 0; k < s.inputs.size(); ++k) in[k] = &vals[size_t(s.inputs[k])];
+          Tensor r = s.cpu ? run_cpu_group(*s.cpu, in, s.inputs.size())
+                           : run_cpu_reduce(*s.cpu_reduce, in, s.inputs.size());
+          if (r.defined()) {
+            vals[size_t(s.outputs[0])] = std::move(r);
+            break;
+          }
+        }
         Tensor ins[8];
         for (size_t k = 0; k < s.inputs.size(); ++k) ins[k] = vals[size_t(s.inputs[k])];
         if (s.reduce) {

@@ -24,6 +24,10 @@ void exp_neg_f32_loop(float* o, const float* x, int64_t n);
 // at a time (the tile evaluator's SiLU-shaped expressions in one pass).
 void div_c_plus_exp_neg_f32_loop(float* o, const float* x, float c, int64_t n);
 void sigmoid_f32_loop(float* o, const float* x, int64_t n);
+// sigmoid(x c) and e^(x c), bitwise what a loop of x * c and then sigmoid_f32_loop or
+// exp_f32_loop give (the tile evaluator's scaled sigmoid and exp in one pass).
+void sigmoid_mul_c_f32_loop(float* o, const float* x, float c, int64_t n);
+void exp_mul_c_f32_loop(float* o, const float* x, float c, int64_t n);
 void silu_f32_loop(float* o, const float* x, int64_t n);
 void gelu_f32_loop(float* o, const float* x, int64_t n);
 void silu_backward_f32_loop(float* o, const float* g, const float* x, int64_t n);

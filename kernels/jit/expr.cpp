@@ -657,6 +657,9 @@ std::string cuda_body(const Program& p) {
 //    (cpu::div_c_plus_exp_neg_f32_loop): the same exp, add and division in registers, each
 //    rounded as its own loop rounds it, without the add's and the division's passes over
 //    the tile (a NaN stays a NaN; its sign and payload bits are the hardware's).
+//  - In float, sigmoid(x * c) and exp(x * c) (either factor uniform), where nothing else
+//    reads the product, are one loop too (cpu::sigmoid_mul_c_f32_loop, exp_mul_c_f32_loop):
+//    the product rounded to float in a register, without its pass over the tile.
 //  - Every other node gets a tile buffer, but buffers are shared: a node's buffer is free
 //    again after the last node that reads it (which may write its result into it: every
 //    loop is elementwise), so a chain of any length runs in one or two buffers that stay
@@ -686,7 +689,8 @@ struct TileEvaluator<C>::Plan {
   struct Step {
     Op op;
     Fn fn;
-    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a), 4: a / (b + exp(-a)): Note [Tile evaluation]
+    int mode;  // 1: a is uniform, 2: b is, 3: exp(-a), 4: a / (b + exp(-a)), 5: sigmoid or
+               // exp of a * b: Note [Tile evaluation]
     Ref r, a, b, c;
   };
   std::vector<Step> steps;
@@ -931,7 +935,26 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
     div_c[i] = add.a;
     folded[size_t(nd.b)] = folded[size_t(add.b)] = folded[size_t(ex.a)] = 1;
   }
-  auto operand = [&](int k) { return k >= 0 && folded[size_t(k)] ? p.nodes[size_t(k)].a : k; };
+  // What a folded node's consumer reads in its place: its first operand (a negation's, the
+  // exp of x / (c + exp(-x))), or the product's other factor (below).
+  std::vector<int> fold_src(nodes, -1);
+  for (size_t i = 0; i < nodes; ++i) fold_src[i] = p.nodes[i].a;
+  // sigmoid(x * c) and exp(x * c) in float, c uniform, the product read by nothing else: one
+  // loop (mode 5, cpu::sigmoid_mul_c_f32_loop / exp_mul_c_f32_loop), its operands x and c.
+  std::vector<int> scale_c(nodes, -1);
+  for (size_t i = 0; i < nodes && std::is_same_v<C, float>; ++i) {
+    const Node& nd = p.nodes[i];
+    if (!live[i] || uniform[i] || nd.op != Op::Call || (nd.fn != Fn::Sigmoid && nd.fn != Fn::Exp))
+      continue;
+    const Node& mul = p.nodes[size_t(nd.a)];
+    if (mul.op != Op::Mul || !single(nd.a) || folded[size_t(nd.a)]) continue;
+    const bool ca = uniform[size_t(mul.a)] != 0, cb = uniform[size_t(mul.b)] != 0;
+    if (ca == cb) continue;  // both uniform: the product is uniform (never here); neither
+    scale_c[i] = ca ? mul.a : mul.b;
+    fold_src[size_t(nd.a)] = ca ? mul.b : mul.a;
+    folded[size_t(nd.a)] = 1;
+  }
+  auto operand = [&](int k) { return k >= 0 && folded[size_t(k)] ? fold_src[size_t(k)] : k; };
   std::vector<int> last(nodes, -1);
   for (size_t i = 0; i < nodes; ++i)
     if (live[i] && !folded[i])
@@ -971,7 +994,11 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
     if (!live[i] || folded[i]) continue;
     typename Plan::Step st{.op = nd.op, .fn = nd.fn, .mode = 0, .r = {}, .a = {}, .b = {}, .c = {}};
     Ref* ops[3] = {&st.a, &st.b, &st.c};
-    const int idx[3] = {operand(nd.a), div_c[i] >= 0 ? div_c[i] : nd.b, nd.c};
+    const int idx[3] = {operand(nd.a),
+                        div_c[i] >= 0     ? div_c[i]
+                        : scale_c[i] >= 0 ? scale_c[i]
+                                          : nd.b,
+                        nd.c};
     if (idx[0] != nd.a) st.mode = 3;
     for (int o = 0; o < 3; ++o) {
       if (idx[o] < 0) continue;
@@ -985,7 +1012,8 @@ TileEvaluator<C>::TileEvaluator(const Program& p, const C* s) {
         st.mode = o == 0 ? 1 : 2;  // one at most: a node of two uniform operands is uniform
       }
     }
-    if (div_c[i] >= 0) st.mode = 4;  // b: c, a uniform
+    if (div_c[i] >= 0) st.mode = 4;    // b: c, a uniform
+    if (scale_c[i] >= 0) st.mode = 5;  // b: c, a uniform
     // operands read for the last time here give their buffers back first
     for (int o = 0; o < 3; ++o)
       if (idx[o] >= 0 && where[size_t(idx[o])].kind == RefKind::Buffer &&
@@ -1037,6 +1065,13 @@ void TileEvaluator<C>::run(const C* const* in, C* const* out, int64_t n) {
     if constexpr (std::is_same_v<C, float>) {
       if (st.mode == 4) {
         cpu::div_c_plus_exp_neg_f32_loop(ptr(st.r), ptr(st.a), *ptr(st.b), n);
+        continue;
+      }
+      if (st.mode == 5) {
+        if (st.fn == Fn::Sigmoid)
+          cpu::sigmoid_mul_c_f32_loop(ptr(st.r), ptr(st.a), *ptr(st.b), n);
+        else
+          cpu::exp_mul_c_f32_loop(ptr(st.r), ptr(st.a), *ptr(st.b), n);
         continue;
       }
     }
