@@ -15,10 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/jit/expr.h"
 #include "runtime/tensor.h"
 
 namespace mt::jit {
+
+namespace expr {
+struct Program;  // a parsed expression (kernels/jit/expr.h, internal)
+}  // namespace expr
 
 struct PointwiseSpec {
   std::string name;                       // in messages and the kernel's name: "my_silu"
