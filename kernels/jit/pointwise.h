@@ -50,8 +50,8 @@ class Pointwise {
     return single(call(in));
   }
 
-  const PointwiseSpec& spec() const;
-  const expr::Program& program() const;
+  const PointwiseSpec& spec() const;     // inputs filled in (the free names, when inferred)
+  const expr::Program& program() const;  // the parsed expression: internal (jit/expr.h)
   // The generated CUDA source, and the name expression of one kernel in it:
   // "pointwise_vec<float, pw_my_silu, 1, 1, 2>".
   const std::string& cuda_source() const;
