@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "autograd/engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 #include <unordered_map>

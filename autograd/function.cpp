@@ -2,6 +2,7 @@
 #include "autograd/function.h"
 
 #include <cxxabi.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "autograd/node.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <unordered_map>
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "autograd/trace.h"
 
+#include <fmt/format.h>
+
 #include "dispatcher/library.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/fake.h"

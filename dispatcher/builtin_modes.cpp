@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 #include "dispatcher/dispatcher.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "dispatcher/edit_distance.h"
 #include "dispatcher/mode.h"
@@ -17,7 +21,7 @@ namespace mt {
 
 // Note [Dispatch table publication]
 // A call reads an operator's table through one atomic pointer load and takes no lock.
-// Registrations happen under Dispatcher::mutex_: they edit the per-key registration
+// Registrations happen under Dispatcher::State::mutex: they edit the per-key registration
 // lists, build a complete new table and publish it with a release store. Old tables
 // are kept (in OperatorEntry::tables_) for the life of the process: a thread may still
 // be running a kernel it read from one, and the table's KernelFunctions own the kernels'
@@ -377,17 +381,28 @@ bool env_list_has(const char* var, std::string_view word,
 }
 }  // namespace
 
-Dispatcher::Dispatcher() {
+struct Dispatcher::State {
+  std::mutex mutex;  // registrations; never taken on the call path
+  std::unordered_map<std::string, std::unique_ptr<OperatorEntry>> ops;
+  std::array<std::vector<OperatorEntry::Registration>, kNumDispatchKeys> fallbacks;  // newest first
+  std::unordered_map<uint64_t, std::pair<OperatorEntry*, int>> by_id;                // key -1: def
+  uint64_t next_id = 1;
+};
+
+Dispatcher::Dispatcher() : state_(std::make_unique<State>()) {
   const bool why = env_list_has("MT_TRACE", "dispatch:why", {"dispatch"}, /*warn=*/false);
   if (env_list_has("MT_TRACE", "dispatch", {"dispatch:why"}) || why)
     detail::g_trace_dispatch.store(true);
   detail::g_trace_why.store(why);
   // The Mode key's fallback (Note [Dispatch modes]): part of every table from the start.
-  fallbacks_[size_t(DispatchKey::Mode)].push_front(
-      {next_id_++, detail::mode_fallback_kernel(), detail::mode_fallback_debug()});
+  state_->fallbacks[size_t(DispatchKey::Mode)].insert(
+      state_->fallbacks[size_t(DispatchKey::Mode)].begin(),
+      {state_->next_id++, detail::mode_fallback_kernel(), detail::mode_fallback_debug()});
   if (env_list_has("MT_LOG", "registration", {"jit", "compile", "autotune"}))
     log_registrations_.store(true);
 }
+
+Dispatcher::~Dispatcher() = default;
 
 Dispatcher& Dispatcher::singleton() {
   static Dispatcher* d = new Dispatcher();  // never destroyed: static kernels may outlive main
@@ -409,16 +424,16 @@ void Dispatcher::rebuild_locked(OperatorEntry& e) {
   std::array<KernelFunction, kNumDispatchKeys> fb;
   std::array<std::string, kNumDispatchKeys> fb_debug;
   for (int k = 0; k < kNumDispatchKeys; ++k) {
-    if (!fallbacks_[size_t(k)].empty()) {
-      fb[size_t(k)] = fallbacks_[size_t(k)].front().kernel;
-      fb_debug[size_t(k)] = fallbacks_[size_t(k)].front().debug;
+    if (!state_->fallbacks[size_t(k)].empty()) {
+      fb[size_t(k)] = state_->fallbacks[size_t(k)].front().kernel;
+      fb_debug[size_t(k)] = state_->fallbacks[size_t(k)].front().debug;
     }
   }
   e.rebuild(fb, fb_debug);
 }
 
 OperatorEntry& Dispatcher::entry_locked(const OperatorName& name) {
-  auto& slot = ops_[name.str()];
+  auto& slot = state_->ops[name.str()];
   if (!slot) {
     slot = std::make_unique<OperatorEntry>(name);
     rebuild_locked(*slot);
@@ -427,10 +442,10 @@ OperatorEntry& Dispatcher::entry_locked(const OperatorName& name) {
 }
 
 uint64_t Dispatcher::def(FunctionSchema schema, std::string debug, TagSet tags) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(state_->mutex);
   OperatorName name{schema.ns, schema.name, schema.overload};
-  auto it = ops_.find(name.str());
-  if (it != ops_.end()) {
+  auto it = state_->ops.find(name.str());
+  if (it != state_->ops.end()) {
     OperatorEntry& e = *it->second;
     const OperatorEntry::DefinedSchema* old = e.defined();
     MT_CHECK(old == nullptr,
@@ -446,7 +461,7 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug, TagSet tags) 
               schema.str(), r.debug, r.kernel.signature()->str());
   }
   OperatorEntry& e = entry_locked(name);
-  uint64_t id = next_id_++;
+  uint64_t id = state_->next_id++;
   if (log_registrations_)
     log(fmt::format("[registration] def {}{} at {}", schema.str(),
                     tags.empty() ? "" : " tags: " + tags.str(), debug));
@@ -455,7 +470,7 @@ uint64_t Dispatcher::def(FunctionSchema schema, std::string debug, TagSet tags) 
   e.schema_.store(d.get(), std::memory_order_release);  // Note [Schema publication]
   e.schemas_.push_back(std::move(d));
   e.ever_defined_.store(true, std::memory_order_relaxed);
-  by_id_[id] = {&e, -1};
+  state_->by_id[id] = {&e, -1};
   return id;
 }
 
@@ -512,9 +527,10 @@ KernelFunction always_fake(KernelFunction kernel, std::string debug) {
 uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFunction kernel,
                           std::string debug) {
   OperatorName name = parse_operator_name(name_text);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ops_.find(name.str());
-  const OperatorEntry::DefinedSchema* def = it != ops_.end() ? it->second->defined() : nullptr;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->ops.find(name.str());
+  const OperatorEntry::DefinedSchema* def =
+      it != state_->ops.end() ? it->second->defined() : nullptr;
   if (def && kernel.signature() && !kernel.signature()->matches(def->schema)) {
     MT_ERROR(
         "[impl] the {} kernel for '{}' (at {}) has the C++ signature {}, but the schema is "
@@ -525,37 +541,39 @@ uint64_t Dispatcher::impl(std::string_view name_text, DispatchKey key, KernelFun
       kernel.kind() != KernelFunction::Kind::Fallthrough)
     kernel = always_fake(std::move(kernel), debug);  // Note [Fake is always fake]
   OperatorEntry& e = entry_locked(name);
-  uint64_t id = next_id_++;
+  uint64_t id = state_->next_id++;
   if (log_registrations_)
     log(fmt::format("[registration] impl {} for {} at {}", name.str(), dispatch_key_name(key),
                     debug));
-  e.kernels_[size_t(key)].push_front({id, std::move(kernel), std::move(debug)});
-  by_id_[id] = {&e, int(key)};
+  auto& regs = e.kernels_[size_t(key)];
+  regs.insert(regs.begin(), {id, std::move(kernel), std::move(debug)});
+  state_->by_id[id] = {&e, int(key)};
   rebuild_locked(e);
   return id;
 }
 
 uint64_t Dispatcher::fallback(DispatchKey key, KernelFunction kernel, std::string debug) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  uint64_t id = next_id_++;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  uint64_t id = state_->next_id++;
   if (log_registrations_)
     log(fmt::format("[registration] fallback for {} at {}", dispatch_key_name(key), debug));
-  fallbacks_[size_t(key)].push_front({id, std::move(kernel), std::move(debug)});
-  by_id_[id] = {nullptr, int(key)};
-  for (auto& [_, e] : ops_) rebuild_locked(*e);
+  auto& regs = state_->fallbacks[size_t(key)];
+  regs.insert(regs.begin(), {id, std::move(kernel), std::move(debug)});
+  state_->by_id[id] = {nullptr, int(key)};
+  for (auto& [_, e] : state_->ops) rebuild_locked(*e);
   return id;
 }
 
 void Dispatcher::deregister(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return;  // already undone
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->by_id.find(id);
+  if (it == state_->by_id.end()) return;  // already undone
   // Plain variables, not a structured binding: the lambda below captures them (clang 15 does
   // not let a lambda capture a structured binding).
   OperatorEntry* const entry = it->second.first;
   const int key = it->second.second;
-  by_id_.erase(it);
-  auto drop = [&](std::list<OperatorEntry::Registration>& regs, const char* what) {
+  state_->by_id.erase(it);
+  auto drop = [&](std::vector<OperatorEntry::Registration>& regs, const char* what) {
     for (auto r = regs.begin(); r != regs.end(); ++r) {
       if (r->id != id) continue;
       if (log_registrations_)
@@ -567,8 +585,8 @@ void Dispatcher::deregister(uint64_t id) {
     }
   };
   if (entry == nullptr) {
-    drop(fallbacks_[size_t(key)], "fallback");
-    for (auto& [_, e] : ops_) rebuild_locked(*e);
+    drop(state_->fallbacks[size_t(key)], "fallback");
+    for (auto& [_, e] : state_->ops) rebuild_locked(*e);
     return;
   }
   if (key < 0) {
@@ -584,9 +602,9 @@ void Dispatcher::deregister(uint64_t id) {
 
 void Dispatcher::set_kernel_enabled(std::string_view name, DispatchKey key, bool enabled) {
   check_operator_name(name);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end() && it->second->has_schema(),
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->ops.find(std::string(name));
+  MT_CHECK(it != state_->ops.end() && it->second->has_schema(),
            "[set_kernel_enabled] no operator named {} is registered", mt::quoted(name));
   OperatorEntry& e = *it->second;
   const uint64_t bit = uint64_t(1) << int(key);
@@ -598,9 +616,9 @@ void Dispatcher::set_kernel_enabled(std::string_view name, DispatchKey key, bool
 }
 
 std::optional<OperatorHandle> Dispatcher::find(std::string_view name) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ops_.find(std::string(name));
-  if (it == ops_.end() || !it->second->has_schema()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->ops.find(std::string(name));
+  if (it == state_->ops.end() || !it->second->has_schema()) return std::nullopt;
   return OperatorHandle(it->second.get());
 }
 
@@ -609,9 +627,10 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
   if (auto h = find(name)) return *h;
   std::vector<std::pair<size_t, std::string>> close;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = ops_.find(std::string(name));
-    if (it != ops_.end() && it->second->ever_defined_.load() && !it->second->schemas_.empty()) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto it = state_->ops.find(std::string(name));
+    if (it != state_->ops.end() && it->second->ever_defined_.load() &&
+        !it->second->schemas_.empty()) {
       MT_ERROR(
           "[dispatcher] {} was defined at {}, and then dropped: the Library or custom_op "
           "handle that defined it was destroyed, which undoes its registrations. Keep that "
@@ -620,7 +639,7 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
           "for the process",
           mt::quoted(name), it->second->schemas_.back()->debug);
     }
-    for (auto& [n, e] : ops_) {
+    for (auto& [n, e] : state_->ops) {
       if (!e->has_schema()) continue;
       size_t d = detail::edit_distance(name, n);
       if (d <= std::max<size_t>(2, name.size() / 4)) close.emplace_back(d, n);
@@ -640,9 +659,9 @@ OperatorHandle Dispatcher::find_or_throw(std::string_view name) {
 }
 
 std::vector<OperatorName> Dispatcher::all_ops() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(state_->mutex);
   std::vector<OperatorName> out;
-  for (auto& [_, e] : ops_)
+  for (auto& [_, e] : state_->ops)
     if (e->has_schema()) out.push_back(e->name());
   std::sort(out.begin(), out.end(),
             [](const OperatorName& a, const OperatorName& b) { return a.str() < b.str(); });
@@ -651,24 +670,25 @@ std::vector<OperatorName> Dispatcher::all_ops() {
 
 std::string Dispatcher::dump(std::string_view name) {
   check_operator_name(name);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end(), "[dump] no operator named {} is registered", mt::quoted(name));
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->ops.find(std::string(name));
+  MT_CHECK(it != state_->ops.end(), "[dump] no operator named {} is registered", mt::quoted(name));
   return it->second->dump();
 }
 
 std::string Dispatcher::dump_table(std::string_view name) {
   check_operator_name(name);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ops_.find(std::string(name));
-  MT_CHECK(it != ops_.end(), "[dump_table] no operator named {} is registered", mt::quoted(name));
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->ops.find(std::string(name));
+  MT_CHECK(it != state_->ops.end(), "[dump_table] no operator named {} is registered",
+           mt::quoted(name));
   return it->second->dump_table();
 }
 
 std::vector<std::string> Dispatcher::find_dangling_impls() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(state_->mutex);
   std::vector<std::string> out;
-  for (auto& [n, e] : ops_) {
+  for (auto& [n, e] : state_->ops) {
     if (e->has_schema()) continue;
     bool any = false;
     for (auto& regs : e->kernels_) any = any || !regs.empty();

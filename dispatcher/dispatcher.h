@@ -5,13 +5,11 @@
 
 #include <array>
 #include <atomic>
-#include <list>
+#include <functional>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <source_location>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "dispatcher/kernel_function.h"
 #include "dispatcher/schema.h"
@@ -146,7 +144,7 @@ class OperatorEntry {
   std::atomic<const DefinedSchema*> schema_{nullptr};
   std::vector<std::unique_ptr<DefinedSchema>> schemas_;  // every schema ever published
   std::atomic<bool> ever_defined_{false};  // a missing schema then means a dropped def
-  std::array<std::list<Registration>, kNumDispatchKeys> kernels_;  // newest first
+  std::array<std::vector<Registration>, kNumDispatchKeys> kernels_;  // newest first
   std::atomic<const DispatchTable*> table_{nullptr};
   std::vector<std::unique_ptr<DispatchTable>> tables_;  // every table ever published
   uint64_t disabled_ = 0;  // bit k: the kernels at key k are switched off (set_kernel_enabled)
@@ -296,14 +294,13 @@ class Dispatcher {
 
  private:
   Dispatcher();
+  ~Dispatcher();
   OperatorEntry& entry_locked(const OperatorName& name);
   void rebuild_locked(OperatorEntry& e);
 
-  std::mutex mutex_;  // registrations; never taken on the call path
-  std::unordered_map<std::string, std::unique_ptr<OperatorEntry>> ops_;
-  std::array<std::list<OperatorEntry::Registration>, kNumDispatchKeys> fallbacks_;
-  std::unordered_map<uint64_t, std::pair<OperatorEntry*, int>> by_id_;  // key -1: def
-  uint64_t next_id_ = 1;
+  // The registries and their lock (dispatcher.cpp); never touched on the call path.
+  struct State;
+  std::unique_ptr<State> state_;
   std::atomic<bool> log_registrations_{false};
 };
 

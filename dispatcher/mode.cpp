@@ -4,8 +4,11 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <list>
 #include <map>
+#include <mutex>
 #include <shared_mutex>
+#include <thread>
 
 #include "dispatcher/library.h"
 
@@ -15,7 +18,8 @@ namespace {
 struct ModeEntry {
   DispatchMode* mode;
   uint64_t id;
-  std::atomic<bool> abandoned{false};  // its guard was destroyed on another thread
+  std::atomic<bool> abandoned{false};                   // its guard was destroyed on another thread
+  std::thread::id thread = std::this_thread::get_id();  // the thread whose stack holds it
   ModeEntry(DispatchMode* m, uint64_t i) : mode(m), id(i) {}
 };
 
@@ -164,8 +168,7 @@ void DispatchMode::redispatch(const OperatorHandle& op, Stack& stack) {
 
 // ---- ModeGuard ---------------------------------------------------------------------------
 
-ModeGuard::ModeGuard(DispatchMode& mode)
-    : mode_(&mode), id_(g_next_guard.fetch_add(1)), thread_(std::this_thread::get_id()) {
+ModeGuard::ModeGuard(DispatchMode& mode) : mode_(&mode), id_(g_next_guard.fetch_add(1)) {
   settle();
   auto e = std::make_shared<ModeEntry>(&mode, id_);
   t_modes.entries.push_back(e);
@@ -175,7 +178,7 @@ ModeGuard::ModeGuard(DispatchMode& mode)
 
 ModeGuard::~ModeGuard() {
   auto* e = static_cast<ModeEntry*>(entry_.get());
-  if (std::this_thread::get_id() != thread_) {
+  if (std::this_thread::get_id() != e->thread) {
     e->abandoned.store(true);  // the owning thread drops it at its next mode call
     Dispatcher::singleton().log(misuse(*mode_, "on another thread"));
     return;

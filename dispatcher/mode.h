@@ -8,7 +8,6 @@
 #include <memory>
 #include <source_location>
 #include <string>
-#include <thread>
 #include <typeindex>
 
 #include "dispatcher/dispatcher.h"
@@ -56,8 +55,7 @@ class ModeGuard {
  private:
   DispatchMode* mode_;
   uint64_t id_;
-  std::thread::id thread_;
-  std::shared_ptr<void> entry_;  // the stack entry, shared with the owning thread
+  std::shared_ptr<void> entry_;  // the stack entry (with its thread), shared with the owning thread
 };
 
 // The modes active on this thread, innermost last (names, for messages and tests).

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "dispatcher/value.h"
 
+#include <fmt/format.h>
+
 namespace mt {
 
 std::string_view Value::type_name() const {

@@ -11,6 +11,7 @@
 // library file expands them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace mt::ew {

@@ -2,11 +2,11 @@
 // Device: where a tensor's memory lives (cpu, or cuda:N).
 #pragma once
 
-#include <fmt/format.h>
-
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "runtime/error.h"
 
 namespace mt {
 
@@ -33,8 +33,6 @@ std::string_view device_type_name(DeviceType t);  // "cpu", "cuda"
 }  // namespace mt
 
 template <>
-struct fmt::formatter<mt::Device> : fmt::formatter<std::string_view> {
-  auto format(const mt::Device& d, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string_view>::format(d.str(), ctx);
-  }
+struct fmt::formatter<mt::Device> : mt::detail::TextFormatter {
+  auto format(const mt::Device& d, fmt::format_context& ctx) const { return write(d.str(), ctx); }
 };

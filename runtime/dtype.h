@@ -2,8 +2,6 @@
 // Element types: DType, the two 16-bit float storage types, and type promotion.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -126,8 +124,6 @@ decltype(auto) visit_dtype(DType t, Fn&& fn) {
 }  // namespace mt
 
 template <>
-struct fmt::formatter<mt::DType> : fmt::formatter<std::string_view> {
-  auto format(mt::DType t, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string_view>::format(mt::dtype_name(t), ctx);
-  }
+struct fmt::formatter<mt::DType> : mt::detail::TextFormatter {
+  auto format(mt::DType t, fmt::format_context& ctx) const { return write(mt::dtype_name(t), ctx); }
 };

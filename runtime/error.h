@@ -3,7 +3,7 @@
 // User mistakes throw mt::Error (never abort); MT_ASSERT guards internal invariants.
 #pragma once
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <stdexcept>
 #include <string>
@@ -28,48 +28,7 @@ class InternalError : public Error {
 // characters (NUL, newlines, terminal escapes, C1 controls) and bytes that are not UTF-8
 // written as \n, \t, \r or \xNN, so what() is never cut short and a terminal shows it
 // as it is.
-inline std::string quoted(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "'";
-  auto hex = [&](unsigned char c) { out += "\\x", out += kHex[c >> 4], out += kHex[c & 15]; };
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == '\'' || c == '\\') {
-      out += '\\', out += char(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c == 0x7f) {
-      hex(c);
-    } else if (c < 0x80) {
-      out += char(c);
-    } else {
-      // A well-formed UTF-8 sequence (no overlongs, surrogates or C1 controls) stays.
-      const size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-                       : c >= 0xe0 && c <= 0xef ? 3
-                       : c >= 0xf0 && c <= 0xf4 ? 4
-                                                : 0;
-      bool ok = n != 0 && i + n <= s.size();
-      for (size_t k = 1; ok && k < n; ++k)
-        ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-      if (ok) {
-        const auto c1 = static_cast<unsigned char>(s[i + 1]);
-        ok = !(c == 0xc2 && c1 < 0xa0) && !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) &&
-             !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
-      }
-      if (!ok) {
-        hex(c);
-        continue;
-      }
-      out.append(s.substr(i, n));
-      i += n - 1;
-    }
-  }
-  return out + "'";
-}
+std::string quoted(std::string_view s);
 
 namespace detail {
 [[noreturn]] void throw_error(std::string msg);
@@ -80,6 +39,26 @@ std::string format_msg(fmt::format_string<Args...> f, Args&&... args) {
   return fmt::format(f, std::forward<Args>(args)...);
 }
 inline std::string format_msg() { return {}; }
+
+// The fmt formatter of a type shown as its text (Device, DType, Shape, Tensor), with a
+// string's format spec ("{:>8}"), written through fmt::runtime: the public headers then
+// need only <fmt/core.h>, whose formatter<string_view>::format is in <fmt/format.h>.
+struct TextFormatter {
+  std::string_view spec;  // after the ':', e.g. ">8"; a nested "{}" is not supported
+  constexpr auto parse(fmt::format_parse_context& ctx) {
+    auto it = ctx.begin();
+    while (it != ctx.end() && *it != '}') {
+      if (*it == '{') ctx.on_error("minitensor's types take no nested {} in a format spec");
+      ++it;
+    }
+    spec = std::string_view(ctx.begin(), size_t(it - ctx.begin()));
+    return it;
+  }
+  auto write(std::string_view text, fmt::format_context& ctx) const {
+    if (spec.empty()) return fmt::format_to(ctx.out(), "{}", text);
+    return fmt::format_to(ctx.out(), fmt::runtime("{:" + std::string(spec) + "}"), text);
+  }
+};
 }  // namespace detail
 
 }  // namespace mt

@@ -3,9 +3,6 @@
 // a tensor allocates nothing for its metadata.
 #pragma once
 
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -26,7 +23,7 @@ class Shape {
   explicit Shape(size_t n, int64_t value = 0) {
     check_size(n);
     n_ = uint8_t(n);
-    std::fill(d_, d_ + n, value);
+    for (size_t i = 0; i < n; ++i) d_[i] = value;
   }
 
   size_t size() const { return n_; }
@@ -48,12 +45,12 @@ class Shape {
   }
   void insert(size_t pos, int64_t v) {
     check_size(n_ + 1u);
-    std::copy_backward(d_ + pos, d_ + n_, d_ + n_ + 1);
+    for (size_t i = n_; i > pos; --i) d_[i] = d_[i - 1];
     d_[pos] = v;
     ++n_;
   }
   void erase(size_t pos) {
-    std::copy(d_ + pos + 1, d_ + n_, d_ + pos);
+    for (size_t i = pos + 1; i < n_; ++i) d_[i - 1] = d_[i];
     --n_;
   }
   void resize(size_t n, int64_t value = 0) {
@@ -65,7 +62,10 @@ class Shape {
   operator std::span<const int64_t>() const { return {d_, n_}; }  // NOLINT
 
   friend bool operator==(const Shape& a, const Shape& b) {
-    return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin());
+    if (a.n_ != b.n_) return false;
+    for (size_t i = 0; i < a.n_; ++i)
+      if (a.d_[i] != b.d_[i]) return false;
+    return true;
   }
 
  private:
@@ -74,7 +74,7 @@ class Shape {
     size_t n = size_t(e - b);
     check_size(n);
     n_ = uint8_t(n);
-    std::copy(b, e, d_);
+    for (size_t i = 0; i < n; ++i) d_[i] = int64_t(b[i]);
   }
   static void check_size(size_t n) {
     MT_CHECK(n <= size_t(kMaxDims), "[shape] tensors have at most {} dimensions, got {}", kMaxDims,
@@ -88,6 +88,8 @@ namespace detail {
 // "[op] the sizes [...] have 2^64 elements, more than int64 can count; ..." (or a
 // negative size): the error of checked_numel.
 [[noreturn]] void throw_bad_shape(const Shape& s, const char* op);
+// "[2, 3]": the text of fmt's "{}" for a Shape.
+std::string shape_str(const Shape& s);
 }  // namespace detail
 
 // Note [Checked shapes]
@@ -120,9 +122,8 @@ inline int64_t shape_numel(const Shape& s) {
 }  // namespace mt
 
 template <>
-struct fmt::formatter<mt::Shape> {
-  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+struct fmt::formatter<mt::Shape> : mt::detail::TextFormatter {
   auto format(const mt::Shape& s, fmt::format_context& ctx) const {
-    return fmt::format_to(ctx.out(), "[{}]", fmt::join(s.begin(), s.end(), ", "));
+    return write(mt::detail::shape_str(s), ctx);
   }
 };

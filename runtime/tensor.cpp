@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "runtime/tensor.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -236,6 +239,10 @@ bool all_powers_of_two(const Shape& s) {
 }  // namespace
 
 namespace detail {
+
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s.begin(), s.end(), ", "));
+}
 
 void throw_bad_shape(const Shape& s, const char* op) {
   for (int64_t v : s)

@@ -3,11 +3,9 @@
 // a device and a Storage (none for a fake tensor), plus the autograd slot.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -328,8 +326,6 @@ T Tensor::item() const {
 }  // namespace mt
 
 template <>
-struct fmt::formatter<mt::Tensor> : fmt::formatter<std::string_view> {
-  auto format(const mt::Tensor& t, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string_view>::format(t.str(), ctx);
-  }
+struct fmt::formatter<mt::Tensor> : mt::detail::TextFormatter {
+  auto format(const mt::Tensor& t, fmt::format_context& ctx) const { return write(t.str(), ctx); }
 };

@@ -3,7 +3,9 @@
 // empty, odd and threading-sized shapes, broadcast and non-contiguous views, and every
 // dtype each kernel takes.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>

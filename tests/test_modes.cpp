@@ -3,6 +3,7 @@
 // errors and misuse, rules, FlopCounterMode and DebugMode.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <thread>

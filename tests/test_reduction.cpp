@@ -6,6 +6,7 @@
 // Cases marked "(gpu)" run on cuda:0 and are skipped where there is none.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>

@@ -88,6 +88,16 @@ TEST_CASE("device: parse and print") {
   CHECK_THROWS_AS(Device("cpu:1"), Error);
 }
 
+TEST_CASE("fmt: Device, DType, Shape and Tensor print as text, with a string's format spec") {
+  CHECK(fmt::format("{} {} {}", DType::BFloat16, Device("cuda:2"), Shape{2, 3}) ==
+        "bfloat16 cuda:2 [2, 3]");
+  CHECK(fmt::format("{}", Shape{}) == "[]");
+  CHECK(fmt::format("[{:>8}]", DType::Float32) == "[ float32]");
+  CHECK(fmt::format("[{:<6}]", Device("cpu")) == "[cpu   ]");
+  CHECK(fmt::format("[{:^10}]", Shape{2, 3}) == "[  [2, 3]  ]");
+  CHECK(fmt::format("{:.6}", ones({1})) == "tensor");
+}
+
 TEST_CASE("dispatch keys: highest wins, set algebra") {
   DispatchKeySet s{DispatchKey::CPU, DispatchKey::Autograd};
   CHECK(s.highest() == DispatchKey::Autograd);

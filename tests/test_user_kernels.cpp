@@ -12,6 +12,7 @@
 
 #include "helpers.h"
 #include "kernels/jit/builtin.h"
+#include "kernels/jit/expr.h"
 #include "kernels/jit/module.h"
 #include "kernels/jit/nvrtc.h"
 #include "minitensor.h"

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // mt::capture: run a function on fake tensors with every op call observed, and keep the
 // calls as a graph; Graph::str and Graph::dot print it.
+#include <fmt/format.h>
+
 #include <unordered_map>
 
 #include "autograd/trace.h"

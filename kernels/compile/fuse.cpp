@@ -2,6 +2,8 @@
 // Pointwise fusion: chains of elementwise op calls in a captured graph become one
 // generated kernel each, written as a jit::pointwise expression, or as the map of a
 // jit::reduction when the sum or mean that reads the chain's result joins it.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // mt::compile: guards, the cache of compiled plans, and replay without the dispatcher
 // (kernels called directly on CPU; on CUDA, through a CUDA graph when one can be captured).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

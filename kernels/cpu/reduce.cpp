@@ -14,6 +14,8 @@
 //    at a time, which vectorizes, pairwise over the rows.
 // Chunks and tiles depend on the shapes only, never on the thread count, so results
 // are the same with 1 or N threads.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -15,6 +15,8 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include "kernels/jit/cache.h"
@@ -233,27 +235,44 @@ AutotuneConfig AutotuneConfig::from_env() {
   return c;
 }
 
+struct Autotuner::State {
+  struct Entry {
+    std::optional<TuneChoice> tuned;  // Tuned or Disk
+    std::optional<TuneChoice> last;
+  };
+  State(AutotuneConfig config, TuneTiming timing)
+      : timing_(std::move(timing)), config_(std::move(config)) {}
+  TuneTiming timing_;
+  std::mutex mutex_;  // guards config_, entries_, stats_, tags_, warned_
+  AutotuneConfig config_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<int, std::string> tags_;
+  AutotuneStats stats_;
+  bool warned_ = false;
+  std::recursive_mutex tuning_;  // one tuning at a time, so timings do not overlap
+};
+
 Autotuner::Autotuner(AutotuneConfig config, TuneTiming timing)
-    : timing_(std::move(timing)), config_(std::move(config)) {
-  MT_CHECK(config_.warmup >= 0 && config_.reps >= 1,
+    : state_(std::make_unique<State>(std::move(config), std::move(timing))) {
+  MT_CHECK(state_->config_.warmup >= 0 && state_->config_.reps >= 1,
            "[autotune] warmup must be at least 0 and reps at least 1, got {} and {}",
-           config_.warmup, config_.reps);
-  MT_CHECK(timing_.device_tag && timing_.time_ms,
+           state_->config_.warmup, state_->config_.reps);
+  MT_CHECK(state_->timing_.device_tag && state_->timing_.time_ms,
            "[autotune] the timing needs device_tag and time_ms (cuda_event_timing() has both)");
 }
 
 std::string Autotuner::full_key(std::string_view key, int device) const {
   std::string tag;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = tags_.find(device); it != tags_.end()) tag = it->second;
+    std::lock_guard<std::mutex> lock(state_->mutex_);
+    if (auto it = state_->tags_.find(device); it != state_->tags_.end()) tag = it->second;
   }
   if (tag.empty()) {
-    tag = timing_.device_tag(device);
+    tag = state_->timing_.device_tag(device);
     MT_CHECK(clean(tag) && !tag.empty(), "[autotune] device tag {} of device {} is not one line",
              mt::quoted(tag), device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    tags_[device] = tag;
+    std::lock_guard<std::mutex> lock(state_->mutex_);
+    state_->tags_[device] = tag;
   }
   tag += '\t';
   tag += key;
@@ -270,17 +289,17 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
           "[autotune] key '{}' was run again by one of its own candidates; a candidate must "
           "launch its kernels itself, not call the op it tunes (that recursion never ends)",
           key));
-  // Forced, off, or remembered: decided under mutex_, run outside it.
+  // Forced, off, or remembered: decided under state_->mutex_, run outside it.
   auto settled = [&]() -> size_t {
     size_t forced = force.empty() ? kNone : index_of(candidates, force);
-    for (size_t i = 0; forced == kNone && i < config_.force.size(); ++i)
-      forced = index_of(candidates, config_.force[i]);
-    Entry& e = entries_[full];
+    for (size_t i = 0; forced == kNone && i < state_->config_.force.size(); ++i)
+      forced = index_of(candidates, state_->config_.force[i]);
+    State::Entry& e = state_->entries_[full];
     TuneChoice::Source source;
     size_t index;
     if (forced != kNone) {
       source = TuneChoice::Source::Forced, index = forced;
-    } else if (!config_.enabled) {
+    } else if (!state_->config_.enabled) {
       source = TuneChoice::Source::Default, index = 0;
     } else if (e.tuned && same_names(e.tuned->candidates, candidates)) {
       if (!e.last || e.last->source != e.tuned->source || e.last->index != e.tuned->index)
@@ -298,7 +317,7 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     return index;
   };
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(state_->mutex_);
     if (const size_t i = settled(); i != kNone) {
       lock.unlock();
       run_candidate(full, key, candidates[i]);
@@ -306,9 +325,9 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     }
   }
   check_candidates(key, candidates);
-  std::unique_lock<std::recursive_mutex> tuning(tuning_);
+  std::unique_lock<std::recursive_mutex> tuning(state_->tuning_);
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(state_->mutex_);
     if (const size_t i = settled(); i != kNone) {  // another thread tuned it meanwhile
       lock.unlock();
       tuning.unlock();
@@ -320,11 +339,11 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
   for (const auto& c : candidates) names.push_back(c.name);
   const std::string tag = full.substr(0, full.find('\t'));
   std::optional<TuneChoice> found = load(tag, key, names);
-  if (!found && timing_.busy && timing_.busy(device)) {
+  if (!found && state_->timing_.busy && state_->timing_.busy(device)) {
     // No timing during a graph capture: the first candidate, tuned on a later call.
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      entries_[full].last = TuneChoice{
+      std::lock_guard<std::mutex> lock(state_->mutex_);
+      state_->entries_[full].last = TuneChoice{
           .name = names[0], .index = 0, .source = TuneChoice::Source::Default, .candidates = names};
     }
     tuning.unlock();
@@ -336,8 +355,8 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
     const auto t0 = std::chrono::steady_clock::now();
     int warmup, reps;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      warmup = config_.warmup, reps = config_.reps;
+      std::lock_guard<std::mutex> lock(state_->mutex_);
+      warmup = state_->config_.warmup, reps = state_->config_.reps;
     }
     TuneChoice c{.source = TuneChoice::Source::Tuned, .candidates = names};
     c.ms.assign(names.size(), std::numeric_limits<double>::infinity());
@@ -348,7 +367,7 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
         RunningKey running(full);
         for (int w = 0; w < warmup; ++w, ++calls) candidates[i].run();
         calls += uint64_t(reps);
-        const std::vector<double> ms = timing_.time_ms(device, candidates[i].run, reps);
+        const std::vector<double> ms = state_->timing_.time_ms(device, candidates[i].run, reps);
         MT_CHECK(!ms.empty(), "[autotune] the timing gave no times for '{}'", names[i]);
         for (double m : ms)
           MT_CHECK(std::isfinite(m) && m >= 0,
@@ -363,8 +382,8 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
       }
     }
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.timed_runs += calls;
+      std::lock_guard<std::mutex> lock(state_->mutex_);
+      state_->stats_.timed_runs += calls;
     }
     c.index = size_t(std::min_element(c.ms.begin(), c.ms.end()) - c.ms.begin());
     if (!std::isfinite(c.ms[c.index])) {
@@ -389,10 +408,10 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
   }
   const size_t index = found->index;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    (timed ? stats_.tunings : stats_.disk_hits) += 1;
-    if (timed) stats_.timed_runs += 1;  // the final run below
-    Entry& e = entries_[full];
+    std::lock_guard<std::mutex> lock(state_->mutex_);
+    (timed ? state_->stats_.tunings : state_->stats_.disk_hits) += 1;
+    if (timed) state_->stats_.timed_runs += 1;  // the final run below
+    State::Entry& e = state_->entries_[full];
     e.tuned = found;
     e.last = std::move(found);
   }
@@ -403,41 +422,41 @@ size_t Autotuner::run(std::string_view key, const std::vector<TuneCandidate>& ca
 
 std::optional<TuneChoice> Autotuner::choice(std::string_view key, int device) const {
   const std::string full = full_key(key, device);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(full);
-  if (it == entries_.end()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(state_->mutex_);
+  auto it = state_->entries_.find(full);
+  if (it == state_->entries_.end()) return std::nullopt;
   return it->second.last;
 }
 
 AutotuneConfig Autotuner::config() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return config_;
+  std::lock_guard<std::mutex> lock(state_->mutex_);
+  return state_->config_;
 }
 
 void Autotuner::set_enabled(bool on) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  config_.enabled = on;
+  std::lock_guard<std::mutex> lock(state_->mutex_);
+  state_->config_.enabled = on;
 }
 
 void Autotuner::set_force(std::vector<std::string> names) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  config_.force = std::move(names);
+  std::lock_guard<std::mutex> lock(state_->mutex_);
+  state_->config_.force = std::move(names);
 }
 
 AutotuneStats Autotuner::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  std::lock_guard<std::mutex> lock(state_->mutex_);
+  return state_->stats_;
 }
 
 void Autotuner::clear_memory() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_.clear();
+  std::lock_guard<std::mutex> lock(state_->mutex_);
+  state_->entries_.clear();
 }
 
 void Autotuner::warn(const std::string& problem) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (std::exchange(warned_, true)) return;
+    std::lock_guard<std::mutex> lock(state_->mutex_);
+    if (std::exchange(state_->warned_, true)) return;
   }
   std::fprintf(stderr,
                "minitensor: [autotune] %s; tuning results are kept in memory only (set "
@@ -553,6 +572,8 @@ void Autotuner::store(const std::string& tag, std::string_view key, const TuneCh
   }
   if (!problem.empty()) warn(problem);
 }
+
+Autotuner::~Autotuner() = default;
 
 Autotuner& autotuner() {
   static Autotuner tuner(AutotuneConfig::from_env());

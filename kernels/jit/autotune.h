@@ -16,11 +16,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace mt::jit {
@@ -84,6 +83,7 @@ struct AutotuneStats {
 class Autotuner {
  public:
   explicit Autotuner(AutotuneConfig config, TuneTiming timing = cuda_event_timing());
+  ~Autotuner();
   Autotuner(const Autotuner&) = delete;
   Autotuner& operator=(const Autotuner&) = delete;
 
@@ -111,24 +111,14 @@ class Autotuner {
   void clear_memory();
 
  private:
-  struct Entry {
-    std::optional<TuneChoice> tuned;  // Tuned or Disk
-    std::optional<TuneChoice> last;
-  };
   std::string full_key(std::string_view key, int device) const;
   std::optional<TuneChoice> load(const std::string& tag, std::string_view key,
                                  const std::vector<std::string>& names);
   void store(const std::string& tag, std::string_view key, const TuneChoice& c);
   void warn(const std::string& problem);
 
-  TuneTiming timing_;
-  mutable std::mutex mutex_;  // guards config_, entries_, stats_, tags_, warned_
-  AutotuneConfig config_;
-  std::unordered_map<std::string, Entry> entries_;
-  mutable std::unordered_map<int, std::string> tags_;
-  AutotuneStats stats_;
-  bool warned_ = false;
-  std::recursive_mutex tuning_;  // one tuning at a time, so timings do not overlap
+  struct State;  // the timing, the choices and their locks (autotune.cpp)
+  std::unique_ptr<State> state_;
 };
 
 // The process's autotuner, configured from the environment on first use.

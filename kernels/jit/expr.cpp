@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "kernels/jit/expr.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "kernels/jit/pointwise.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -8,6 +10,7 @@
 #include "autograd/grad_mode.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
+#include "kernels/jit/expr.h"
 #include "kernels/jit/generated.h"
 #include "kernels/jit/module.h"
 #include "runtime/error.h"

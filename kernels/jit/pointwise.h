@@ -15,10 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/jit/expr.h"
 #include "runtime/tensor.h"
 
 namespace mt::jit {
+
+namespace expr {
+struct Program;  // a parsed expression (kernels/jit/expr.h, internal)
+}  // namespace expr
 
 struct PointwiseSpec {
   std::string name;                       // in messages and the kernel's name: "my_silu"
@@ -47,8 +50,8 @@ class Pointwise {
     return single(call(in));
   }
 
-  const PointwiseSpec& spec() const;
-  const expr::Program& program() const;
+  const PointwiseSpec& spec() const;     // inputs filled in (the free names, when inferred)
+  const expr::Program& program() const;  // the parsed expression: internal (jit/expr.h)
   // The generated CUDA source, and the name expression of one kernel in it:
   // "pointwise_vec<float, pw_my_silu, 1, 1, 2>".
   const std::string& cuda_source() const;

@@ -16,10 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/jit/expr.h"
 #include "runtime/tensor.h"
 
 namespace mt::jit {
+
+namespace expr {
+struct Program;  // a parsed expression (kernels/jit/expr.h, internal)
+}  // namespace expr
 
 struct ReductionSpec {
   std::string name = {};                 // in messages and the kernels' names: "sumsq"
@@ -56,8 +59,8 @@ class Reduction {
   const ReductionSpec& spec() const;  // inputs filled in, post as given
   ReduceOp reduce_op() const;
   double identity() const;
-  const expr::Program& map_program() const;   // inputs -> out
-  const expr::Program& post_program() const;  // (acc, n) -> out
+  const expr::Program& map_program() const;   // inputs -> out; internal (jit/expr.h)
+  const expr::Program& post_program() const;  // (acc, n) -> out; internal (jit/expr.h)
   // The generated CUDA source, and the name expression of one kernel in it:
   // "reduce_rows<float, rd_sumsq, 1, false>".
   const std::string& cuda_source() const;

@@ -2,6 +2,7 @@
 #include "kernels/jit/user_kernel.h"
 
 #include <cxxabi.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>

@@ -4,6 +4,8 @@
 // replaced by its value (the batch dim in info.in_dims) and computes the whole batch with
 // ordinary op calls, one level down. Every elementwise row gets the broadcasting rule from
 // the table; the views, reductions, matmul, softmax and mse_loss have rules of their own.
+#include <fmt/format.h>
+
 #include "autograd/vmap.h"
 #include "dispatcher/library.h"
 #include "kernels/elementwise_rows.h"

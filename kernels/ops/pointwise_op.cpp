@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "kernels/ops/pointwise_op.h"
 
+#include <fmt/format.h>
+
 #include <mutex>
 
 #include "autograd/grad_mode.h"

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "kernels/ops/reduction_op.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <mutex>
 
 #include "autograd/grad_mode.h"

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "kernels/jit/cache.h"
+#include "kernels/jit/expr.h"
 #include "minitensor.h"
 
 using namespace mt;

@@ -20,6 +20,13 @@ gets no generic folder names (runtime/, kernels/).
                                               differ from LIST (tools/build/public_headers.txt);
                                               print their count, lines and, with CXX, the
                                               lines of `CXX -E` over #include "minitensor.h"
+  public_headers.py --compare [--runs N] ROOT... [-- CXX...]
+                                              for each source root: the public headers'
+                                              count and lines, the `CXX -E` lines of
+                                              minitensor.h, and the median CPU seconds (user
+                                              + system) of `CXX -fsyntax-only` over it, the
+                                              roots' runs interleaved (N each, default 5);
+                                              JSON on stdout (CXX: g++ -std=c++20)
 """
 import os
 import re
@@ -89,6 +96,20 @@ def read_list(path):
         return [l.strip() for l in f if l.strip() and not l.startswith("#")]
 
 
+def preprocessed_lines(root, cxx):
+    """The lines of `CXX -E` over a file holding #include "minitensor.h"."""
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as t:
+        t.write('#include "minitensor.h"\n')
+    try:
+        out = subprocess.run(cxx + ["-I", root, "-E", t.name], capture_output=True, text=True,
+                             check=True).stdout
+    finally:
+        os.unlink(t.name)
+    return out.count("\n")
+
+
 def check(root, list_path, cxx):
     """0 when minitensor.h reaches exactly the listed headers; prints the sizes."""
     reached, chosen = public_headers(root), read_list(list_path)
@@ -106,21 +127,58 @@ def check(root, list_path, cxx):
             lines += sum(1 for _ in f)
     print(f"public_headers: {len(reached)} headers, {lines} lines", end="")
     if cxx:
-        import subprocess
-        import tempfile
-        with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as t:
-            t.write('#include "minitensor.h"\n')
-        try:
-            out = subprocess.run(cxx + ["-std=c++20", "-I", root, "-E", t.name], capture_output=True,
-                                 text=True, check=True).stdout
-        finally:
-            os.unlink(t.name)
-        print(f", {out.count(chr(10))} preprocessed lines ({' '.join(cxx)} -E)", end="")
+        print(f", {preprocessed_lines(root, cxx + ['-std=c++20'])} preprocessed lines "
+              f"({' '.join(cxx)} -E)", end="")
     print()
     return 1 if extra or gone else 0
 
 
+
+
+
+def syntax_cpu_seconds(root, cxx):
+    """CPU seconds (user + system) of one `CXX -fsyntax-only` over minitensor.h."""
+    import resource
+    import subprocess
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cxx + ["-I", root, "-fsyntax-only", "-Wno-pragma-once-outside-header", "-x",
+                          "c++", os.path.join(root, UMBRELLA)], check=True,
+                   stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def compare(args):
+    import json
+    import statistics
+    runs, roots, cxx = 5, [], ["g++", "-std=c++20"]
+    if "--" in args:
+        cxx = args[args.index("--") + 1:]
+        args = args[:args.index("--")]
+    if args[:1] == ["--runs"]:
+        runs, args = int(args[1]), args[2:]
+    roots = args
+    if not roots or runs < 1:
+        sys.exit(__doc__)
+    times = {r: [] for r in roots}
+    for _ in range(runs):  # interleaved, so load on a shared machine falls on every root alike
+        for r in roots:
+            times[r].append(syntax_cpu_seconds(r, cxx))
+    result = []
+    for r in roots:
+        headers = public_headers(r)
+        lines = sum(sum(1 for _ in open(os.path.join(r, h), encoding="utf-8")) for h in headers)
+        result.append({"root": r, "headers": len(headers), "lines": lines,
+                       "preprocessed_lines": preprocessed_lines(r, cxx),
+                       "syntax_cpu_s_median": round(statistics.median(times[r]), 3),
+                       "syntax_cpu_s": [round(t, 3) for t in times[r]]})
+    print(json.dumps({"compiler": " ".join(cxx), "runs": runs, "roots": result}, indent=1))
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--compare":
+        compare(sys.argv[2:])
+        return
     if len(sys.argv) >= 3 and sys.argv[1] == "--check":
         root = sys.argv[2]
         listed = sys.argv[3] if len(sys.argv) > 3 else os.path.join(root, "tools", "build", "public_headers.txt")

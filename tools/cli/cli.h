@@ -4,6 +4,8 @@
 // header holds the registration and what several subcommands share.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
