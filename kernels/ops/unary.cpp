@@ -18,8 +18,6 @@ namespace mt {
 namespace ops {
 namespace {
 
-using ew::Fn;
-
 // The output of a unary op: x's shape; keeps_dtype ops keep int64, others go float.
 Tensor unary_result(const Tensor& x, bool keeps_dtype) {
   DType t = keeps_dtype ? x.dtype() : float_result(x.dtype());
@@ -38,7 +36,7 @@ Tensor unary_result(const Tensor& x, bool keeps_dtype) {
 // unpacked, so double backward flows through it (tests/test_autograd.cpp, "saved outputs
 // keep their gradient path"). Saving x is a choice of style here, not a necessity.
 void register_unary_row(const ew::Row& r, std::source_location loc) {
-  const Fn fn = r.fn;
+  const ew::Fn fn = r.fn;
   const bool keeps = r.keeps_dtype();
   auto op = custom_op(
       ew::op_name(r),
@@ -91,7 +89,7 @@ void register_pow() {
       [](AutogradContext& ctx, const Tensor& g) {
         const Tensor in[] = {ctx.saved()[0], g};
         const double p[] = {std::any_cast<double>(ctx.data["exponent"])};
-        return eval_with_ops("pow", row_backward(Fn::Pow), in, p)[0];
+        return eval_with_ops("pow", row_backward(ew::Fn::Pow), in, p)[0];
       },
       [](AutogradContext& ctx, const Tensor& x, double e, const Tensor&) {
         ctx.save_for_backward(x);

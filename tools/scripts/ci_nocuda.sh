@@ -48,7 +48,7 @@ done
 opts=(--force-fallback-for=minitensor -Dminitensor:cuda=disabled -Doptimization=0 -Ddebug=false)
 [ "${CI:-}" = "true" ] && opts+=(-Dwerror=true)
 # a unity build, as tools/dev.sh makes CI's (MT_UNITY): at -O0 most of a compile is parsing
-case "${MT_UNITY:-${CI:-}}" in 1 | true) opts+=(--unity on) ;; esac
+case "${MT_UNITY:-${CI:-}}" in 1 | true) opts+=(--unity on "-Dunity_size=${MT_UNITY_SIZE:-16}") ;; esac
 setup() {  # setup DIR [OPTION...]: configure DIR once (one setup at a time: tools/dev.sh)
   local dir=$1
   shift
