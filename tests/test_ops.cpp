@@ -324,9 +324,16 @@ OpEntry folder_entry(const ops::OpSamples& o) {
   for (const ops::OpSample& s : o.samples) e.samples.push_back({s.label, s.args, s.grad});
   e.double_backward = o.double_backward;
   e.reference = [ref = o.reference](const std::vector<Dense>&, const Stack& args) {
+    auto f64_copy = [](const Tensor& t) { return t.detach().to(F64).contiguous(); };
     Stack f64 = args;
-    for (Value& v : f64)
-      if (v.is_tensor() && v.to_tensor().defined()) v = v.to_tensor().detach().to(F64).contiguous();
+    for (Value& v : f64) {
+      if (v.is_tensor() && v.to_tensor().defined()) v = f64_copy(v.to_tensor());
+      if (v.is_tensor_list()) {
+        std::vector<Tensor> list;
+        for (const Tensor& t : v.to_tensor_list()) list.push_back(f64_copy(t));
+        v = list;
+      }
+    }
     std::vector<Dense> out;
     for (const Tensor& t : ref(f64)) out.push_back(dense(t));
     return out;
@@ -1245,6 +1252,11 @@ TEST_CASE("ops table: every registered mt:: op has samples, and every entry is a
                 fmt::format("these table entries are in no family (or in several), so no test "
                             "case checks them: {}; list each in one family of families()",
                             fmt::join(unchecked, ", ")));
+  size_t samples = 0, of_folders = 0;
+  for (const auto& [n, e] : op_table()) samples += e.samples.size();
+  for (const ops::OpSamples& o : op_folder_samples()) of_folders += o.samples.size();
+  MESSAGE(fmt::format("the op harness has {} samples of {} ops ({} of them from the op folders)",
+                      samples, op_table().size(), of_folders));
 }
 
 TEST_CASE("ops unary: values, opcheck and double backward") { check_family("unary"); }

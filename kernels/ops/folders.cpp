@@ -2,9 +2,12 @@
 // The list of the ops with kernels of their own (kernels/ops/folders.def) as an array.
 #include "kernels/ops/folders.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <random>
+
+#include "runtime/view.h"
 
 #include "kernels/ops/op_folder_count.h"  // MT_NUM_OP_FOLDERS, written by kernels/ops/meson.build
 
@@ -55,6 +58,31 @@ Tensor sample_tensor(const Shape& shape, DType t, uint64_t seed, double lo, doub
   std::vector<double> v(static_cast<size_t>(n));
   for (double& x : v) x = is_floating(t) ? dist(rng) : std::round(dist(rng));
   return from_vector(v, shape).to(t);
+}
+
+Tensor sample_view(SampleLayout layout, const Shape& shape, DType t, uint64_t seed, double lo,
+                   double hi) {
+  Shape base = shape;
+  const size_t n = base.size();
+  switch (layout) {
+    case SampleLayout::Transposed:
+      std::swap(base[n - 2], base[n - 1]);
+      return detail::transpose_of(sample_tensor(base, t, seed, lo, hi), -1, -2);
+    case SampleLayout::Stepped:
+      base[n - 1] *= 2;
+      return detail::slice_of(sample_tensor(base, t, seed, lo, hi), -1, 0, base[n - 1], 2);
+    case SampleLayout::Expanded:
+      base[0] = 1;
+      return detail::expand_of(sample_tensor(base, t, seed, lo, hi), shape);
+  }
+  return {};
+}
+
+Tensor f64_tensor(const Shape& shape, const std::vector<double>& v) {
+  Tensor out = empty(shape, {.dtype = DType::Float64});
+  MT_ASSERT(int64_t(v.size()) == out.numel());
+  std::copy(v.begin(), v.end(), out.data_ptr<double>());
+  return out;
 }
 
 }  // namespace mt::ops
