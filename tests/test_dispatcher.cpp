@@ -220,7 +220,7 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
       {"mt::view", "mt::reshape", "kernels/ops/views.cpp:"},
       {"mt::clone", "mt::copy_", "kernels/ops/copy.cpp:"},
       {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax/softmax.cpp:"},
-      {"mt::sum", "mt::mean", "kernels/ops/reduce.cpp:"},
+      {"mt::sum", "mt::mean", "kernels/ops/reduce/reduce.cpp:"},
   };
   for (const auto& pair : pairs) {
     const auto& [a, b, file] = pair;

@@ -7,9 +7,8 @@
 #include <iterator>
 #include <random>
 
-#include "runtime/view.h"
-
 #include "kernels/ops/op_folder_count.h"  // MT_NUM_OP_FOLDERS, written by kernels/ops/meson.build
+#include "runtime/view.h"
 
 #define MT_OP_FOLDER(name)                                    \
   namespace mt::ops {                                         \
