@@ -723,47 +723,6 @@ std::map<std::string, OpEntry> build_table() {
         return std::vector<Dense>{t[0]};
       }};
 
-  // matmul: 2-d, batched with broadcast batch dims, 1-d operands.
-  table["mt::matmul"] = {
-      {{"[2, 3] @ [3, 4]", {make({2, 3}), make({3, 4})}},
-       {"[3] @ [3, 2]", {make({3}), make({3, 2})}},
-       {"[2, 3] @ [3]", {make({2, 3}), make({3})}},
-       {"[3] @ [3]", {make({3}), make({3})}},
-       {"[2, 2, 3] @ [3, 2]", {make({2, 2, 3}), make({3, 2})}},
-       {"[2, 1, 2, 3] @ [3, 3, 2]", {make({2, 1, 2, 3}), make({3, 3, 2})}},
-       {"[4] @ [2, 4, 2]", {make({4}), make({2, 4, 2})}},
-       {"transposed [2, 3] @ stepped [3, 2]",
-        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({3, 2}, F64, -2, 2, Layout::Stepped)}},
-       {"[2, 0] @ [0, 3] (zeros)", {make({2, 0}), make({0, 3})}},
-       {"float32 [3, 4] @ float64 [4, 2]", {make({3, 4}, F32), make({4, 2})}},
-       {"float16 [2, 3] @ float16 [3, 2]", {make({2, 3}, F16), make({3, 2}, F16)}},
-       {"int64 [2, 3] @ int64 [3, 2]", {make({2, 3}, I64, -5, 5), make({3, 2}, I64, -5, 5)}},
-       {"big [33, 65] @ [65, 17] float32",
-        {make({33, 65}, F32, 0.5, 1.5), make({65, 17}, F32, 0.5, 1.5)}}},
-      [](const std::vector<Dense>& t, const Stack&) {
-        Dense a = t[0], b = t[1];
-        bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
-        if (a_vec) a.shape.insert(0, 1);
-        if (b_vec) b.shape.push_back(1);
-        int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
-        Shape ba(std::span<const int64_t>(a.shape.begin(), a.shape.size() - 2));
-        Shape bb(std::span<const int64_t>(b.shape.begin(), b.shape.size() - 2));
-        Shape out = broadcast(ba, bb), result = out;
-        out.push_back(m), out.push_back(n);
-        if (!a_vec) result.push_back(m);
-        if (!b_vec) result.push_back(n);
-        Dense d = tabulate(out, [&](const std::vector<int64_t>& i) {
-          std::vector<int64_t> ia(i), ib(i);
-          double s = 0;
-          for (int64_t kk = 0; kk < k; ++kk) {
-            ia.back() = kk, ib[ib.size() - 2] = kk;
-            s += a.v[size_t(ravel_broadcast(ia, a.shape))] *
-                 b.v[size_t(ravel_broadcast(ib, b.shape))];
-          }
-          return s;
-        });
-        return std::vector<Dense>{same_values(d, result)};
-      }};
   table["mt::mse_loss"] = {
       {{"[3, 4]", {make({3, 4}), make({3, 4})}},
        {"0-d", {make({}), make({})}},
@@ -1112,7 +1071,7 @@ const std::map<std::string, std::vector<std::string>>& families() {
       {"slice and select",
        {"mt::slice", "mt::select", "mt::slice_backward", "mt::select_backward"}},
       {"copies", {"mt::clone", "mt::contiguous", "mt::to.dtype", "mt::to.device"}},
-      {"nn", {"mt::matmul", "mt::mse_loss"}},
+      {"loss", {"mt::mse_loss"}},
       {"op folders", op_folder_family()},
   };
   return *f;
@@ -1168,7 +1127,7 @@ TEST_CASE("ops slice and select: values, opcheck and double backward") {
   check_family("slice and select");
 }
 TEST_CASE("ops copies: values, opcheck and double backward") { check_family("copies"); }
-TEST_CASE("ops matmul, mse_loss: values, opcheck and double backward") { check_family("nn"); }
+TEST_CASE("ops mse_loss: values, opcheck and double backward") { check_family("loss"); }
 TEST_CASE("ops of the op folders (kernels/ops/folders.def): values, opcheck and double backward") {
   REQUIRE_FALSE(families().at("op folders").empty());
   check_family("op folders");
