@@ -237,7 +237,7 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
   }
   // Ops registered with custom_op directly already name their line.
   CHECK(kernel_location("mt::matmul", "CPU").starts_with("kernels/ops/matmul/matmul.cpp:"));
-  CHECK(kernel_location("mt::mse_loss", "CUDA").starts_with("kernels/ops/loss.cpp:"));
+  CHECK(kernel_location("mt::mse_loss", "CUDA").starts_with("kernels/ops/loss/loss.cpp:"));
   CHECK(kernel_location("mt::silu", "CUDA").starts_with("kernels/ops/silu/silu.cpp:"));
 }
 

@@ -93,52 +93,11 @@ Dense zip(const Dense& a, const Dense& b, const std::function<double(double, dou
   });
 }
 
-// x's elements grouped by the output element they reduce into.
-struct Groups {
-  Shape out;
-  std::vector<std::vector<double>> members;  // in x's row-major order
-  std::vector<int64_t> group_of;             // for each element of x
-};
-
+// dims with the negative ones counted from the end (a 0-d tensor has dim 0).
 std::vector<int64_t> wrap_all(std::vector<int64_t> dims, int64_t ndim) {
   for (int64_t& d : dims) d = d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
   return dims;
 }
-
-Groups group(const Dense& x, std::vector<int64_t> dims, bool keepdim) {
-  dims = wrap_all(dims, int64_t(x.shape.size()));
-  auto reduced = [&](size_t d) {
-    return dims.empty() || std::find(dims.begin(), dims.end(), int64_t(d)) != dims.end();
-  };
-  Groups g;
-  Shape kept;  // keepdim form
-  for (size_t d = 0; d < x.shape.size(); ++d) {
-    kept.push_back(reduced(d) ? 1 : x.shape[d]);
-    if (!reduced(d) || keepdim) g.out.push_back(reduced(d) ? 1 : x.shape[d]);
-  }
-  g.members.resize(size_t(count(kept)));
-  for (int64_t i = 0; i < count(x.shape); ++i) {
-    int64_t o = ravel_broadcast(unravel(i, x.shape), kept);
-    g.members[size_t(o)].push_back(x.v[size_t(i)]);
-    g.group_of.push_back(o);
-  }
-  return g;
-}
-
-Dense reduce_groups(const Dense& x, const std::vector<int64_t>& dims, bool keepdim,
-                    const std::function<double(const std::vector<double>&)>& f) {
-  Groups g = group(x, dims, keepdim);
-  Dense d{g.out, {}};
-  for (const auto& m : g.members) d.v.push_back(f(m));
-  return d;
-}
-
-double sum_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return s;
-}
-double mean_of(const std::vector<double>& v) { return sum_of(v) / double(v.size()); }
 
 // ---- sample inputs ---------------------------------------------------------------------
 
@@ -723,19 +682,6 @@ std::map<std::string, OpEntry> build_table() {
         return std::vector<Dense>{t[0]};
       }};
 
-  table["mt::mse_loss"] = {
-      {{"[3, 4]", {make({3, 4}), make({3, 4})}},
-       {"0-d", {make({}), make({})}},
-       {"odd [7] float32", {make({7}, F32), make({7}, F32)}},
-       {"transposed [2, 3] and contiguous",
-        {make({2, 3}, F64, -2, 2, Layout::Transposed), make({2, 3})}},
-       {"float16 [2, 3] and float32 [2, 3]", {make({2, 3}, F16), make({2, 3}, F32)}},
-       {"empty [0] (NaN)", {make({0}), make({0})}},
-       {"big [70, 40] float32", {make({70, 40}, F32), make({70, 40}, F32)}}},
-      [](const std::vector<Dense>& t, const Stack&) {
-        Dense sq = zip(t[0], t[1], [](double x, double y) { return (x - y) * (x - y); });
-        return std::vector<Dense>{reduce_groups(sq, {}, false, mean_of)};
-      }};
   return table;
 }
 
@@ -1071,7 +1017,6 @@ const std::map<std::string, std::vector<std::string>>& families() {
       {"slice and select",
        {"mt::slice", "mt::select", "mt::slice_backward", "mt::select_backward"}},
       {"copies", {"mt::clone", "mt::contiguous", "mt::to.dtype", "mt::to.device"}},
-      {"loss", {"mt::mse_loss"}},
       {"op folders", op_folder_family()},
   };
   return *f;
@@ -1127,7 +1072,6 @@ TEST_CASE("ops slice and select: values, opcheck and double backward") {
   check_family("slice and select");
 }
 TEST_CASE("ops copies: values, opcheck and double backward") { check_family("copies"); }
-TEST_CASE("ops mse_loss: values, opcheck and double backward") { check_family("loss"); }
 TEST_CASE("ops of the op folders (kernels/ops/folders.def): values, opcheck and double backward") {
   REQUIRE_FALSE(families().at("op folders").empty());
   check_family("op folders");

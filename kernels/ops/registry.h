@@ -46,7 +46,6 @@ void register_binary();
 void register_unary();
 void register_views();
 void register_copy();
-void register_loss();
 void register_foreach();
 
 // Helpers shared by op files.
