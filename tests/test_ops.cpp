@@ -400,48 +400,6 @@ std::map<std::string, OpEntry> build_table() {
                        inplace_ref([](double x, double y, double al) { return x - al * y; })};
   table["mt::mul_"] = {inplace_samples(false),
                        inplace_ref([](double x, double y, double) { return x * y; })};
-  // foreach_add_: lists of pairs of one shape each; mixed dtypes, layouts and sizes in one
-  // list, a pair of int64 (alpha an integer there), alpha by default and not.
-  auto foreach_sample = [](std::string label, std::vector<std::pair<Tensor, Tensor>> pairs,
-                           std::optional<double> alpha) {
-    std::vector<Tensor> self, other;
-    for (auto& [s, o] : pairs) self.push_back(s), other.push_back(o);
-    Stack args{self, other};
-    if (alpha) args.push_back(*alpha);
-    return Sample{std::move(label), args};
-  };
-  table["mt::foreach_add_"] = {
-      {foreach_sample("[3, 4], [4], 0-d float64",
-                      {{make({3, 4}), make({3, 4})}, {make({4}), make({4})}, {make({}), make({})}},
-                      std::nullopt),
-       foreach_sample("float32 params, alpha -0.5",
-                      {{make({2, 3}, F32), make({2, 3}, F32)},
-                       {make({7}, F32), make({7}, F32)},
-                       {make({0}, F32), make({0}, F32)}},
-                      -0.5),
-       foreach_sample("float32 self, float64 and float16 others; transposed; int64",
-                      {{make({3, 4}, F32), make({3, 4})},
-                       {make({5}, F32), make({5}, F16)},
-                       {make({3, 4}, F64, -2, 2, Layout::Transposed),
-                        make({3, 4}, F64, -2, 2, Layout::Stepped)},
-                       {make({4}, I64, -5, 5), make({4}, I64, -5, 5)}},
-                      3.0),
-       foreach_sample("bfloat16 and float16 params",
-                      {{make({6}, BF16), make({6}, BF16)}, {make({2, 3}, F16), make({2, 3}, F16)}},
-                      2.0),
-       foreach_sample(
-           "big [40, 65] float32 and [129] float32",
-           {{make({40, 65}, F32), make({40, 65}, F32)}, {make({129}, F32), make({129}, F32)}},
-           -1.5)},
-      [](const std::vector<Dense>& t, const Stack& a) {
-        const size_t k = a[0].to_tensor_list().size();
-        const double alpha = arg_double(a, 2, 1);
-        std::vector<Dense> out;
-        for (size_t i = 0; i < k; ++i)
-          out.push_back(zip(t[i], t[k + i], [&](double x, double y) { return x + alpha * y; }));
-        return out;
-      },
-      false};
   table["mt::copy_"] = {
       {{"[3, 4] from [3, 4]", {make({3, 4}), make({3, 4})}},
        {"[3, 4] from [4]", {make({3, 4}), make({4})}},
@@ -1010,7 +968,6 @@ const std::map<std::string, std::vector<std::string>>& families() {
        {"mt::add", "mt::sub", "mt::mul", "mt::div", "mt::add.Scalar", "mt::sub.Scalar",
         "mt::mul.Scalar", "mt::div.Scalar"}},
       {"in place", {"mt::add_", "mt::sub_", "mt::mul_", "mt::copy_", "mt::fill_"}},
-      {"foreach", {"mt::foreach_add_"}},
       {"views",
        {"mt::view", "mt::reshape", "mt::squeeze", "mt::squeeze.dim", "mt::unsqueeze",
         "mt::transpose", "mt::permute", "mt::expand"}},
@@ -1064,9 +1021,6 @@ TEST_CASE("ops table: every registered mt:: op has samples, and every entry is a
 TEST_CASE("ops unary: values, opcheck and double backward") { check_family("unary"); }
 TEST_CASE("ops binary: values, opcheck and double backward") { check_family("binary"); }
 TEST_CASE("ops in place: values, version bumps and opcheck") { check_family("in place"); }
-TEST_CASE("ops foreach: values of every pair, version bumps and opcheck") {
-  check_family("foreach");
-}
 TEST_CASE("ops views: values, opcheck and double backward") { check_family("views"); }
 TEST_CASE("ops slice and select: values, opcheck and double backward") {
   check_family("slice and select");

@@ -46,7 +46,6 @@ void register_binary();
 void register_unary();
 void register_views();
 void register_copy();
-void register_foreach();
 
 // Helpers shared by op files.
 DType float_result(DType t);  // int64/bool inputs of float ops compute in float32
