@@ -36,22 +36,22 @@ std::vector<OpSamples> foreach_samples() {
   o.samples = {
       foreach_sample("[3, 4], [4], 0-d float64",
                      {{t({3, 4}), t({3, 4})}, {t({4}), t({4})}, {t({}), t({})}}, std::nullopt),
-      foreach_sample(
-          "float32 params, alpha -0.5",
-          {{t({2, 3}, F32), t({2, 3}, F32)}, {t({7}, F32), t({7}, F32)}, {t({0}, F32), t({0}, F32)}},
-          -0.5),
+      foreach_sample("float32 params, alpha -0.5",
+                     {{t({2, 3}, F32), t({2, 3}, F32)},
+                      {t({7}, F32), t({7}, F32)},
+                      {t({0}, F32), t({0}, F32)}},
+                     -0.5),
       foreach_sample("float32 self, float64 and float16 others; transposed; int64",
                      {{t({3, 4}, F32), t({3, 4})},
                       {t({5}, F32), t({5}, F16)},
-                      {sample_view(SampleLayout::Transposed, {3, 4}, F64, seed++),
-                       sample_view(SampleLayout::Stepped, {3, 4}, F64, seed++)},
+                      {sample_view(SampleLayout::Transposed, {3, 4}, F64, 100),
+                       sample_view(SampleLayout::Stepped, {3, 4}, F64, 101)},
                       {t({4}, I64, -5, 5), t({4}, I64, -5, 5)}},
                      3.0),
       foreach_sample("bfloat16 and float16 params",
                      {{t({6}, BF16), t({6}, BF16)}, {t({2, 3}, F16), t({2, 3}, F16)}}, 2.0),
       foreach_sample("big [40, 65] float32 and [129] float32",
-                     {{t({40, 65}, F32), t({40, 65}, F32)}, {t({129}, F32), t({129}, F32)}},
-                     -1.5),
+                     {{t({40, 65}, F32), t({40, 65}, F32)}, {t({129}, F32), t({129}, F32)}}, -1.5),
   };
   // self[i] + alpha * other[i] for each pair (alpha defaults to 1).
   o.reference = [](const Stack& a) {
