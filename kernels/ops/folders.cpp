@@ -31,7 +31,9 @@ namespace mt::ops {
 // same file, and passes the count it read as MT_NUM_OP_FOLDERS), the CUBIN tests compile
 // its kernel files, and the op harness runs its samples. What several ops share (the
 // CPU loops, the AVX-512 exp, the launch helpers, the elementwise row an op may also have)
-// stays in kernels/cpu, kernels/cuda_host and kernels/jit.
+// stays in kernels/cpu, kernels/cuda_host and kernels/jit: a folder whose kernels are shared
+// (reduce's loops also take mse_loss's mean, matmul's are BLAS and cuBLAS) holds the rest,
+// and its NAME_kernel_files() returns none.
 namespace {
 constexpr OpFolder kOpFolders[] = {
 #define MT_OP_FOLDER(name) {#name, register_##name, name##_kernel_files, name##_samples},
