@@ -10,11 +10,8 @@
 namespace mt::ops {
 namespace {
 
-constexpr DType F32 = DType::Float32, F64 = DType::Float64, F16 = DType::Float16,
-                I64 = DType::Int64;
-
 // The broadcast of two batch shapes, aligned right (they are known to broadcast).
-Shape broadcast_shape(const Shape& a, const Shape& b) {
+Shape matmul_batch_shape(const Shape& a, const Shape& b) {
   const size_t n = std::max(a.size(), b.size());
   Shape out(n);
   for (size_t i = 0; i < n; ++i) {
@@ -25,8 +22,8 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
   return out;
 }
 
-// The row-major offset in shape s of the index idx, aligned right; size-1 dims take every index.
-int64_t offset(const std::vector<int64_t>& idx, const Shape& s) {
+// The row-major offset in shape s of index idx, aligned right; size-1 dims take any index.
+int64_t matmul_offset(const std::vector<int64_t>& idx, const Shape& s) {
   int64_t flat = 0;
   const size_t lead = idx.size() - s.size();
   for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
@@ -41,8 +38,9 @@ Tensor matmul_reference(const Tensor& a, const Tensor& b) {
   if (a_vec) as.insert(0, 1);
   if (b_vec) bs.push_back(1);
   const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-  const Shape batch = broadcast_shape(Shape(std::span<const int64_t>(as.begin(), as.size() - 2)),
-                                      Shape(std::span<const int64_t>(bs.begin(), bs.size() - 2)));
+  const Shape batch =
+      matmul_batch_shape(Shape(std::span<const int64_t>(as.begin(), as.size() - 2)),
+                         Shape(std::span<const int64_t>(bs.begin(), bs.size() - 2)));
   Shape result = batch;
   if (!a_vec) result.push_back(m);
   if (!b_vec) result.push_back(n);
@@ -61,7 +59,7 @@ Tensor matmul_reference(const Tensor& a, const Tensor& b) {
         for (int64_t kk = 0; kk < k; ++kk) {
           ia[batch.size()] = i, ia[batch.size() + 1] = kk;
           ib[batch.size()] = kk, ib[batch.size() + 1] = j;
-          s += pa[offset(ia, as)] * pb[offset(ib, bs)];
+          s += pa[matmul_offset(ia, as)] * pb[matmul_offset(ib, bs)];
         }
         v.push_back(s);
       }
@@ -72,8 +70,10 @@ Tensor matmul_reference(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 std::vector<OpSamples> matmul_samples() {
+  constexpr DType F32 = DType::Float32, F64 = DType::Float64, F16 = DType::Float16,
+                  I64 = DType::Int64;
   uint64_t seed = 1;
-  auto t = [&](const Shape& s, DType dt = F64, double lo = -2, double hi = 2) {
+  auto t = [&](const Shape& s, DType dt = DType::Float64, double lo = -2, double hi = 2) {
     return sample_tensor(s, dt, seed++, lo, hi);
   };
   OpSamples o;
