@@ -32,10 +32,6 @@ void initialize_library() {
   ops::register_unary();
   ops::register_views();
   ops::register_copy();
-  ops::register_reduce();
-  ops::register_matmul();
-  ops::register_loss();
-  ops::register_foreach();
   for (const ops::OpFolder& folder : ops::op_folders()) folder.register_ops();
   ops::register_batching_rules();
   ops::register_autocast_policies();

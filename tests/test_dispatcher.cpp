@@ -220,7 +220,7 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
       {"mt::view", "mt::reshape", "kernels/ops/views.cpp:"},
       {"mt::clone", "mt::copy_", "kernels/ops/copy.cpp:"},
       {"mt::softmax", "mt::log_softmax", "kernels/ops/softmax/softmax.cpp:"},
-      {"mt::sum", "mt::mean", "kernels/ops/reduce.cpp:"},
+      {"mt::sum", "mt::mean", "kernels/ops/reduce/reduce.cpp:"},
   };
   for (const auto& pair : pairs) {
     const auto& [a, b, file] = pair;
@@ -236,8 +236,8 @@ TEST_CASE("built-in ops registered through a helper name their own line, not the
     }
   }
   // Ops registered with custom_op directly already name their line.
-  CHECK(kernel_location("mt::matmul", "CPU").starts_with("kernels/ops/matmul.cpp:"));
-  CHECK(kernel_location("mt::mse_loss", "CUDA").starts_with("kernels/ops/loss.cpp:"));
+  CHECK(kernel_location("mt::matmul", "CPU").starts_with("kernels/ops/matmul/matmul.cpp:"));
+  CHECK(kernel_location("mt::mse_loss", "CUDA").starts_with("kernels/ops/loss/loss.cpp:"));
   CHECK(kernel_location("mt::silu", "CUDA").starts_with("kernels/ops/silu/silu.cpp:"));
 }
 

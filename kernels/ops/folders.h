@@ -24,8 +24,8 @@ struct OpSample {
 };
 
 // An op's samples and its float64 reference: `reference` gets the sample's arguments with
-// every tensor made a contiguous float64 CPU copy, and returns the op's outputs in float64,
-// computed with plain loops.
+// every tensor (a list's too) made a contiguous float64 CPU copy, and returns the op's outputs
+// in float64, computed with plain loops.
 struct OpSamples {
   std::string op;  // "mt::silu_backward"
   std::vector<OpSample> samples;
@@ -34,8 +34,19 @@ struct OpSamples {
 };
 
 // A sample's tensor: values uniform in [lo, hi), the same for the same seed, in dtype t
-// (rounded for integers).
+// (rounded for integers, so lo = 0, hi = 1 gives a bool tensor of 0s and 1s).
 Tensor sample_tensor(const Shape& shape, DType t, uint64_t seed, double lo = -2, double hi = 2);
+
+// How a sample tensor of shape s lies in memory: its last two dims transposed, a slice with
+// step 2 of the last dim, or dim 0 expanded from size 1 (stride 0).
+enum class SampleLayout { Transposed, Stepped, Expanded };
+
+// sample_tensor's values in a non-contiguous view of shape `shape` laid out as asked.
+Tensor sample_view(SampleLayout layout, const Shape& shape, DType t, uint64_t seed, double lo = -2,
+                   double hi = 2);
+
+// A float64 CPU tensor of `shape` holding `v` (row-major): what a reference returns.
+Tensor f64_tensor(const Shape& shape, const std::vector<double>& v);
 
 // A folder's entry points, named after it: register_NAME(), NAME_kernel_files(),
 // NAME_samples() (declared in its header, kernels/ops/NAME/NAME.h).

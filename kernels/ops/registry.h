@@ -46,10 +46,6 @@ void register_binary();
 void register_unary();
 void register_views();
 void register_copy();
-void register_reduce();
-void register_matmul();
-void register_loss();
-void register_foreach();
 
 // Helpers shared by op files.
 DType float_result(DType t);  // int64/bool inputs of float ops compute in float32

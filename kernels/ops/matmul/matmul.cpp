@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 // mt::matmul, as torch.matmul: 2-d products, batched ones whose batch dims broadcast,
 // and 1-d operands (a vector is promoted to a matrix, and that dim is squeezed after).
+// Shapes, dtypes and the backward here; the products are kernels/cpu's (BLAS or the packed
+// GEMM) and kernels/cuda_host's (cuBLAS).
+#include "kernels/ops/matmul/matmul.h"
+
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -109,6 +113,8 @@ void register_matmul() {
       });
   keep(op);
 }
+
+std::vector<jit::EmbeddedKernelFile> matmul_kernel_files() { return {}; }  // cuBLAS: no .cu
 
 }  // namespace ops
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The reductions: mt::sum, mean, max (of everything, and max.dim with indices) and
-// sum_to, the broadcast-gradient reducer. Shapes and dtypes here; kernels/cpu computes.
+// sum_to, the broadcast-gradient reducer. Shapes, dtypes and backwards here; the loops are
+// kernels/cpu's and kernels/cuda_host's (mse_loss's mean runs them too).
+#include "kernels/ops/reduce/reduce.h"
+
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -248,6 +251,8 @@ void register_reduce() {
   register_max();
   register_sum_to();
 }
+
+std::vector<jit::EmbeddedKernelFile> reduce_kernel_files() { return {}; }  // reduce.cu is shared
 
 }  // namespace ops
 

@@ -5,7 +5,11 @@
 // kernels/cuda_device/layout.h) instead of a launch a parameter. It mutates its inputs, so it has
 // no autograd formula: with grad mode on and an input that requires grad, the autograd
 // fallback refuses it (Note [Autograd fallback]), as PyTorch refuses an in-place op on a leaf
-// that requires grad; an optimizer runs it under mt::NoGradGuard.
+// that requires grad; an optimizer runs it under mt::NoGradGuard. Its CPU loop is the binary
+// ops' (kernels/cpu) and its multi-tensor launch the elementwise launchers' (kernels/cuda_host,
+// device code kernels/cuda_device/elementwise.cu).
+#include "kernels/ops/foreach/foreach.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -83,6 +87,9 @@ void register_foreach() {
   });
   keep(op);
 }
+
+// The multi-tensor kernels are elementwise.cu's, named with the rows' (gpu::all_kernel_files).
+std::vector<jit::EmbeddedKernelFile> foreach_kernel_files() { return {}; }
 
 }  // namespace ops
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 // mt::mse_loss(input, target): mean((input - target)^2) as a 0-d tensor, with a
 // gradient for both operands. The shapes must match (broadcasting a loss is usually a
-// bug, which PyTorch only warns about).
+// bug, which PyTorch only warns about). Its kernels are the shared squared difference and
+// mean (kernels/cpu, kernels/cuda_host).
+#include "kernels/ops/loss/loss.h"
+
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/ops/registry.h"
@@ -55,6 +58,8 @@ void register_loss() {
       });
   keep(op);
 }
+
+std::vector<jit::EmbeddedKernelFile> loss_kernel_files() { return {}; }  // no .cu of its own
 
 }  // namespace ops
 
