@@ -88,13 +88,16 @@ fi >"$OUT/build.log" 2>&1
 if [ ! -f build-gpu/build.ninja ]; then
   step setup 90 "$OUT/build.log" meson setup build-gpu -Dcuda=enabled -Dwerror=false
 fi
+# TARGETS="a b" builds only those (a short run's programs), in place of the preset's list.
+[ -n "${TARGETS:-}" ] && read -r -a targets <<<"$TARGETS"
 step build 240 "$OUT/build.log" ninja -C build-gpu -j16 -k 0 "${targets[@]}"
 if [ "${STATUS[build]:-}" != ok ]; then
   grep -n "error" "$OUT/build.log" | head -40
 fi
 
 if want tests && have build-gpu/tests/mt_tests; then
-  step tests 200 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro
+  # TESTS='-tc=...' runs those cases only (the CUDA ones, in a short run).
+  step tests 200 "$OUT/tests.log" build-gpu/tests/mt_tests --no-intro ${TESTS:-}
   grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log"
 fi
 # The SiLU cases alone (the every-16-bit-input sweep among them).
