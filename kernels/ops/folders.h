@@ -45,6 +45,19 @@ enum class SampleLayout { Transposed, Stepped, Expanded };
 Tensor sample_view(SampleLayout layout, const Shape& shape, DType t, uint64_t seed, double lo = -2,
                    double hi = 2);
 
+// Sample tensors seeded seed, seed + 1, ... in the order they are made (a braced list of
+// samples evaluates left to right, so each keeps its seed as samples are added before it).
+struct SampleSeeds {
+  uint64_t seed = 1;
+  Tensor operator()(const Shape& s, DType t = DType::Float64, double lo = -2, double hi = 2) {
+    return sample_tensor(s, t, seed++, lo, hi);
+  }
+  Tensor view(SampleLayout l, const Shape& s, DType t = DType::Float64, double lo = -2,
+              double hi = 2) {
+    return sample_view(l, s, t, seed++, lo, hi);
+  }
+};
+
 // A float64 CPU tensor of `shape` holding `v` (row-major): what a reference returns.
 Tensor f64_tensor(const Shape& shape, const std::vector<double>& v);
 

@@ -26,10 +26,7 @@ OpSample foreach_sample(std::string label, const std::vector<std::pair<Tensor, T
 std::vector<OpSamples> foreach_samples() {
   constexpr DType F32 = DType::Float32, F64 = DType::Float64, F16 = DType::Float16,
                   BF16 = DType::BFloat16, I64 = DType::Int64;
-  uint64_t seed = 1;
-  auto t = [&](const Shape& s, DType dt = DType::Float64, double lo = -2, double hi = 2) {
-    return sample_tensor(s, dt, seed++, lo, hi);
-  };
+  SampleSeeds t{1};
   OpSamples o;
   o.op = "mt::foreach_add_";
   o.samples = {

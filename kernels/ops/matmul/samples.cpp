@@ -72,10 +72,7 @@ Tensor matmul_reference(const Tensor& a, const Tensor& b) {
 std::vector<OpSamples> matmul_samples() {
   constexpr DType F32 = DType::Float32, F64 = DType::Float64, F16 = DType::Float16,
                   I64 = DType::Int64;
-  uint64_t seed = 1;
-  auto t = [&](const Shape& s, DType dt = DType::Float64, double lo = -2, double hi = 2) {
-    return sample_tensor(s, dt, seed++, lo, hi);
-  };
+  SampleSeeds t{1};
   OpSamples o;
   o.op = "mt::matmul";
   o.samples = {

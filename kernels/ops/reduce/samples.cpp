@@ -87,12 +87,7 @@ Tensor sum_to_reference(const Tensor& x, const Shape& to) {
 std::vector<OpSample> sum_mean_samples(uint64_t seed0, bool bools) {
   constexpr DType F32 = DType::Float32, F16 = DType::Float16, BF16 = DType::BFloat16,
                   I64 = DType::Int64, BOOL = DType::Bool;
-  uint64_t seed = seed0;
-  auto t = [&](const Shape& s, DType dt = DType::Float64, double lo = -2, double hi = 2) {
-    return sample_tensor(s, dt, seed++, lo, hi);
-  };
-  auto view = [&](SampleLayout l, const Shape& s, DType dt = DType::Float64, double lo = -2,
-                  double hi = 2) { return sample_view(l, s, dt, seed++, lo, hi); };
+  SampleSeeds t{seed0};
   std::vector<OpSample> s = {
       {"[3, 4] over all", {t({3, 4}), ReduceDims{}}},
       {"[3, 4] dim 1", {t({3, 4}), ReduceDims{1}}},
@@ -101,16 +96,17 @@ std::vector<OpSample> sum_mean_samples(uint64_t seed0, bool bools) {
       {"0-d over all", {t({}), ReduceDims{}}},
       {"0-d dim 0", {t({}), ReduceDims{0}, true}},
       {"empty [0, 3] dim 0", {t({0, 3}), ReduceDims{0}}},
-      {"transposed [3, 4] dim 0", {view(SampleLayout::Transposed, {3, 4}), ReduceDims{0}}},
-      {"expanded [3, 4] dim 1", {view(SampleLayout::Expanded, {3, 4}), ReduceDims{1}}},
-      {"float32 stepped [2, 3] over all", {view(SampleLayout::Stepped, {2, 3}, F32), ReduceDims{}}},
+      {"transposed [3, 4] dim 0", {t.view(SampleLayout::Transposed, {3, 4}), ReduceDims{0}}},
+      {"expanded [3, 4] dim 1", {t.view(SampleLayout::Expanded, {3, 4}), ReduceDims{1}}},
+      {"float32 stepped [2, 3] over all",
+       {t.view(SampleLayout::Stepped, {2, 3}, F32), ReduceDims{}}},
       {"float16 [4, 5] dim 1", {t({4, 5}, F16), ReduceDims{1}}},
       {"bfloat16 [6] over all", {t({6}, BF16), ReduceDims{}}},
       {"int64 [3, 4] dim 0", {t({3, 4}, I64, -9, 9), ReduceDims{0}}},
       {"big [70, 40] float32 dim 0", {t({70, 40}, F32, 0.5, 1.5), ReduceDims{0}}},
       {"big [70, 40] float32 dim 1", {t({70, 40}, F32, 0.5, 1.5), ReduceDims{1}}},
       {"big transposed [70, 40] float32 over all",
-       {view(SampleLayout::Transposed, {70, 40}, F32, 0.5, 1.5), ReduceDims{}}},
+       {t.view(SampleLayout::Transposed, {70, 40}, F32, 0.5, 1.5), ReduceDims{}}},
       {"big [4096] float16 of ones (accumulates in float32)",
        {full({4096}, 1.0, {.dtype = F16}), ReduceDims{}}},
   };
