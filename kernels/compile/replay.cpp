@@ -240,18 +240,23 @@ bool contiguous_layout(const Shape& sizes, const Shape& strides) {
   return true;
 }
 
+// Whether every input of fg is a contiguous CPU tensor of dtype t and shape sizes, as captured.
+bool cpu_inputs_are(const Graph& g, const FusionGroup& fg, DType t, const Shape& sizes) {
+  for (int v : fg.inputs) {
+    const GraphValue& in = g.values[size_t(v)];
+    if (in.dtype != t || !in.device.is_cpu() || !(in.sizes == sizes) ||
+        !contiguous_layout(in.sizes, in.strides))
+      return false;
+  }
+  return true;
+}
+
 bool cpu_preparable(const Graph& g, const FusionGroup& fg) {
   const GraphValue& out = g.values[size_t(fg.output)];
   if (!fg.reduce.empty() || !out.device.is_cpu() || fg.inputs.empty() || fg.inputs.size() > 8 ||
       (out.dtype != DType::Float32 && out.dtype != DType::Float64))
     return false;
-  for (int v : fg.inputs) {
-    const GraphValue& in = g.values[size_t(v)];
-    if (in.dtype != out.dtype || !in.device.is_cpu() || !(in.sizes == out.sizes) ||
-        !contiguous_layout(in.sizes, in.strides))
-      return false;
-  }
-  return true;
+  return cpu_inputs_are(g, fg, out.dtype, out.sizes);
 }
 
 std::unique_ptr<CpuGroup> prepare_cpu_group(const Graph& g, const FusionGroup& fg,
@@ -347,13 +352,7 @@ bool cpu_reduce_preparable(const Graph& g, const FusionGroup& fg) {
   std::sort(dims.begin(), dims.end());
   for (size_t k = 0; k < dims.size(); ++k)
     if (dims[k] != ndim - int64_t(dims.size()) + int64_t(k)) return false;
-  for (int v : fg.inputs) {
-    const GraphValue& in = g.values[size_t(v)];
-    if (in.dtype != out.dtype || !in.device.is_cpu() || !(in.sizes == map.sizes) ||
-        !contiguous_layout(in.sizes, in.strides))
-      return false;
-  }
-  return true;
+  return cpu_inputs_are(g, fg, out.dtype, map.sizes);
 }
 
 std::unique_ptr<CpuReduce> prepare_cpu_reduce(const Graph& g, const FusionGroup& fg,

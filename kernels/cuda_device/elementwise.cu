@@ -167,6 +167,8 @@ __global__ void binary_op_strided(T* out, const T* x, const T* y, long long n, m
 // own type and computed in out's compute type, as the host's conversion followed by the
 // contiguous kernel would, without the converted copy or the strided kernel's index math.
 // `vec`: out, and every input of period n, are aligned to their 16-byte-of-out packs.
+// K elements of an input, read at once (out's packs are mt::Pack16; an input of another
+// dtype reads the same K elements in fewer or more bytes).
 template <typename T, int K>
 struct alignas(sizeof(T) * K) PackOf {
   T v[K];
@@ -197,7 +199,7 @@ template <typename T, typename TX, typename TY, typename Op>
 __global__ void binary_op_bcast(T* out, const TX* x, const TY* y, long long n, mt::OpScalars s,
                                 long long mx, long long my, int vec) {
   using C = mt::compute_t<T>;
-  constexpr int K = 16 / sizeof(T);
+  constexpr int K = mt::Pack16<T>::size;
   const C a = mt::scalar_as<T>(s.a), b = mt::scalar_as<T>(s.b);
   const Op f{};
   const long long stride = mt::grid_stride();
@@ -208,10 +210,10 @@ __global__ void binary_op_bcast(T* out, const TX* x, const TY* y, long long n, m
       C xv[K], yv[K];
       bcast_load<K>(x, p * K, mx, n, xv);
       bcast_load<K>(y, p * K, my, n, yv);
-      PackOf<T, K> o;
+      mt::Pack16<T> o;
       MT_UNROLL
       for (int k = 0; k < K; ++k) o.v[k] = mt::store_compute<T>(f(xv[k], yv[k], a, b));
-      reinterpret_cast<PackOf<T, K>*>(out)[p] = o;
+      reinterpret_cast<mt::Pack16<T>*>(out)[p] = o;
     }
     done = npack * K;
   }
