@@ -1324,3 +1324,43 @@ TEST_CASE("cpu gemm: every ISA variant against a float64 reference over tails, l
   }
   cpu::set_gemm_isa(before);
 }
+
+TEST_CASE("cpu gemm: other cache blocks (MT_GEMM_BLOCKS, set_gemm_blocks) give the same products") {
+  // Small blocks put many KC, MC and NC blocks (and the shared packed B's layout by NC) into
+  // small products; MC and NC not multiples of MR and NR are rounded up to whole panels.
+  const cpu::GemmBlocks before = cpu::gemm_blocks();
+  CHECK(before.kc == 256);
+  CHECK(before.nc == 1024);
+  for (const cpu::GemmBlocks b :
+       {cpu::GemmBlocks{16, 10, 40}, cpu::GemmBlocks{7, 0, 33}, cpu::GemmBlocks{1, 1, 1}}) {
+    REQUIRE(cpu::set_gemm_blocks(b));
+    CHECK(cpu::gemm_blocks().kc == b.kc);
+    CHECK(cpu::gemm_blocks().mc == b.mc);
+    CHECK(cpu::gemm_blocks().nc == b.nc);
+    const std::string what = fmt::format("blocks {},{},{}", b.kc, b.mc, b.nc);
+    for (int la = 0; la < 2; ++la) {
+      check_gemm<float>(70, 90, 50, la, 1 - la, la, "float " + what);
+      check_gemm<double>(33, 130, 41, la, la, 2 * la, "double " + what);
+      check_gemm<float>(200, 40, 60, la, la, 0, "float by rows, shared B, " + what);
+    }
+  }
+  cpu::set_use_blas(false);
+  CHECK(cpu::blas_info().find("with blocks KC,MC,NC = 1,1,1") != std::string::npos);
+  cpu::set_use_blas(true);
+  // out of range: refused, and nothing changes
+  for (const cpu::GemmBlocks b : {cpu::GemmBlocks{0, 0, 1}, cpu::GemmBlocks{1, -1, 1},
+                                  cpu::GemmBlocks{1, 0, 0}, cpu::GemmBlocks{65537, 0, 1}}) {
+    CHECK_FALSE(cpu::set_gemm_blocks(b));
+    CHECK(cpu::gemm_blocks().kc == 1);
+  }
+  REQUIRE(cpu::set_gemm_blocks(before));
+  // MT_GEMM_BLOCKS's text
+  const auto p = cpu::parse_gemm_blocks("384,192,2048");
+  REQUIRE(p.has_value());
+  CHECK(p->kc == 384);
+  CHECK(p->mc == 192);
+  CHECK(p->nc == 2048);
+  for (const char* bad : {"", "384", "384,192", "384,192,", ",1,2", "1,2,3,4", "1,-2,3", "a,1,2",
+                          "1, 2,3", "1234567890,1,1"})
+    CHECK_MESSAGE(!cpu::parse_gemm_blocks(bad).has_value(), bad);
+}

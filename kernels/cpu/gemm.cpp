@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -43,7 +44,11 @@ namespace {
 #define MT_GEMM_X86_VARIANTS 1
 #endif
 
+// The cache blocks (Note [Packed GEMM]): KC rows of B a block, NC columns, and MC rows of A
+// (per kernel, below, unless MT_GEMM_BLOCKS or set_gemm_blocks says otherwise). Read once a
+// call, so a change never splits one product between two blockings.
 constexpr int64_t kKC = 256, kNC = 1024;
+std::atomic<int64_t> g_kc{kKC}, g_mc{0}, g_nc{kNC};  // g_mc 0: the kernel's own
 // Threads share one packed copy of B up to this many bytes (Note [Packed GEMM]).
 constexpr int64_t kSharedB = int64_t(8) << 20;
 constexpr int kMaxMR = 6, kMaxNR = 32;
@@ -94,6 +99,7 @@ struct Kernel {
   int mr, nr;
   int64_t mc;  // rows of A per packed block
   MicroFn<T> fn;
+  int64_t kc = kKC, nc = kNC;  // rows and columns of B per packed block
 };
 
 #ifdef MT_GEMM_X86_VARIANTS
@@ -165,6 +171,17 @@ Kernel<T> kernel_for(GemmIsa isa) {
     return {4, 4, 96, micro_f64_portable};
 }
 
+// The kernel with this call's cache blocks: MC rounded up to whole MR panels, NC to whole
+// NR panels (the shared packed B lays its blocks out by NC).
+template <typename T>
+Kernel<T> with_blocks(Kernel<T> kr) {
+  const int64_t mc = g_mc.load(std::memory_order_relaxed);
+  if (mc > 0) kr.mc = (mc + kr.mr - 1) / kr.mr * kr.mr;
+  kr.kc = g_kc.load(std::memory_order_relaxed);
+  kr.nc = (g_nc.load(std::memory_order_relaxed) + kr.nr - 1) / kr.nr * kr.nr;
+  return kr;
+}
+
 template <typename T>
 struct Mat {
   const T* data;
@@ -219,14 +236,14 @@ T* scratch(std::vector<T>& v, int64_t n) {
 }
 
 // Where block (jc, pc) of B starts in a copy of all of B packed block after block (the
-// blocks of one jc in pc order; kNC is a multiple of every NR).
-int64_t packed_b_offset(int64_t n, int64_t k, int nr, int64_t jc, int64_t pc) {
-  const int64_t nc = std::min(kNC, n - jc);
+// blocks of one jc in pc order; a block's NC is a multiple of its kernel's NR).
+int64_t packed_b_offset(int64_t n, int64_t k, int nr, int64_t nc_block, int64_t jc, int64_t pc) {
+  const int64_t nc = std::min(nc_block, n - jc);
   return jc * k + pc * ((nc + nr - 1) / nr * nr);
 }
-int64_t packed_b_size(int64_t n, int64_t k, int nr) {
-  const int64_t last = (n - 1) / kNC * kNC;
-  return packed_b_offset(n, k, nr, last, k);
+int64_t packed_b_size(int64_t n, int64_t k, int nr, int64_t nc_block) {
+  const int64_t last = (n - 1) / nc_block * nc_block;
+  return packed_b_offset(n, k, nr, nc_block, last, k);
 }
 
 // C = A @ B for one block of C, on this thread. b_packed: all of B already packed
@@ -240,21 +257,22 @@ void gemm_serial(const Kernel<T>& kr, int64_t m, int64_t n, int64_t k, Mat<T> A,
     return;
   }
   const int mr = kr.mr, nr = kr.nr;
-  const int64_t kc_max = std::min(kKC, k);
-  const int64_t nc_max = (std::min(kNC, n) + nr - 1) / nr * nr;
+  const int64_t KC = kr.kc, NC = kr.nc;
+  const int64_t kc_max = std::min(KC, k);
+  const int64_t nc_max = (std::min(NC, n) + nr - 1) / nr * nr;
   const int64_t mc_max = (std::min(kr.mc, m) + mr - 1) / mr * mr;
   thread_local std::vector<T> a_buf, b_buf;
   T* ap = scratch(a_buf, mc_max * kc_max);
   T* const b_own = b_packed == nullptr ? scratch(b_buf, kc_max * nc_max) : nullptr;
   alignas(64) T tile[kMaxMR * kMaxNR];
-  for (int64_t jc = 0; jc < n; jc += kNC) {
-    const int64_t nc = std::min(kNC, n - jc);
-    for (int64_t pc = 0; pc < k; pc += kKC) {
-      const int64_t kc = std::min(kKC, k - pc);
+  for (int64_t jc = 0; jc < n; jc += NC) {
+    const int64_t nc = std::min(NC, n - jc);
+    for (int64_t pc = 0; pc < k; pc += KC) {
+      const int64_t kc = std::min(KC, k - pc);
       const bool add = pc > 0;
       const T* bp = b_own;
       if (b_packed != nullptr)
-        bp = b_packed + packed_b_offset(n, k, nr, jc, pc);
+        bp = b_packed + packed_b_offset(n, k, nr, NC, jc, pc);
       else
         pack_b(B, pc, jc, kc, nc, nr, b_own);
       for (int64_t ic = 0; ic < m; ic += kr.mc) {
@@ -288,7 +306,8 @@ template <typename T>
 void gemm_typed(int64_t m, int64_t n, int64_t k, Mat<T> A, Mat<T> B, T* c, int64_t crs, int64_t ccs,
                 bool threads) {
   if (m <= 0 || n <= 0) return;
-  const Kernel<T> kr = kernel_for<T>(g_isa.load(std::memory_order_relaxed));
+  (void)gemm_blocks_note();  // reads MT_GEMM_BLOCKS once
+  const Kernel<T> kr = with_blocks(kernel_for<T>(g_isa.load(std::memory_order_relaxed)));
   // A block of at least 2^20 multiply-adds a thread, in whole micro-tiles.
   const bool by_rows = m >= n;
   const int64_t unit = by_rows ? kr.mr : kr.nr;
@@ -296,16 +315,16 @@ void gemm_typed(int64_t m, int64_t n, int64_t k, Mat<T> A, Mat<T> B, T* c, int64
   const int64_t per_unit = std::max<int64_t>(1, unit * (by_rows ? n : m) * k);
   const int64_t grain = std::max<int64_t>(1, ((int64_t(1) << 20) + per_unit - 1) / per_unit);
   if (!threads || units <= grain) return gemm_serial(kr, m, n, k, A, B, c, crs, ccs);
-  if (by_rows && k > 0 && packed_b_size(n, k, kr.nr) <= kSharedB / int64_t(sizeof(T))) {
+  if (by_rows && k > 0 && packed_b_size(n, k, kr.nr, kr.nc) <= kSharedB / int64_t(sizeof(T))) {
     // Every block of rows needs all of B: pack it once (its blocks in parallel), share it.
     thread_local std::vector<T> shared;
-    T* bs = scratch(shared, packed_b_size(n, k, kr.nr));
-    const int64_t np = (k + kKC - 1) / kKC, nj = (n + kNC - 1) / kNC;
+    T* bs = scratch(shared, packed_b_size(n, k, kr.nr, kr.nc));
+    const int64_t np = (k + kr.kc - 1) / kr.kc, nj = (n + kr.nc - 1) / kr.nc;
     parallel_for(nj * np, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t blk = b0; blk < b1; ++blk) {
-        const int64_t jc = blk / np * kNC, pc = blk % np * kKC;
-        pack_b(B, pc, jc, std::min(kKC, k - pc), std::min(kNC, n - jc), kr.nr,
-               bs + packed_b_offset(n, k, kr.nr, jc, pc));
+        const int64_t jc = blk / np * kr.nc, pc = blk % np * kr.kc;
+        pack_b(B, pc, jc, std::min(kr.kc, k - pc), std::min(kr.nc, n - jc), kr.nr,
+               bs + packed_b_offset(n, k, kr.nr, kr.nc, jc, pc));
       }
     });
     parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
@@ -339,6 +358,52 @@ void gemm(int64_t m, int64_t n, int64_t k, const double* a, int64_t ars, int64_t
           const double* b, int64_t brs, int64_t bcs, double* c, int64_t crs, int64_t ccs,
           bool threads) {
   gemm_typed<double>(m, n, k, {a, ars, acs}, {b, brs, bcs}, c, crs, ccs, threads);
+}
+
+GemmBlocks gemm_blocks() {
+  using namespace packed_gemm;
+  return {g_kc.load(std::memory_order_relaxed), g_mc.load(std::memory_order_relaxed),
+          g_nc.load(std::memory_order_relaxed)};
+}
+namespace {
+bool store_gemm_blocks(GemmBlocks b) {
+  using namespace packed_gemm;
+  if (b.kc < 1 || b.kc > 65536 || b.mc < 0 || b.mc > 65536 || b.nc < 1 || b.nc > (1 << 20))
+    return false;
+  g_kc.store(b.kc, std::memory_order_relaxed);
+  g_mc.store(b.mc, std::memory_order_relaxed);
+  g_nc.store(b.nc, std::memory_order_relaxed);
+  return true;
+}
+}  // namespace
+bool set_gemm_blocks(GemmBlocks b) {
+  (void)gemm_blocks_note();  // MT_GEMM_BLOCKS first, so this call has the last word
+  return store_gemm_blocks(b);
+}
+std::optional<GemmBlocks> parse_gemm_blocks(std::string_view text) {
+  int64_t v[3];
+  for (int i = 0; i < 3; ++i) {
+    const size_t end = i < 2 ? text.find(',') : text.size();
+    if (end == std::string_view::npos || end == 0 || end > 9) return std::nullopt;
+    v[i] = 0;
+    for (char ch : text.substr(0, end)) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      v[i] = v[i] * 10 + (ch - '0');
+    }
+    text.remove_prefix(i < 2 ? end + 1 : end);
+  }
+  return GemmBlocks{v[0], v[1], v[2]};
+}
+const std::string& gemm_blocks_note() {
+  static const std::string note = [] {
+    const char* e = std::getenv("MT_GEMM_BLOCKS");
+    if (e == nullptr) return std::string();
+    const auto b = parse_gemm_blocks(e);
+    if (b && store_gemm_blocks(*b)) return std::string("MT_GEMM_BLOCKS=") + e;
+    return std::string("MT_GEMM_BLOCKS=") + e +
+           " ignored: it takes KC,MC,NC (1 <= KC <= 65536, 0 <= MC <= 65536, 1 <= NC <= 1048576)";
+  }();
+  return note;
 }
 
 GemmIsa gemm_isa() { return packed_gemm::g_isa.load(std::memory_order_relaxed); }

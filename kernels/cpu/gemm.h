@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace mt::cpu {
 
@@ -24,5 +27,20 @@ GemmIsa gemm_best_isa();  // the best this CPU (and build) has
 // the CPU or the build lacks it.
 bool set_gemm_isa(GemmIsa isa);
 const char* gemm_isa_name(GemmIsa isa);  // "AVX-512", "AVX2", "portable"
+
+// The cache blocks (Note [Packed GEMM]): KC rows of B a packed block, MC rows of A (0: the
+// micro-kernel's own, 144 float / 96 double on x86), NC columns of B. Defaults 256, 0, 1024;
+// MT_GEMM_BLOCKS=KC,MC,NC sets them at start-up (a sweep on a new CPU: tools/scripts/
+// gpu_check.sh's step cpu-gemm). MC is rounded up to whole MR panels, NC to whole NR panels.
+struct GemmBlocks {
+  int64_t kc = 256, mc = 0, nc = 1024;
+};
+GemmBlocks gemm_blocks();  // MT_GEMM_BLOCKS applies at the first product or gemm_blocks_note()
+// false, and no change, unless 1 <= kc <= 65536, 0 <= mc <= 65536 and 1 <= nc <= 2^20.
+bool set_gemm_blocks(GemmBlocks b);
+// Parses MT_GEMM_BLOCKS's value "KC,MC,NC"; nullopt for anything else.
+std::optional<GemmBlocks> parse_gemm_blocks(std::string_view text);
+// What start-up made of MT_GEMM_BLOCKS: "" (unset), "MT_GEMM_BLOCKS=..." or why it was ignored.
+const std::string& gemm_blocks_note();
 
 }  // namespace mt::cpu

@@ -426,7 +426,14 @@ void set_use_blas(bool use) { g_kernel.store(use ? MatmulKernel::Auto : MatmulKe
 void set_matmul_kernel(MatmulKernel kernel) { g_kernel.store(kernel); }
 
 std::string blas_info() {
-  const std::string own = fmt::format("the library's own {} kernel", gemm_isa_name(gemm_isa()));
+  // The cache blocks only where they are not the defaults (MT_GEMM_BLOCKS, set_gemm_blocks).
+  const std::string& note = gemm_blocks_note();  // first: it applies MT_GEMM_BLOCKS
+  const GemmBlocks bl = gemm_blocks(), def;
+  const bool custom = bl.kc != def.kc || bl.mc != def.mc || bl.nc != def.nc;
+  const std::string own = fmt::format(
+      "the library's own {} kernel{}{}", gemm_isa_name(gemm_isa()),
+      custom ? fmt::format(" with blocks KC,MC,NC = {},{},{}", bl.kc, bl.mc, bl.nc) : "",
+      note.empty() || custom ? "" : " (" + note + ")");
 #ifdef MT_HAVE_CBLAS
 #ifdef OPENBLAS_VERSION
   std::string version = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "

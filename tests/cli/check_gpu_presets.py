@@ -11,14 +11,18 @@ import re
 import subprocess
 import sys
 
+# What a build of tests/mt_tests adds: the libraries its cases load.
+LOADED = " " + " ".join(f"tests/libload_probe_{v}.so" for v in [
+    "ctor_throws", "block_throws_int", "dep", "nested", "cycle", "defines_add", "mt_library",
+    "bad_block", "user_ops"]) + " tests/fake_nvrtc/libfake_nvrtc.so"
 # preset -> (ninja targets, steps that must run, steps that must not)
 EXPECT = {
     "all": ("", ["tests", "tutorial", "silu-ncu", "dispatch", "scenarios", "attention", "compile-tests",
                  "memcheck", "racecheck", "synccheck"], ["keys-example", "cpu-bench", "silu-bf16"]),
-    "verify": ("tests/mt_tests tools/minitensor tools/bench_silu",
+    "verify": ("tests/mt_tests tools/minitensor tools/bench_silu" + LOADED,
                ["tests", "memcheck-silu", "racecheck-silu", "memcheck-16bit", "silu-bf16", "silu-bf16-torch",
                 "hostcost"], ["memcheck", "scenarios"]),
-    "short": ("tests/mt_tests tools/minitensor tools/bench_silu",
+    "short": ("tests/mt_tests tools/minitensor tools/bench_silu" + LOADED,
               ["silu-tests", "silu-bf16", "hostcost", "dispatch"], ["tests", "dispatch-pinned"]),
     "hostcost": ("tools/minitensor tools/bench_silu",
                  ["hostcost", "dispatch", "dispatch-pinned", "dispatch-procs", "dispatch-selfcheck"], ["tests"]),

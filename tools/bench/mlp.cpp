@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <utility>
 
 #include "tools/bench/timing.h"
 
@@ -53,6 +55,77 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
            first_loss.item<double>(),
            loss.item<double>()};
   return r;
+}
+
+namespace {
+// Times every op call below Autograd (Note [Dispatch modes]): the ops a step calls, and the
+// ones its backward calls. An op's kernels may call ops of their own: those run below this
+// mode, inside the caller's time, so no time is counted twice.
+class OpTimer : public DispatchMode {
+ public:
+  explicit OpTimer(Device device) : device_(device) {}
+  void dispatch(const OperatorHandle& op, Stack& stack) override {
+    std::string inputs;
+    for (const Value& v : stack) {
+      if (!v.is_tensor() || !v.to_tensor().defined()) continue;
+      const Tensor& t = v.to_tensor();
+      inputs += fmt::format("{}{} ", t.dtype(), t.sizes());
+    }
+    if (!inputs.empty()) inputs.pop_back();
+    const auto t0 = Clock::now();
+    redispatch(op, stack);
+    if (device_.is_cuda()) cuda::synchronize(device_.index);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    auto& e = times_[{op.name().str(), std::move(inputs)}];
+    e.first += 1;
+    e.second += ms;
+  }
+  std::string name() const override { return "OpTimer"; }
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, double>> times_;
+
+ private:
+  Device device_;
+};
+}  // namespace
+
+OpTimes mlp_op_times(const mlp::Shape& shape, Device device, const MlpOptions& opts) {
+  check_device(device, "bench mlp --op-times");
+  manual_seed(0);
+  mlp::Task task = mlp::teacher_task(shape, device);
+  mlp::Model model = mlp::init(shape, device);
+  auto train_step = [&] {
+    std::optional<AutocastGuard> autocast;
+    if (opts.autocast != DType::Float32) autocast.emplace(device.type, opts.autocast);
+    return mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
+  };
+  const auto warm_begin = Clock::now();
+  for (int i = 0;
+       i < std::max(1, opts.warmup) ||
+       std::chrono::duration<double>(Clock::now() - warm_begin).count() < opts.min_warmup_seconds;
+       ++i)
+    train_step();
+  if (device.is_cuda()) cuda::synchronize(device.index);
+  OpTimer timer(device);
+  std::vector<double> ms;
+  {
+    ModeGuard guard(timer);
+    const auto begin = Clock::now();
+    while (int(ms.size()) < std::max(1, opts.min_steps) ||
+           (int(ms.size()) < opts.steps &&
+            std::chrono::duration<double>(Clock::now() - begin).count() < opts.max_seconds)) {
+      const auto t0 = Clock::now();
+      train_step();
+      if (device.is_cuda()) cuda::synchronize(device.index);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  }
+  OpTimes out{{}, int(ms.size()), median(ms)};
+  const double n = double(ms.size());
+  for (const auto& [key, v] : timer.times_)
+    out.rows.push_back({key.first, key.second, double(v.first) / n, v.second / n});
+  std::sort(out.rows.begin(), out.rows.end(),
+            [](const OpTimeRow& a, const OpTimeRow& b) { return a.ms_per_step > b.ms_per_step; });
+  return out;
 }
 
 MlpCompileRow bench_mlp_compile(const mlp::Shape& shape, Device device, const MlpOptions& opts) {

@@ -37,6 +37,22 @@ struct MlpRow {
 
 MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts);
 
+// Where one step's time goes, op by op, without a profiler (the GPU host has no perf): the
+// timed steps run under a dispatch mode that times each op call's kernels (inclusive of the
+// ops it calls itself; on CUDA the device is synchronized after each op, so the figures are
+// each op's own time, not the overlapped step). Rows by op name and input shapes, largest
+// first; ms and calls per step.
+struct OpTimeRow {
+  std::string op, inputs;
+  double calls_per_step, ms_per_step;
+};
+struct OpTimes {
+  std::vector<OpTimeRow> rows;
+  int steps;
+  double step_ms;  // median ms of the same steps under the mode (the mode's own cost in it)
+};
+OpTimes mlp_op_times(const mlp::Shape& shape, Device device, const MlpOptions& opts);
+
 // The same step eager and through mt::compile, side by side: two models from one seed,
 // their steps alternating, each timed on its own (median ms). Also the first call of the
 // compiled step (capture, planning, kernels), in a fresh Compiled and in a second one

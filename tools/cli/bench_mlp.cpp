@@ -19,6 +19,7 @@ struct MlpCliOptions {
   bench::MlpOptions opts;
   int warmup = -1, steps = -1;  // -1: 5 and 50
   bool compile = false;         // eager and mt::compile side by side
+  bool op_times = false;        // where a step's time goes, op by op
   std::string autocast;         // "bfloat16", "float16", or empty: off
 };
 
@@ -115,6 +116,54 @@ int bench_mlp_compile_cmd(const MlpCliOptions& m, const bench::MlpOptions& opts,
   return 0;
 }
 
+// bench mlp --op-times: each shape's step, op by op.
+int bench_mlp_op_times_cmd(const std::vector<mlp::Shape>& shapes, Device dev,
+                           const bench::MlpOptions& opts, const BenchOutput& o) {
+  const std::string where =
+      dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
+                    : fmt::format("cpu ({}, {} threads)", cpu_model(), cpu::num_threads());
+  Json json_shapes = Json::array();
+  for (const mlp::Shape& sh : shapes) {
+    const bench::OpTimes t = bench::mlp_op_times(sh, dev, opts);
+    double total = 0;
+    for (const auto& r : t.rows) total += r.ms_per_step;
+    if (o.json) {
+      Json rows = Json::array();
+      for (const auto& r : t.rows)
+        rows.push_back({{"op", r.op},
+                        {"inputs", r.inputs},
+                        {"calls_per_step", r.calls_per_step},
+                        {"ms_per_step", r.ms_per_step}});
+      json_shapes.push_back({{"batch", sh.batch},
+                             {"in", sh.in},
+                             {"hidden", sh.hidden},
+                             {"steps", t.steps},
+                             {"step_ms", t.step_ms},
+                             {"ops_ms", total},
+                             {"ops", rows}});
+      continue;
+    }
+    std::printf(
+        "%lld/%lld/%lld on %s: %d steps under an op timer, median %.3f ms a step; the ops' "
+        "means a step, %.3f ms in all%s:\n",
+        (long long)sh.batch, (long long)sh.in, (long long)sh.hidden, where.c_str(), t.steps,
+        t.step_ms, total, dev.is_cuda() ? " (the device synchronized after each op)" : "");
+    std::vector<std::vector<std::string>> table;
+    for (const auto& r : t.rows)
+      table.push_back({r.op, r.inputs, fmt::format("{:g}", r.calls_per_step),
+                       fmt::format("{:.4f}", r.ms_per_step),
+                       fmt::format("{:.1f}%", 100 * r.ms_per_step / std::max(total, 1e-12))});
+    bench::print_table({"op", "inputs", "calls/step", "ms/step", "share"}, table);
+    std::printf("\n");
+  }
+  if (o.json)
+    print_json({{"bench", "mlp --op-times"},
+                {"device", dev.str()},
+                {"where", where},
+                {"shapes", json_shapes}});
+  return 0;
+}
+
 int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   Device dev = bench_device(m.device, "bench mlp");
   std::vector<mlp::Shape> shapes;
@@ -125,6 +174,7 @@ int bench_mlp_cmd(const MlpCliOptions& m, const BenchOutput& o) {
   if (!m.autocast.empty())
     opts.autocast = m.autocast == "float16" ? DType::Float16 : DType::BFloat16;
   if (m.compile) return bench_mlp_compile_cmd(m, opts, o);
+  if (m.op_times) return bench_mlp_op_times_cmd(shapes, dev, opts, o);
   std::vector<bench::MlpRow> rows;
   {
     bench::Progress progress("bench mlp", int(shapes.size()));
@@ -238,6 +288,11 @@ void add_bench_mlp(BenchGroup& bench) {
                  "the step eager and through mt::compile side by side (speedup, first-call time, "
                  "same parameters)")
       ->excludes(autocast);
+  b_mlp
+      ->add_flag("--op-times", m->op_times,
+                 "where a step's time goes: each op's kernels timed under a dispatch mode, by op "
+                 "and input shapes (on CUDA synchronized after each op)")
+      ->excludes("--compile");
 }
 
 }  // namespace mt::cli

@@ -30,6 +30,7 @@
 # floor); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's);
 # autocast-kernels (that bf16 step's kernels beside torch's, timed by ncu); cpu;
 # cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways); cpu-mlp-perf (its cycles);
+# cpu-gemm (that step op by op, and under each cache blocking of the own GEMM);
 # sanitize (memcheck, racecheck, synccheck over the CUDA cases);
 # sanitize-silu (memcheck and racecheck over the SiLU, allocator and launch cases);
 # sanitize-cases (the three tools over the cases SAN_CASES names);
@@ -90,6 +91,14 @@ if [ ! -f build-gpu/build.ninja ]; then
 fi
 # TARGETS="a b" builds only those (a short run's programs), in place of the preset's list.
 [ -n "${TARGETS:-}" ] && read -r -a targets <<<"$TARGETS"
+# mt_tests loads libraries built beside it (the load probes, the fake NVRTC): a short run
+# that builds mt_tests builds them too, or their cases fail for want of the files.
+if [[ " ${targets[*]} " == *" tests/mt_tests "* ]]; then
+  for v in ctor_throws block_throws_int dep nested cycle defines_add mt_library bad_block user_ops; do
+    targets+=("tests/libload_probe_$v.so")
+  done
+  targets+=(tests/fake_nvrtc/libfake_nvrtc.so)
+fi
 step build 240 "$OUT/build.log" ninja -C build-gpu -j16 -k 0 "${targets[@]}"
 if [ "${STATUS[build]:-}" != ok ]; then
   grep -n "error" "$OUT/build.log" | head -40
@@ -339,6 +348,18 @@ if want cpu-mlp && have build-gpu/tools/minitensor; then
   step cpu-mlp-skx 120 "$OUT/cpu-mlp.log" env MT_MATMUL=blas OPENBLAS_CORETYPE=SkylakeX taskset -c 0,1 python3 \
       tools/bench/compare_torch.py --mlp --device cpu --minitensor build-gpu/tools/minitensor \
       --json "$OUT/cpu-mlp-skx.json"
+fi
+
+# cpu-gemm (not in the default list): where the 512/256/512 CPU step's time goes op by op on two
+# of the host's cores (bench mlp --op-times, the own kernel and OpenBLAS's SkylakeX), then the
+# step under each cache blocking of the own kernel beside OpenBLAS's (tools/bench/cpu_gemm_sweep.py).
+if want cpu-gemm && have build-gpu/tools/minitensor; then
+  step cpu-gemm-ops 60 "$OUT/cpu-gemm.log" taskset -c 0,1 build-gpu/tools/minitensor bench mlp --device cpu \
+      --shape 512x256x512 --steps 60 --op-times
+  step cpu-gemm-ops-skx 60 "$OUT/cpu-gemm.log" env MT_MATMUL=blas OPENBLAS_CORETYPE=SkylakeX taskset -c 0,1 \
+      build-gpu/tools/minitensor bench mlp --device cpu --shape 512x256x512 --steps 60 --op-times
+  step cpu-gemm-sweep 240 "$OUT/cpu-gemm.log" taskset -c 0,1 python3 tools/bench/cpu_gemm_sweep.py \
+      build-gpu/tools/minitensor --rounds ${GEMM_ROUNDS:-3} --max-seconds 150 --json "$OUT/cpu-gemm-sweep.json"
 fi
 
 # cpu-mlp-perf (not in the default list): where the 512/256/512 CPU step's cycles go on two of
