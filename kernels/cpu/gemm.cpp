@@ -189,6 +189,14 @@ struct Mat {
   const T* ptr(int64_t i, int64_t j) const { return data + i * rs + j * cs; }
 };
 
+// Note [Packing transposed operands]
+// A backward's products take transposed views (x^T @ dy, dy @ w^T): a column-major A or B,
+// whose rows are a leading dimension apart. Gathering such a panel along its rows, as for a
+// strided view, reads one element a cache line; at leading dimensions of 1 or 2 KiB (256 or
+// 512 floats) those lines fall into 2 to 4 of L1's 64 sets, and a panel's 256 lines evict
+// each other before the next row of the panel comes back for them. So a column-major A is
+// packed down its columns (MR contiguous elements per k) and a column-major B down each
+// column (KC contiguous elements per column): every line is read whole, once.
 // Rows [i0, i0 + mc) x columns [p0, p0 + kc) of A into ceil(mc / MR) panels of kc x MR.
 template <typename T>
 void pack_a(Mat<T> A, int64_t i0, int64_t p0, int64_t mc, int64_t kc, int mr, T* dst) {
@@ -201,8 +209,20 @@ void pack_a(Mat<T> A, int64_t i0, int64_t p0, int64_t mc, int64_t kc, int mr, T*
       const T* row = A.ptr(i0 + ir + r, p0);
       if (A.cs == 1) {
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = row[p];
+      } else if (A.rs == 1) {
+        break;  // a column-major A: the whole panel below, a column's MR rows at a time
       } else {
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = row[p * A.cs];
+      }
+    }
+    if (A.cs != 1 && A.rs == 1) {
+      // Note [Packing transposed operands]
+      const int64_t h = std::min<int64_t>(mr, mc - ir);
+      for (int64_t p = 0; p < kc; ++p) {
+        const T* col = A.ptr(i0 + ir, p0 + p);
+        T* d = dst + p * mr;
+        for (int64_t r = 0; r < h; ++r) d[r] = col[r];
+        for (int64_t r = h; r < mr; ++r) d[r] = T(0);
       }
     }
   }
@@ -213,6 +233,19 @@ template <typename T>
 void pack_b(Mat<T> B, int64_t p0, int64_t j0, int64_t kc, int64_t nc, int nr, T* dst) {
   for (int64_t jr = 0; jr < nc; jr += nr, dst += kc * nr) {
     const int64_t w = std::min<int64_t>(nr, nc - jr);
+    if (B.cs != 1 && B.rs == 1) {
+      // A column-major B (Note [Packing transposed operands]): down each column.
+      for (int64_t j = 0; j < nr; ++j) {
+        T* d = dst + j;
+        if (j >= w) {
+          for (int64_t p = 0; p < kc; ++p) d[p * nr] = T(0);
+          continue;
+        }
+        const T* col = B.ptr(p0, j0 + jr + j);
+        for (int64_t p = 0; p < kc; ++p) d[p * nr] = col[p];
+      }
+      continue;
+    }
     for (int64_t p = 0; p < kc; ++p) {
       const T* row = B.ptr(p0 + p, j0 + jr);
       T* d = dst + p * nr;
