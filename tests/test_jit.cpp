@@ -332,13 +332,20 @@ TEST_SUITE("jit") {
       REQUIRE(it != kernels.end());
       return *it;
     };
-    CHECK(file("silu.cu").name_expressions.size() == 24);  // 6 kernels x 4 dtypes
-    CHECK(file("copy.cu").name_expressions.size() == 84);  // fill 2 x 6, copy_cast 2 x 36
+    CHECK(file("silu.cu").name_expressions.size() == 24);   // 6 kernels x 4 dtypes
+    CHECK(file("copy.cu").name_expressions.size() == 120);  // fill 2 x 6, copy_cast 3 x 36
     CHECK(silu_name_expression(SiluKernel::FwdVec, DType::BFloat16) ==
           "silu_fwd_vec<mt::BFloat16, 2>");
     CHECK(copy_cast_name_expression(DType::Int64, DType::Float16, true) ==
           "copy_cast_strided<long long, mt::Half>");
     CHECK(fill_name_expression(DType::Bool, false) == "fill<bool>");
+    CHECK(copy_cast_vec_name_expression(DType::BFloat16, DType::Float32) ==
+          "copy_cast_vec<mt::BFloat16, float>");
+    // the vector cast's pack: 16 bytes of the narrower type, at most 8 elements
+    CHECK(copy_cast_vec_elements(DType::BFloat16, DType::Float32) == 8);
+    CHECK(copy_cast_vec_elements(DType::Float32, DType::Float64) == 4);
+    CHECK(copy_cast_vec_elements(DType::Bool, DType::Int64) == 8);
+    CHECK(copy_cast_vec_elements(DType::Float64, DType::Float64) == 2);
   }
 
   TEST_CASE("jit: NVRTC availability is reported with a reason") {

@@ -35,6 +35,48 @@ __global__ void copy_cast(Dst* __restrict__ dst, const Src* __restrict__ src, lo
     dst[i] = mt::convert<Dst>(src[i]);
 }
 
+// Note [Vector casts]
+// Both contiguous, and both aligned to their packs (the host checks; copy_cast otherwise):
+// K elements a thread an iteration, K = 16 bytes of the narrower type (at most 8), so each
+// side moves at least 8 bytes and the narrow side 16 in one instruction (the wide side in
+// two: a float32 -> bfloat16 cast reads 2 x 16 bytes and writes 16). Two packs a thread
+// are in flight, as in the SiLU kernels (Note [SiLU's launch shape]); the grid is one
+// block per 256 packs / 2, and the n % K tail goes to the grid's first threads. A scalar
+// cast moved 2 TB/s where torch's vectorized one moved 2.7 (float32 to bfloat16 at 2^24,
+// H100, docs/results/2026-12-07-h100-autocast-kernels-2.json).
+template <typename T, int K>
+struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) CastPack {
+  T v[K];
+};
+template <typename Dst, typename Src>
+__global__ void copy_cast_vec(Dst* __restrict__ dst, const Src* __restrict__ src, long long n) {
+  constexpr int narrow = sizeof(Dst) < sizeof(Src) ? sizeof(Dst) : sizeof(Src);
+  constexpr int K = 16 / narrow < 8 ? 16 / narrow : 8;
+  constexpr int UNROLL = 2;
+  using SP = CastPack<Src, K>;
+  using DP = CastPack<Dst, K>;
+  const long long npack = n / K;
+  const long long stride = mt::grid_stride();
+  const SP* sp = reinterpret_cast<const SP*>(src);
+  DP* dp = reinterpret_cast<DP*>(dst);
+  for (long long base = mt::global_thread_index(); base < npack; base += stride * UNROLL) {
+    SP in[UNROLL] = {};
+    MT_UNROLL
+    for (int u = 0; u < UNROLL; ++u)
+      if (base + u * stride < npack) in[u] = sp[base + u * stride];
+    MT_UNROLL
+    for (int u = 0; u < UNROLL; ++u) {
+      if (base + u * stride >= npack) continue;
+      DP out;
+      MT_UNROLL
+      for (int k = 0; k < K; ++k) out.v[k] = mt::convert<Dst>(in[u].v[k]);
+      dp[base + u * stride] = out;
+    }
+  }
+  const long long tail = npack * K + mt::global_thread_index();
+  if (tail < n) dst[tail] = mt::convert<Dst>(src[tail]);
+}
+
 template <typename Dst, typename Src, typename Index>
 __device__ __forceinline__ void copy_cast_strided_loop(Dst* dst, const Src* src, long long n,
                                                        const mt::StridedLayout& l) {

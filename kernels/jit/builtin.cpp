@@ -43,6 +43,15 @@ std::string copy_cast_name_expression(DType dst, DType src, bool strided) {
   return fmt::format("{}<{}, {}>", strided ? "copy_cast_strided" : "copy_cast",
                      kernel_type_name(dst), kernel_type_name(src));
 }
+std::string copy_cast_vec_name_expression(DType dst, DType src) {
+  return fmt::format("copy_cast_vec<{}, {}>", kernel_type_name(dst), kernel_type_name(src));
+}
+// copy_cast_vec's pack (Note [Vector casts] in copy.cu): K elements, each side aligned to
+// min(16, K * its size) bytes.
+int64_t copy_cast_vec_elements(DType dst, DType src) {
+  const int64_t narrow = int64_t(std::min(dtype_size(dst), dtype_size(src)));
+  return std::min<int64_t>(8, 16 / narrow);
+}
 
 std::vector<EmbeddedKernelFile> embedded_kernels() {
   EmbeddedKernelFile copy{"copy.cu", {}};
@@ -51,9 +60,11 @@ std::vector<EmbeddedKernelFile> embedded_kernels() {
     copy.name_expressions.push_back(fill_name_expression(DType(i), true));
   }
   for (int d = 0; d < kNumDTypes; ++d)
-    for (int s = 0; s < kNumDTypes; ++s)
+    for (int s = 0; s < kNumDTypes; ++s) {
       for (bool strided : {false, true})
         copy.name_expressions.push_back(copy_cast_name_expression(DType(d), DType(s), strided));
+      copy.name_expressions.push_back(copy_cast_vec_name_expression(DType(d), DType(s)));
+    }
   return {copy};
 }
 
@@ -142,7 +153,7 @@ bool aligned16(std::initializer_list<const void*> ptrs) {
 namespace {
 
 KernelTable<2 * kNumDTypes> g_fill;
-KernelTable<2 * kNumDTypes * kNumDTypes> g_copy;
+KernelTable<3 * kNumDTypes * kNumDTypes> g_copy;  // contiguous, strided, vector
 
 }  // namespace
 
@@ -168,9 +179,23 @@ void launch_copy_cast(int device, CUstream_st* stream, DType dst_t, void* dst, D
   const bool strided = layout != nullptr;
   StridedLayout l = strided ? *layout : StridedLayout{};
   void* args[] = {&dst, &src, &count, &l};
-  const Kernel& k =
-      g_copy.get(device, (int(dst_t) * kNumDTypes + int(src_t)) * 2 + strided, "copy.cu",
-                 [&] { return copy_cast_name_expression(dst_t, src_t, strided); });
+  const int pair = int(dst_t) * kNumDTypes + int(src_t);
+  const int64_t K = copy_cast_vec_elements(dst_t, src_t);
+  auto aligned = [K](const void* p, DType t) {
+    return reinterpret_cast<uintptr_t>(p) %
+               uint64_t(std::min<int64_t>(16, K * int64_t(dtype_size(t)))) ==
+           0;
+  };
+  if (!strided && n >= 2 * K && aligned(dst, dst_t) && aligned(src, src_t)) {
+    const Kernel& k = g_copy.get(device, pair * 3 + 2, "copy.cu",
+                                 [&] { return copy_cast_vec_name_expression(dst_t, src_t); });
+    void* vec_args[] = {&dst, &src, &count};
+    const auto s = vec_launch_shape((n / K + 1) / 2);
+    k.launch(s.grid, s.block, 0, stream, vec_args);
+    return;
+  }
+  const Kernel& k = g_copy.get(device, pair * 3 + strided, "copy.cu",
+                               [&] { return copy_cast_name_expression(dst_t, src_t, strided); });
   const auto s = elementwise_launch_shape(n, sm_count(device));
   k.launch(s.grid, s.block, 0, stream, args);
 }

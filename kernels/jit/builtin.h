@@ -26,6 +26,8 @@ std::string_view kernel_type_name(DType t);
 // "fill_strided<float>", "copy_cast_strided<mt::Half, long long>", ...
 std::string fill_name_expression(DType t, bool strided);
 std::string copy_cast_name_expression(DType dst, DType src, bool strided);
+std::string copy_cast_vec_name_expression(DType dst, DType src);  // Note [Vector casts]
+int64_t copy_cast_vec_elements(DType dst, DType src);             // its pack: K elements
 
 // The kernel files of the launchers here (copy.cu), each with every name expression it
 // is meant to be used with (all dtypes); gpu::all_kernel_files() adds the op kernels'
