@@ -67,28 +67,34 @@ int main(int argc, char** argv) {
   const std::vector<mt::bench::MatmulRow> mm =
       mt::bench::matmul_cpu_sweep(sizes, thread_counts, false, quiet);
 
-  // The other exp-bound ops, AVX-512 against portable (nan where there is no AVX-512).
+  // The other exp-bound ops: the default loops (the widest the CPU has), the AVX2 ones
+  // (nan where the CPU has no AVX2; exp and sigmoid have AVX2 loops, gelu runs the portable
+  // one there) and the portable ones, alternated.
   struct UnaryRow {
     const char* op;
-    double seconds, portable_seconds;
+    double seconds, avx2_seconds, portable_seconds;
   };
   std::vector<UnaryRow> unary_rows;
   {
     const int64_t n = int64_t(1) << 16;
     mt::Tensor x = mt::mul(mt::randn({n}), 3.0), y = mt::empty({n});
-    const bool vec = mt::cpu::vec_exp_active();
+    const mt::cpu::VecIsa widest = mt::cpu::vec_exp_widest();
     for (auto [name, op] :
          {std::pair{"exp", mt::cpu::UnaryOp::Exp}, std::pair{"sigmoid", mt::cpu::UnaryOp::Sigmoid},
           std::pair{"gelu", mt::cpu::UnaryOp::Gelu}}) {
       auto pass = [&] { mt::cpu::unary(op, x, y); };
+      auto capped = [&](mt::cpu::VecIsa cap) {
+        if (int(cap) > int(widest)) return std::nan("");
+        const mt::cpu::VecIsa had = mt::cpu::set_vec_exp_isa(cap);
+        const double t = mt::bench::cpu_median_seconds(pass);
+        mt::cpu::set_vec_exp_isa(had);
+        return t;
+      };
       const double s = mt::bench::cpu_median_seconds(pass);
-      double p = std::nan("");
-      if (vec) {
-        mt::cpu::set_vec_exp_enabled(false);
-        p = mt::bench::cpu_median_seconds(pass);
-        mt::cpu::set_vec_exp_enabled(true);
-      }
-      unary_rows.push_back({name, s, p});
+      const double a = capped(mt::cpu::VecIsa::Avx2);
+      const double p =
+          widest != mt::cpu::VecIsa::Portable ? capped(mt::cpu::VecIsa::Portable) : std::nan("");
+      unary_rows.push_back({name, s, a, p});
     }
   }
 
@@ -138,6 +144,7 @@ int main(int argc, char** argv) {
       j["unary"].push_back({{"op", r.op},
                             {"n", 65536},
                             {"seconds", r.seconds},
+                            {"avx2_seconds", r.avx2_seconds},
                             {"portable_seconds", r.portable_seconds}});
     for (const mt::bench::MatmulRow& r : mm)
       j["matmul"].push_back({{"size", r.size},
@@ -159,11 +166,11 @@ int main(int argc, char** argv) {
     std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f %12.1f %9.2f\n", r.op.c_str(), r.threads,
                 (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps,
                 r.portable_seconds * 1e6, r.copy_seconds / r.portable_seconds);
-  std::printf("\n%-9s %10s %12s %12s %9s\n", "op", "elements", "median_us", "portable_us",
-              "speedup");
+  std::printf("\n%-9s %10s %12s %9s %12s %9s\n", "op", "elements", "median_us", "avx2_us",
+              "portable_us", "speedup");
   for (const UnaryRow& r : unary_rows)
-    std::printf("%-9s %10d %12.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
-                r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
+    std::printf("%-9s %10d %12.1f %9.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
+                r.avx2_seconds * 1e6, r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
   if (!std::isnan(sleef_us))
     std::printf(
         "\nsilu, 1 thread, 65536 floats: %.1f us; with SLEEF's Sleef_expf16_u10 and a "
