@@ -179,6 +179,13 @@ alignas(64) constexpr float kExp2NegSixteenths[16] = {  // 2^(-j/16), rounded to
     0.771105409f, 0.738413095f, 0.707106769f, 0.677127779f, 0.648419797f, 0.620928884f,
     0.594603539f, 0.56939429f,  0.545253873f, 0.522136867f};
 
+// kExp2NegSixteenths times 2^64 (sigmoid_vectors' s / (s + m')).
+alignas(64) constexpr float kExp2NegSixteenths64[16] = {
+    0x1p64f * 1.0f,         0x1p64f * 0.957603276f, 0x1p64f * 0.917004049f, 0x1p64f * 0.878126085f,
+    0x1p64f * 0.840896428f, 0x1p64f * 0.805245161f, 0x1p64f * 0.771105409f, 0x1p64f * 0.738413095f,
+    0x1p64f * 0.707106769f, 0x1p64f * 0.677127779f, 0x1p64f * 0.648419797f, 0x1p64f * 0.620928884f,
+    0x1p64f * 0.594603539f, 0x1p64f * 0.56939429f,  0x1p64f * 0.545253873f, 0x1p64f * 0.522136867f};
+
 #define MT_EACH_VECTOR _Pragma("GCC unroll 8") for (int u = 0; u < U; ++u)
 // The parts both SiLU loops share, for U vectors: xc (x clamped for the exponent), a =
 // fl + j/16, m = 2^(-j/16) e^r (where kWantM; the forward adds 2^fl into the last FMA
@@ -223,15 +230,34 @@ template <int U>
   MT_EACH_VECTOR x[u] = _mm512_scalef_ps(_mm512_mul_ps(x[u], s.rc[u]), s.a[u]);
 }
 
-// x[u] = sigmoid(x[u]) = 2^fl rc for U vectors: the same parts, the last scale rounding a
-// subnormal result once. min(a, x + 40) carries a NaN x (min returns its second operand
-// then) and gives 2^-inf rc = 0 for x = -inf; x = +inf gives 1.
+// x[u] = sigmoid(x[u]) for U vectors, as s / (s + m') (Note [AVX2 exp and sigmoid], with
+// 16 entries and e^r of degree 3 as in silu_parts): s = 2^(fl + 64), m' = 2^64 m (tab64
+// holds kExp2NegSixteenths times 2^64), x clamped to [-104, 20] for the exponent only. The
+// quotient is s times the reciprocal of s + m' (vrcp14ps and one Newton step, 2^-28 off):
+// both are normal floats for every x, and the last product rounds a subnormal result once.
+// NaN: the clamps pass it on (vminps/vmaxps return their second operand), and so do scalef,
+// the sum and the product. +-inf: 1 and 0, from the clamps.
 template <int U>
-[[gnu::always_inline]] inline void sigmoid_vectors(V (&x)[U], V tab) {
-  SiluParts<U> s;
-  silu_parts<false>(x, tab, s);
-  MT_EACH_VECTOR s.a[u] = _mm512_min_ps(s.a[u], _mm512_add_ps(x[u], vset(40.0f)));
-  MT_EACH_VECTOR x[u] = _mm512_scalef_ps(s.rc[u], s.a[u]);
+[[gnu::always_inline]] inline void sigmoid_vectors(V (&x)[U], V tab64) {
+  const V shift = vset(786432.0f);  // 1.5 2^19: its ulp is 1/16
+  V xc[U], a[U], t[U], r[U], q[U], d[U], rc[U];
+  MT_EACH_VECTOR xc[u] = _mm512_max_ps(vset(-104.0f), _mm512_min_ps(vset(20.0f), x[u]));
+  MT_EACH_VECTOR a[u] = _mm512_fmadd_ps(xc[u], vset(1.44269504088896341f), shift);  // k
+  MT_EACH_VECTOR t[u] = _mm512_permutexvar_ps(_mm512_castps_si512(a[u]), tab64);
+  MT_EACH_VECTOR a[u] = _mm512_sub_ps(a[u], shift);                          // fl + j/16
+  MT_EACH_VECTOR r[u] = _mm512_fmsub_ps(a[u], vset(0.693359375f), xc[u]);    // a ln2_hi exact
+  MT_EACH_VECTOR x[u] = _mm512_scalef_ps(vset(0x1p64f), a[u]);               // s = 2^(fl + 64)
+  MT_EACH_VECTOR r[u] = _mm512_fmadd_ps(a[u], vset(-2.12194440e-4f), r[u]);  // + a ln2_lo
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(r[u], vset(1.0f / 24), vset(1.0f / 6));
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(0.5f));
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(1.0f));
+  MT_EACH_VECTOR r[u] = _mm512_mul_ps(t[u], r[u]);
+  MT_EACH_VECTOR d[u] = _mm512_fmadd_ps(r[u], q[u], t[u]);  // m' = 2^64 2^(-j/16) e^r
+  MT_EACH_VECTOR d[u] = _mm512_add_ps(x[u], d[u]);          // s + m'
+  MT_EACH_VECTOR rc[u] = _mm512_rcp14_ps(d[u]);
+  MT_EACH_VECTOR d[u] = _mm512_fnmadd_ps(d[u], rc[u], vset(1.0f));
+  MT_EACH_VECTOR rc[u] = _mm512_fmadd_ps(rc[u], d[u], rc[u]);  // one Newton step
+  MT_EACH_VECTOR x[u] = _mm512_mul_ps(x[u], rc[u]);
 }
 
 // g[u] = g silu'(x) = g s (1 + x (1 - s)) for U vectors, with s = 2^fl rc (vscalefps: exact
@@ -303,8 +329,9 @@ void div_c_plus_exp_neg_avx512(float* o, const float* x, float c, int64_t n) {
 }
 // Runs f(v, tab) over U vectors at a time, then one vector at a time, the tail under a mask.
 template <int U, typename F>
-[[gnu::always_inline]] inline void unary_parts_loop(float* o, const float* x, int64_t n, F f) {
-  const V tab = _mm512_load_ps(kExp2NegSixteenths);
+[[gnu::always_inline]] inline void unary_parts_loop(float* o, const float* x, int64_t n, F f,
+                                                    const float* table = kExp2NegSixteenths) {
+  const V tab = _mm512_load_ps(table);
   int64_t i = 0;
   for (; i + 16 * U <= n; i += 16 * U) {
     V v[U];
@@ -320,14 +347,18 @@ template <int U, typename F>
   }
 }
 void sigmoid_avx512(float* o, const float* x, int64_t n) {
-  unary_parts_loop<6>(o, x, n, [](auto& v, V tab) { sigmoid_vectors(v, tab); });
+  unary_parts_loop<6>(
+      o, x, n, [](auto& v, V tab) { sigmoid_vectors(v, tab); }, kExp2NegSixteenths64);
 }
 void sigmoid_mul_c_avx512(float* o, const float* x, float c, int64_t n) {
   const V cv = vset(c);
-  unary_parts_loop<6>(o, x, n, [cv](auto& v, V tab) {
-    for (V& e : v) e = _mm512_mul_ps(e, cv);
-    sigmoid_vectors(v, tab);
-  });
+  unary_parts_loop<6>(
+      o, x, n,
+      [cv](auto& v, V tab) {
+        for (V& e : v) e = _mm512_mul_ps(e, cv);
+        sigmoid_vectors(v, tab);
+      },
+      kExp2NegSixteenths64);
 }
 void exp_mul_c_avx512(float* o, const float* x, float c, int64_t n) {
   const V cv = vset(c);
