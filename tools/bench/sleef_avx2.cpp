@@ -19,7 +19,8 @@ void sleef_sigmoid_avx2(float* o, const float* x, int64_t n) {
   int64_t i = 0;
   const __m256 one = _mm256_set1_ps(1.0f);
   for (; i + 8 <= n; i += 8) {
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(x + i)));
+    const __m256 e =
+        Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(x + i)));
     _mm256_storeu_ps(o + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
   }
   for (; i < n; ++i) o[i] = 1.0f / (1.0f + std::exp(-x[i]));
