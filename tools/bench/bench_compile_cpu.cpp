@@ -5,8 +5,8 @@
 // four ways (fused: one jit::reduction, Note [Reduction fusion]), and the pointwise
 // builder's SiLU against the hand-written mt::silu loop, and one function of each family
 // tests/test_compile.cpp replays (eager against the default plan). Medians of REPS runs
-// each, the forms alternating. Usage: bench_compile_cpu [REPS] [--thread-time] (REPS default 15); set
-// MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count. --thread-time times with the
+// each, the forms alternating. Usage: bench_compile_cpu [REPS] [--thread-time] (REPS default 15);
+// set MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count. --thread-time times with the
 // calling thread's CPU clock instead of the wall clock: with MT_NUM_THREADS=1 every loop runs
 // on that thread, and on a shared host the time other processes hold the core is left out.
 #include <algorithm>
