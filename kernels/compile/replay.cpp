@@ -92,11 +92,11 @@ void log(const std::string& text) {
 // runs and only inputs, their .grads (a list made with the plan) and constants are set,
 // only the boxed steps' stacks are cleared, and each output is moved out of its slot. The
 // compiled function's lock is a ReplayLock, one inline atomic to take and one to give back
-// (std::mutex's two libpthread calls cost about 19 ns more a call on this session's VM).
-// What is left, about 50 ns a call (the guard, the slots, the no-grad guards, the checks
-// for modes and fake inputs), is more than eager's dispatch of one small op: a function of
-// one op on 2^8 to 2^12 elements runs 5-15% slower compiled (bench_compile_cpu's family
-// table); with two or more ops fused, replay is the faster.
+// in place of std::mutex's two libpthread calls (1 to 11 ns less a call in
+// bench_compile_cpu's family table on this session's VM). What is left, 60 to 70 ns a call
+// (the guard, the slots, the no-grad guards, the checks for modes and fake inputs), is more
+// than eager's dispatch of one small op: a function of one op on 2^8 to 2^12 elements runs
+// 5-17% slower compiled (the family table); with two or more ops fused, replay is faster.
 
 // Note [Prepared CPU groups]
 // A fused pointwise group on the CPU whose inputs are, as captured, contiguous, of its
