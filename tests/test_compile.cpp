@@ -3,8 +3,11 @@
 // replay, compared with eager execution (bitwise where nothing is fused).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "kernels/elementwise_rows.h"
 #include "kernels/jit/nvrtc.h"
@@ -415,6 +418,30 @@ TEST_SUITE("compile") {
     CHECK(w.impl_ptr().use_count() == 1);  // no slot of the plan holds the input
     CHECK(bitwise_equal(f(w)[0], mt::exp(w) * 2.0));
     CHECK(f.compile_count() == 1);
+  }
+
+  TEST_CASE("compile: threads calling one compiled function at once get one thread's results") {
+    // The compiled function's lock (Note [Replay's fixed cost]): four threads on one plan,
+    // so that callers wait for each other, each result bitwise the single-threaded one.
+    Compiled f = mt::compile([](const Tensors& in) { return one(mt::exp(in[0]) * 2.0); });
+    manual_seed(9);
+    const Tensor x = randn({4096}), y = randn({3000});
+    const Tensor want_x = f(x)[0].clone(), want_y = f(y)[0].clone();
+    std::atomic<int> wrong{0}, calls{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 3000; ++i) {
+          const bool odd = (i + t) % 2 == 1;
+          const Tensor r = f(odd ? y : x)[0];
+          if (!bitwise_equal(r, odd ? want_y : want_x)) ++wrong;
+          ++calls;
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    CHECK(calls.load() == 12000);
+    CHECK(wrong.load() == 0);
+    CHECK(f.compile_count() == 2);  // one plan a shape, each made once
   }
 
   TEST_CASE("compile: MT_COMPILE=0 runs the function eagerly") {

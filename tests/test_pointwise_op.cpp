@@ -362,11 +362,11 @@ TEST_SUITE("tile evaluator") {
     for (size_t i = 0; i < xs.size(); ++i) neg[i] = -xs[i];
     const ex::Program fused = parse1("exp(-x)", {"x"});
     const ex::Program plain = parse1("exp(t)", {"t"});
-    const bool had = cpu::set_vec_exp_enabled(true);
-    for (bool vec : {true, false}) {
-      cpu::set_vec_exp_enabled(vec);
-      if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here
-      CAPTURE(vec);
+    const cpu::VecIsa had = cpu::set_vec_exp_isa(cpu::VecIsa::Avx512);
+    for (cpu::VecIsa isa : {cpu::VecIsa::Avx512, cpu::VecIsa::Avx2, cpu::VecIsa::Portable}) {
+      if (int(isa) > int(cpu::vec_exp_widest())) continue;  // not on this CPU
+      cpu::set_vec_exp_isa(isa);
+      CAPTURE(int(isa));
       cpu::exp_f32_loop(want.data(), neg.data(), n);
       cpu::exp_neg_f32_loop(got.data(), xs.data(), n);
       CHECK(std::memcmp(got.data(), want.data(), xs.size() * sizeof(float)) == 0);
@@ -383,7 +383,7 @@ TEST_SUITE("tile evaluator") {
       }
       CHECK(std::memcmp(got.data(), want.data(), xs.size() * sizeof(float)) == 0);
     }
-    cpu::set_vec_exp_enabled(had);
+    cpu::set_vec_exp_isa(had);
     // float64, and a negation something else reads too (then it is a node of its own)
     const ex::Program both =
         ex::parse("t", "t = -x; a = exp(t); b = t * 2;", {"x"}, {}, {"a", "b"}, false);
@@ -411,11 +411,11 @@ TEST_SUITE("tile evaluator") {
         ex::parse("t", "t = expf(-x); e = t; y = x / (1.0f + t);", {"x"}, {}, {"y", "e"}, false);
     const ex::Program scal = ex::parse("t", "x / (s + exp(-x))", {"x"}, {"s"}, {"out"}, false);
     const float s[] = {0.5f};
-    const bool had = cpu::set_vec_exp_enabled(true);
-    for (bool vec : {true, false}) {
-      cpu::set_vec_exp_enabled(vec);
-      if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here
-      CAPTURE(vec);
+    const cpu::VecIsa had = cpu::set_vec_exp_isa(cpu::VecIsa::Avx512);
+    for (cpu::VecIsa isa : {cpu::VecIsa::Avx512, cpu::VecIsa::Avx2, cpu::VecIsa::Portable}) {
+      if (int(isa) > int(cpu::vec_exp_widest())) continue;  // not on this CPU
+      cpu::set_vec_exp_isa(isa);
+      CAPTURE(int(isa));
       ex::TileEvaluator<float> ef(lit, nullptr), ep(three, nullptr), es(scal, s);
       CHECK(ef.num_buffers() == 0);  // one loop: x in, the output written
       CHECK(es.num_buffers() == 0);
@@ -444,7 +444,7 @@ TEST_SUITE("tile evaluator") {
         CHECK(same == xs.size());
       }
     }
-    cpu::set_vec_exp_enabled(had);
+    cpu::set_vec_exp_isa(had);
     // float64 keeps its nodes' loops
     ex::TileEvaluator<double> ed(lit, nullptr);
     CHECK(ed.num_buffers() == 1);
@@ -472,17 +472,17 @@ TEST_SUITE("tile evaluator") {
         {"exp(s * x)", "p = s * x; q = p; y = exp(p);", true},
         {"sigmoid(x * s)", "p = x * s; q = p; y = sigmoid(p);", true},
     };
-    const bool had = cpu::set_vec_exp_enabled(true);
+    const cpu::VecIsa had = cpu::set_vec_exp_isa(cpu::VecIsa::Avx512);
     for (const Form& f : forms) {
       CAPTURE(f.fused);
       const std::vector<std::string> scalars =
           f.scalar ? std::vector<std::string>{"s"} : std::vector<std::string>{};
       const ex::Program fused = ex::parse("t", f.fused, {"x"}, scalars, {"out"}, false);
       const ex::Program apart = ex::parse("t", f.apart, {"x"}, scalars, {"y", "q"}, false);
-      for (bool vec : {true, false}) {
-        cpu::set_vec_exp_enabled(vec);
-        if (vec && !cpu::vec_exp_active()) continue;  // no AVX-512 here
-        CAPTURE(vec);
+      for (cpu::VecIsa isa : {cpu::VecIsa::Avx512, cpu::VecIsa::Avx2, cpu::VecIsa::Portable}) {
+        if (int(isa) > int(cpu::vec_exp_widest())) continue;  // not on this CPU
+        cpu::set_vec_exp_isa(isa);
+        CAPTURE(int(isa));
         ex::TileEvaluator<float> ef(fused, s), ea(apart, s);
         CHECK(ef.num_buffers() == 0);  // one loop: x in, the output written
         std::vector<float> got(xs.size()), want(xs.size()), q(xs.size());
@@ -504,7 +504,7 @@ TEST_SUITE("tile evaluator") {
         }
       }
     }
-    cpu::set_vec_exp_enabled(had);
+    cpu::set_vec_exp_isa(had);
     // float64 keeps its nodes' loops
     const ex::Program lit = parse1("sigmoid(x * 0.75)", {"x"});
     ex::TileEvaluator<double> ed(lit, nullptr);

@@ -3,19 +3,24 @@
 // the portable ISA-clone loops (kernels/cpu/math.h) elsewhere.
 #include "kernels/cpu/vec_exp.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(MT_NO_ISA_CLONES)
 #define MT_HAVE_AVX512_EXP 1
+#define MT_HAVE_AVX2_EXP 1
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_ps(), which
 // -Wmaybe-uninitialized reports at every use (GCC bug 105593); the value is never read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #else
 #define MT_HAVE_AVX512_EXP 0
+#define MT_HAVE_AVX2_EXP 0
 #endif
 
 namespace mt::cpu {
@@ -174,6 +179,13 @@ alignas(64) constexpr float kExp2NegSixteenths[16] = {  // 2^(-j/16), rounded to
     0.771105409f, 0.738413095f, 0.707106769f, 0.677127779f, 0.648419797f, 0.620928884f,
     0.594603539f, 0.56939429f,  0.545253873f, 0.522136867f};
 
+// kExp2NegSixteenths times 2^64 (sigmoid_vectors' s / (s + m')).
+alignas(64) constexpr float kExp2NegSixteenths64[16] = {
+    0x1p64f * 1.0f,         0x1p64f * 0.957603276f, 0x1p64f * 0.917004049f, 0x1p64f * 0.878126085f,
+    0x1p64f * 0.840896428f, 0x1p64f * 0.805245161f, 0x1p64f * 0.771105409f, 0x1p64f * 0.738413095f,
+    0x1p64f * 0.707106769f, 0x1p64f * 0.677127779f, 0x1p64f * 0.648419797f, 0x1p64f * 0.620928884f,
+    0x1p64f * 0.594603539f, 0x1p64f * 0.56939429f,  0x1p64f * 0.545253873f, 0x1p64f * 0.522136867f};
+
 #define MT_EACH_VECTOR _Pragma("GCC unroll 8") for (int u = 0; u < U; ++u)
 // The parts both SiLU loops share, for U vectors: xc (x clamped for the exponent), a =
 // fl + j/16, m = 2^(-j/16) e^r (where kWantM; the forward adds 2^fl into the last FMA
@@ -218,15 +230,34 @@ template <int U>
   MT_EACH_VECTOR x[u] = _mm512_scalef_ps(_mm512_mul_ps(x[u], s.rc[u]), s.a[u]);
 }
 
-// x[u] = sigmoid(x[u]) = 2^fl rc for U vectors: the same parts, the last scale rounding a
-// subnormal result once. min(a, x + 40) carries a NaN x (min returns its second operand
-// then) and gives 2^-inf rc = 0 for x = -inf; x = +inf gives 1.
+// x[u] = sigmoid(x[u]) for U vectors, as s / (s + m') (Note [AVX2 exp and sigmoid], with
+// 16 entries and e^r of degree 3 as in silu_parts): s = 2^(fl + 64), m' = 2^64 m (tab64
+// holds kExp2NegSixteenths times 2^64), x clamped to [-104, 20] for the exponent only. The
+// quotient is s times the reciprocal of s + m' (vrcp14ps and one Newton step, 2^-28 off):
+// both are normal floats for every x, and the last product rounds a subnormal result once.
+// NaN: the clamps pass it on (vminps/vmaxps return their second operand), and so do scalef,
+// the sum and the product. +-inf: 1 and 0, from the clamps.
 template <int U>
-[[gnu::always_inline]] inline void sigmoid_vectors(V (&x)[U], V tab) {
-  SiluParts<U> s;
-  silu_parts<false>(x, tab, s);
-  MT_EACH_VECTOR s.a[u] = _mm512_min_ps(s.a[u], _mm512_add_ps(x[u], vset(40.0f)));
-  MT_EACH_VECTOR x[u] = _mm512_scalef_ps(s.rc[u], s.a[u]);
+[[gnu::always_inline]] inline void sigmoid_vectors(V (&x)[U], V tab64) {
+  const V shift = vset(786432.0f);  // 1.5 2^19: its ulp is 1/16
+  V xc[U], a[U], t[U], r[U], q[U], d[U], rc[U];
+  MT_EACH_VECTOR xc[u] = _mm512_max_ps(vset(-104.0f), _mm512_min_ps(vset(20.0f), x[u]));
+  MT_EACH_VECTOR a[u] = _mm512_fmadd_ps(xc[u], vset(1.44269504088896341f), shift);  // k
+  MT_EACH_VECTOR t[u] = _mm512_permutexvar_ps(_mm512_castps_si512(a[u]), tab64);
+  MT_EACH_VECTOR a[u] = _mm512_sub_ps(a[u], shift);                          // fl + j/16
+  MT_EACH_VECTOR r[u] = _mm512_fmsub_ps(a[u], vset(0.693359375f), xc[u]);    // a ln2_hi exact
+  MT_EACH_VECTOR x[u] = _mm512_scalef_ps(vset(0x1p64f), a[u]);               // s = 2^(fl + 64)
+  MT_EACH_VECTOR r[u] = _mm512_fmadd_ps(a[u], vset(-2.12194440e-4f), r[u]);  // + a ln2_lo
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(r[u], vset(1.0f / 24), vset(1.0f / 6));
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(0.5f));
+  MT_EACH_VECTOR q[u] = _mm512_fmadd_ps(q[u], r[u], vset(1.0f));
+  MT_EACH_VECTOR r[u] = _mm512_mul_ps(t[u], r[u]);
+  MT_EACH_VECTOR d[u] = _mm512_fmadd_ps(r[u], q[u], t[u]);  // m' = 2^64 2^(-j/16) e^r
+  MT_EACH_VECTOR d[u] = _mm512_add_ps(x[u], d[u]);          // s + m'
+  MT_EACH_VECTOR rc[u] = _mm512_rcp14_ps(d[u]);
+  MT_EACH_VECTOR d[u] = _mm512_fnmadd_ps(d[u], rc[u], vset(1.0f));
+  MT_EACH_VECTOR rc[u] = _mm512_fmadd_ps(rc[u], d[u], rc[u]);  // one Newton step
+  MT_EACH_VECTOR x[u] = _mm512_mul_ps(x[u], rc[u]);
 }
 
 // g[u] = g silu'(x) = g s (1 + x (1 - s)) for U vectors, with s = 2^fl rc (vscalefps: exact
@@ -298,8 +329,9 @@ void div_c_plus_exp_neg_avx512(float* o, const float* x, float c, int64_t n) {
 }
 // Runs f(v, tab) over U vectors at a time, then one vector at a time, the tail under a mask.
 template <int U, typename F>
-[[gnu::always_inline]] inline void unary_parts_loop(float* o, const float* x, int64_t n, F f) {
-  const V tab = _mm512_load_ps(kExp2NegSixteenths);
+[[gnu::always_inline]] inline void unary_parts_loop(float* o, const float* x, int64_t n, F f,
+                                                    const float* table = kExp2NegSixteenths) {
+  const V tab = _mm512_load_ps(table);
   int64_t i = 0;
   for (; i + 16 * U <= n; i += 16 * U) {
     V v[U];
@@ -315,14 +347,18 @@ template <int U, typename F>
   }
 }
 void sigmoid_avx512(float* o, const float* x, int64_t n) {
-  unary_parts_loop<6>(o, x, n, [](auto& v, V tab) { sigmoid_vectors(v, tab); });
+  unary_parts_loop<6>(
+      o, x, n, [](auto& v, V tab) { sigmoid_vectors(v, tab); }, kExp2NegSixteenths64);
 }
 void sigmoid_mul_c_avx512(float* o, const float* x, float c, int64_t n) {
   const V cv = vset(c);
-  unary_parts_loop<6>(o, x, n, [cv](auto& v, V tab) {
-    for (V& e : v) e = _mm512_mul_ps(e, cv);
-    sigmoid_vectors(v, tab);
-  });
+  unary_parts_loop<6>(
+      o, x, n,
+      [cv](auto& v, V tab) {
+        for (V& e : v) e = _mm512_mul_ps(e, cv);
+        sigmoid_vectors(v, tab);
+      },
+      kExp2NegSixteenths64);
 }
 void exp_mul_c_avx512(float* o, const float* x, float c, int64_t n) {
   const V cv = vset(c);
@@ -365,48 +401,221 @@ bool cpu_has_avx512() {
 bool cpu_has_avx512() { return false; }
 #endif
 
-const bool g_has_avx512 = cpu_has_avx512();
-std::atomic<bool> g_enabled{true};
+#if MT_HAVE_AVX2_EXP
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+// Note [AVX2 exp and sigmoid]
+// On a CPU with AVX2 and FMA but no AVX-512 (Zen 3, many laptops), exp and sigmoid (and the
+// tile evaluator's folded forms of them) run these loops instead of the portable ones: GCC
+// vectorizes those without FMAs (-std=c++20 turns contraction off) and with integer clamps
+// and a full division around an exp whose 2^n is two factors.
+//  - exp: the AVX-512 loops' algorithm (Note [AVX-512 exp]): x clamped to [-104, 89] (min
+//    and max ordered so that a NaN passes), n = round(x log2 e), r by Cody-Waite in two FMAs,
+//    e^r = 1 + r (1 + r P(r)) with the same degree-4 P. AVX2 has no vscalefps, so 2^n
+//    (n in [-150, 129]) is two factors 2^n1 2^n2, n1 = n >> 1: p 2^n1 is exact (p in [0.7,
+//    1.5], n1 >= -75) and the second product rounds once, as vscalefps does.
+//  - sigmoid: the parts of Note [SiLU over 2^fl + m] with an 8-entry table (vpermps reads
+//    8 lanes): a = x log2(e) rounded to 1/8 = fl + j/8, r = a ln2 - x (|r| <= ln2/16),
+//    m = 2^(-j/8) e^r, e^r = 1 + r + r^2/2 + r^3/6 + r^4/24 (the rest is below r^5/120 <
+//    1.3e-9 relative; degree 3 measured 3.85 ulp). Then sigmoid(x) = 2^fl / (2^fl + m), and
+//    with both terms scaled by 2^64, s = 2^(fl + 64) and m' = 2^64 m (the table holds
+//    2^64 2^(-j/8): the same roundings), s / (s + m') is one division of two normal floats
+//    for every x in the clamp: the quotient rounds once, into the subnormals too, with no
+//    second factor and no masks. s is built from k's low bits (k = x log2(e) + 1.5 2^20,
+//    whose ulp is 1/8: its bits hold 8 fl + j, so k << 20 holds fl << 23 above j's bits).
+//    x is clamped to [-104, 20] for a only (fl in [-151, 28]; s in [2^-87, 2^92]): above
+//    20 the result is 1 and below -104 it is 0 either way. NaN: the clamps pass it on.
+//    Division rather than a reciprocal and a Newton step: the divider is a unit of its
+//    own, and vrcpps' 12 bits leave about 1 ulp more after one step.
+// Max error against float64 over tests/test_cpu_kernels.cpp's sweep: see the test.
+namespace avx2 {
+using V8 = __m256;
+
+inline V8 vset8(float v) { return _mm256_set1_ps(v); }
+
+[[gnu::always_inline]] inline V8 exp8(V8 x) {
+  const V8 shift = vset8(12582912.0f);  // 1.5 2^23: adding and taking it away rounds
+  const V8 t = _mm256_max_ps(vset8(-104.0f), _mm256_min_ps(vset8(89.0f), x));
+  const V8 k = _mm256_fmadd_ps(t, vset8(1.44269504088896341f), shift);
+  const V8 n = _mm256_sub_ps(k, shift);
+  V8 r = _mm256_fnmadd_ps(n, vset8(0.693359375f), t);
+  r = _mm256_fnmadd_ps(n, vset8(-2.12194440e-4f), r);
+  V8 p = vset8(1.3926176120e-3f);
+  p = _mm256_fmadd_ps(p, r, vset8(8.3631730745e-3f));
+  p = _mm256_fmadd_ps(p, r, vset8(4.1666554662e-2f));
+  p = _mm256_fmadd_ps(p, r, vset8(1.6666577026e-1f));
+  p = _mm256_fmadd_ps(p, r, vset8(0.5f));
+  p = _mm256_fmadd_ps(p, r, vset8(1.0f));
+  p = _mm256_fmadd_ps(p, r, vset8(1.0f));
+  // n's integer is k's bits less shift's; 2^n1 and 2^n2 from exponent bits.
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_castps_si256(shift));
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const V8 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const V8 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+// 2^64 2^(-j/8): kExp2NegSixteenths' even entries (2^(-j/8) rounded to float) times 2^64.
+alignas(32) constexpr float kExp2NegEighths64[8] = {0x1p64f,
+                                                    0x1p64f * 0.917004049f,
+                                                    0x1p64f * 0.840896428f,
+                                                    0x1p64f * 0.771105409f,
+                                                    0x1p64f * 0.707106769f,
+                                                    0x1p64f * 0.648419797f,
+                                                    0x1p64f * 0.594603539f,
+                                                    0x1p64f * 0.545253873f};
+
+[[gnu::always_inline]] inline V8 sigmoid8(V8 x, V8 tab) {
+  const V8 shift = vset8(1572864.0f);  // 1.5 2^20: its ulp is 1/8
+  const V8 xc = _mm256_max_ps(vset8(-104.0f), _mm256_min_ps(vset8(20.0f), x));
+  const V8 k = _mm256_fmadd_ps(xc, vset8(1.44269504088896341f), shift);
+  const V8 t = _mm256_permutevar8x32_ps(tab, _mm256_castps_si256(k));  // 2^64 2^(-j/8)
+  const V8 a = _mm256_sub_ps(k, shift);                                // fl + j/8
+  V8 r = _mm256_fmsub_ps(a, vset8(0.693359375f), xc);                  // a ln2_hi exact
+  r = _mm256_fmadd_ps(a, vset8(-2.12194440e-4f), r);                   // + a ln2_lo
+  V8 q = _mm256_fmadd_ps(r, vset8(1.0f / 24), vset8(1.0f / 6));
+  q = _mm256_fmadd_ps(q, r, vset8(0.5f));
+  q = _mm256_fmadd_ps(q, r, vset8(1.0f));
+  const V8 m = _mm256_fmadd_ps(_mm256_mul_ps(t, r), q, t);  // 2^64 2^(-j/8) e^r
+  // s = 2^(fl + 64): k's bits << 20 are fl << 23 above j << 20 (shift's low 12 bits are 0)
+  const __m256i sb =
+      _mm256_add_epi32(_mm256_and_si256(_mm256_slli_epi32(_mm256_castps_si256(k), 20),
+                                        _mm256_set1_epi32(int32_t(0xff800000u))),
+                       _mm256_set1_epi32(191 << 23));
+  const V8 s = _mm256_castsi256_ps(sb);
+  return _mm256_div_ps(s, _mm256_add_ps(s, m));
+}
+
+// Runs f over 8 lanes at a time, four vectors an iteration, the tail under a mask
+// (vmaskmovps does not fault on the lanes it leaves out).
+template <typename F>
+[[gnu::always_inline]] inline void unary_loop8(float* o, const float* x, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const V8 a = f(_mm256_loadu_ps(x + i)), b = f(_mm256_loadu_ps(x + i + 8));
+    const V8 c = f(_mm256_loadu_ps(x + i + 16)), d = f(_mm256_loadu_ps(x + i + 24));
+    _mm256_storeu_ps(o + i, a);
+    _mm256_storeu_ps(o + i + 8, b);
+    _mm256_storeu_ps(o + i + 16, c);
+    _mm256_storeu_ps(o + i + 24, d);
+  }
+  for (; i < n; i += 8) {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::min<int64_t>(n - i, 8))),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(o + i, m, f(_mm256_maskload_ps(x + i, m)));
+  }
+}
+
+void exp_loop(float* o, const float* x, int64_t n) { unary_loop8(o, x, n, exp8); }
+[[gnu::always_inline]] inline V8 exp_neg8(V8 x) { return exp8(_mm256_xor_ps(x, vset8(-0.0f))); }
+void exp_neg_loop(float* o, const float* x, int64_t n) { unary_loop8(o, x, n, exp_neg8); }
+void exp_mul_c_loop(float* o, const float* x, float c, int64_t n) {
+  const V8 cv = vset8(c);
+  unary_loop8(o, x, n, [cv](V8 v) { return exp8(_mm256_mul_ps(v, cv)); });
+}
+// The same exp as exp_neg_loop, then the add and the division, each rounded as its own loop
+// would round it.
+void div_c_plus_exp_neg_loop(float* o, const float* x, float c, int64_t n) {
+  const V8 cv = vset8(c);
+  unary_loop8(o, x, n, [cv](V8 v) { return _mm256_div_ps(v, _mm256_add_ps(cv, exp_neg8(v))); });
+}
+void sigmoid_loop(float* o, const float* x, int64_t n) {
+  const V8 tab = _mm256_load_ps(kExp2NegEighths64);
+  unary_loop8(o, x, n, [tab](V8 v) { return sigmoid8(v, tab); });
+}
+void sigmoid_mul_c_loop(float* o, const float* x, float c, int64_t n) {
+  const V8 tab = _mm256_load_ps(kExp2NegEighths64), cv = vset8(c);
+  unary_loop8(o, x, n, [tab, cv](V8 v) { return sigmoid8(_mm256_mul_ps(v, cv), tab); });
+}
+
+}  // namespace avx2
+#pragma GCC pop_options
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+bool cpu_has_avx2() { return false; }
+#endif
+
+const VecIsa g_widest = cpu_has_avx512() ? VecIsa::Avx512
+                        : cpu_has_avx2() ? VecIsa::Avx2
+                                         : VecIsa::Portable;
+// MT_VEC_EXP=avx2 or portable (read once, when the library loads) caps the loops, for A/B
+// runs of whole programs (an AVX2 machine's loops on one with AVX-512); otherwise no cap.
+int cap_from_environment() {
+  const char* v = std::getenv("MT_VEC_EXP");
+  if (v && std::strcmp(v, "avx2") == 0) return int(VecIsa::Avx2);
+  if (v && std::strcmp(v, "portable") == 0) return int(VecIsa::Portable);
+  return int(VecIsa::Avx512);
+}
+std::atomic<int> g_cap{cap_from_environment()};
+
+// The loops that run: the widest the CPU has, at most the cap.
+inline VecIsa active() {
+  return VecIsa(std::min(int(g_widest), g_cap.load(std::memory_order_relaxed)));
+}
 
 }  // namespace
 
-bool vec_exp_active() { return g_has_avx512 && g_enabled.load(std::memory_order_relaxed); }
+VecIsa vec_exp_widest() { return g_widest; }
+VecIsa vec_exp_isa() { return active(); }
+VecIsa set_vec_exp_isa(VecIsa cap) { return VecIsa(g_cap.exchange(int(cap))); }
 
-bool set_vec_exp_enabled(bool enabled) { return g_enabled.exchange(enabled); }
+bool vec_exp_active() { return active() == VecIsa::Avx512; }
 
+bool set_vec_exp_enabled(bool enabled) {
+  return g_cap.exchange(int(enabled ? VecIsa::Avx512 : VecIsa::Portable)) != int(VecIsa::Portable);
+}
+
+// AVX-512, AVX2 (where the loop has an AVX2 form; else portable) or portable.
 #if MT_HAVE_AVX512_EXP
-#define MT_VEC_OR_PORTABLE(avx512, portable, ...) \
-  return vec_exp_active() ? avx512(__VA_ARGS__) : portable(__VA_ARGS__)
+#define MT_VEC_LOOP(avx512, avx2_loop, portable, ...) \
+  switch (active()) {                                 \
+    case VecIsa::Avx512:                              \
+      return avx512(__VA_ARGS__);                     \
+    case VecIsa::Avx2:                                \
+      return avx2_loop(__VA_ARGS__);                  \
+    case VecIsa::Portable:                            \
+      break;                                          \
+  }                                                   \
+  return portable(__VA_ARGS__)
 #else
-#define MT_VEC_OR_PORTABLE(avx512, portable, ...) return portable(__VA_ARGS__)
+#define MT_VEC_LOOP(avx512, avx2_loop, portable, ...) return portable(__VA_ARGS__)
 #endif
 
 void exp_f32_loop(float* o, const float* x, int64_t n) {
-  MT_VEC_OR_PORTABLE(exp_avx512, exp_portable, o, x, n);
+  MT_VEC_LOOP(exp_avx512, avx2::exp_loop, exp_portable, o, x, n);
 }
 void exp_neg_f32_loop(float* o, const float* x, int64_t n) {
-  MT_VEC_OR_PORTABLE(exp_neg_avx512, exp_neg_portable, o, x, n);
+  MT_VEC_LOOP(exp_neg_avx512, avx2::exp_neg_loop, exp_neg_portable, o, x, n);
 }
 void div_c_plus_exp_neg_f32_loop(float* o, const float* x, float c, int64_t n) {
-  MT_VEC_OR_PORTABLE(div_c_plus_exp_neg_avx512, div_c_plus_exp_neg_portable, o, x, c, n);
+  MT_VEC_LOOP(div_c_plus_exp_neg_avx512, avx2::div_c_plus_exp_neg_loop, div_c_plus_exp_neg_portable,
+              o, x, c, n);
 }
 void sigmoid_f32_loop(float* o, const float* x, int64_t n) {
-  MT_VEC_OR_PORTABLE(sigmoid_avx512, sigmoid_portable, o, x, n);
+  MT_VEC_LOOP(sigmoid_avx512, avx2::sigmoid_loop, sigmoid_portable, o, x, n);
 }
 void sigmoid_mul_c_f32_loop(float* o, const float* x, float c, int64_t n) {
-  MT_VEC_OR_PORTABLE(sigmoid_mul_c_avx512, sigmoid_mul_c_portable, o, x, c, n);
+  MT_VEC_LOOP(sigmoid_mul_c_avx512, avx2::sigmoid_mul_c_loop, sigmoid_mul_c_portable, o, x, c, n);
 }
 void exp_mul_c_f32_loop(float* o, const float* x, float c, int64_t n) {
-  MT_VEC_OR_PORTABLE(exp_mul_c_avx512, exp_mul_c_portable, o, x, c, n);
+  MT_VEC_LOOP(exp_mul_c_avx512, avx2::exp_mul_c_loop, exp_mul_c_portable, o, x, c, n);
 }
+// No AVX2 forms (yet): the portable ISA clones' v3 loop runs there.
 void silu_f32_loop(float* o, const float* x, int64_t n) {
-  MT_VEC_OR_PORTABLE(silu_avx512, silu_portable, o, x, n);
+  MT_VEC_LOOP(silu_avx512, silu_portable, silu_portable, o, x, n);
 }
 void gelu_f32_loop(float* o, const float* x, int64_t n) {
-  MT_VEC_OR_PORTABLE(gelu_avx512, gelu_portable, o, x, n);
+  MT_VEC_LOOP(gelu_avx512, gelu_portable, gelu_portable, o, x, n);
 }
 void silu_backward_f32_loop(float* o, const float* g, const float* x, int64_t n) {
-  MT_VEC_OR_PORTABLE(silu_backward_avx512, silu_backward_portable, o, g, x, n);
+  MT_VEC_LOOP(silu_backward_avx512, silu_backward_portable, silu_backward_portable, o, g, x, n);
 }
 
 }  // namespace mt::cpu

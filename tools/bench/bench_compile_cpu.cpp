@@ -3,9 +3,10 @@
 // fusion, compiled with fused groups (jit::pointwise's tile evaluator) and compiled as a
 // plan decides by default (Note [CPU fusion]'s size threshold), a sum of squares the same
 // four ways (fused: one jit::reduction, Note [Reduction fusion]), and the pointwise
-// builder's SiLU against the hand-written mt::silu loop. Medians of REPS runs each, the
-// forms alternating. Usage: bench_compile_cpu [REPS] [--thread-time] (REPS default 15); set
-// MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count. --thread-time times with the
+// builder's SiLU against the hand-written mt::silu loop, and one function of each family
+// tests/test_compile.cpp replays (eager against the default plan). Medians of REPS runs
+// each, the forms alternating. Usage: bench_compile_cpu [REPS] [--thread-time] (REPS default 15);
+// set MT_NUM_THREADS (or OMP_NUM_THREADS) to fix the thread count. --thread-time times with the
 // calling thread's CPU clock instead of the wall clock: with MT_NUM_THREADS=1 every loop runs
 // on that thread, and on a shared host the time other processes hold the core is left out.
 #include <algorithm>
@@ -114,6 +115,49 @@ int main(int argc, char** argv) {
     std::printf("| 2^%d | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx |\n", log2n, m[0], m[1], m[2],
                 m[3], m[0] / m[2], m[0] / m[3]);
   }
+  // One function of each family tests/test_compile.cpp replays against eager (an elementwise
+  // row of each arity, reductions, matmul, softmax, a loss, views), compiled with the default
+  // plan, on [n / 16, 16] float32 inputs: replay's fixed cost against eager's dispatch.
+  std::printf(
+      "\n| family (float32 [n/16, 16], default plan) | eager us | compiled us | "
+      "eager / compiled |\n");
+  std::printf("|---|---|---|---|\n");
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  const std::pair<const char*, Fn> families[] = {
+      {"exp(x)", [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::exp(in[0])}; }},
+      {"x * 1.5",
+       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::mul(in[0], 1.5)}; }},
+      {"x + y", [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] + in[1]}; }},
+      {"sum(x)", [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::sum(in[0])}; }},
+      {"mean(x, 1)",
+       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::mean(in[0], {1})}; }},
+      {"max(x)", [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::max(in[0])}; }},
+      {"matmul(x, w)",
+       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::matmul(in[0], in[2])}; }},
+      {"softmax(x, 1)",
+       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mt::softmax(in[0], 1)}; }},
+      {"mse_loss(x, y)",
+       [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{mt::mse_loss(in[0], in[1])};
+       }},
+      {"views",
+       [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{in[0].transpose(0, 1).contiguous().flatten(),
+                                    in[0].slice(1, 1, 5) * 2.0};
+       }},
+  };
+  for (const auto& [name, f] : families) {
+    for (int log2n : {8, 10, 12, 16, 20}) {
+      const int64_t n = int64_t(1) << log2n;
+      const std::vector<Tensor> in = {randn({n / 16, 16}), randn({n / 16, 16}), randn({16, 16})};
+      Compiled plan = mt::compile(f);
+      const int reps_here = log2n >= 20 ? reps : reps * 20;
+      auto m = medians({[&] { f(in); }, [&] { plan(in); }}, reps_here);
+      std::printf("| %s, 2^%d | %.3f | %.3f | %.2fx |\n", name, log2n, m[0] * 1e3, m[1] * 1e3,
+                  m[0] / m[1]);
+    }
+  }
+
   std::printf("\n| SiLU (float32) | mt::silu ms | jit::pointwise ms | pointwise / silu |\n");
   std::printf("|---|---|---|---|\n");
   const jit::Pointwise silu_pw = jit::pointwise("bench_silu", "x / (1.0f + expf(-x))");

@@ -7,6 +7,7 @@
 //    AVX-512 loops (kernels/cpu/vec_exp.h) against the portable ones, alternated;
 //  - where the build found SLEEF (Debian's libsleef-dev) and the CPU has AVX-512: SiLU's
 //    float32 loop against x / (1 + e^-x) with SLEEF's Sleef_expf16_u10, one thread, 2^16;
+//    and where it has AVX2: the AVX2 exp and sigmoid loops against SLEEF's Sleef_expf8_u10avx2;
 //  - matmul GFLOP/s on square float32 products, through cblas and the library's own kernel;
 // each with 1 and 2 threads. Median of repeats; plain text, or --json.
 // Usage: bench_cpu [--json] [--max-log2 N] [--matmul-max N] [--threads a,b,...]
@@ -29,6 +30,9 @@
 // tools/bench/sleef_silu.cpp, compiled for AVX-512 (sleef.h declares the 512-bit functions only
 // under -mavx512f); called only where the CPU has it.
 void sleef_silu(float* o, const float* x, int64_t n);
+// tools/bench/sleef_avx2.cpp, compiled for AVX2 and FMA; called only where the CPU has them.
+void sleef_exp_avx2(float* o, const float* x, int64_t n);
+void sleef_sigmoid_avx2(float* o, const float* x, int64_t n);
 #endif
 
 int main(int argc, char** argv) {
@@ -67,28 +71,34 @@ int main(int argc, char** argv) {
   const std::vector<mt::bench::MatmulRow> mm =
       mt::bench::matmul_cpu_sweep(sizes, thread_counts, false, quiet);
 
-  // The other exp-bound ops, AVX-512 against portable (nan where there is no AVX-512).
+  // The other exp-bound ops: the default loops (the widest the CPU has), the AVX2 ones
+  // (nan where the CPU has no AVX2; exp and sigmoid have AVX2 loops, gelu runs the portable
+  // one there) and the portable ones, alternated.
   struct UnaryRow {
     const char* op;
-    double seconds, portable_seconds;
+    double seconds, avx2_seconds, portable_seconds;
   };
   std::vector<UnaryRow> unary_rows;
   {
     const int64_t n = int64_t(1) << 16;
     mt::Tensor x = mt::mul(mt::randn({n}), 3.0), y = mt::empty({n});
-    const bool vec = mt::cpu::vec_exp_active();
+    const mt::cpu::VecIsa widest = mt::cpu::vec_exp_widest();
     for (auto [name, op] :
          {std::pair{"exp", mt::cpu::UnaryOp::Exp}, std::pair{"sigmoid", mt::cpu::UnaryOp::Sigmoid},
           std::pair{"gelu", mt::cpu::UnaryOp::Gelu}}) {
       auto pass = [&] { mt::cpu::unary(op, x, y); };
+      auto capped = [&](mt::cpu::VecIsa cap) {
+        if (int(cap) > int(widest)) return std::nan("");
+        const mt::cpu::VecIsa had = mt::cpu::set_vec_exp_isa(cap);
+        const double t = mt::bench::cpu_median_seconds(pass);
+        mt::cpu::set_vec_exp_isa(had);
+        return t;
+      };
       const double s = mt::bench::cpu_median_seconds(pass);
-      double p = std::nan("");
-      if (vec) {
-        mt::cpu::set_vec_exp_enabled(false);
-        p = mt::bench::cpu_median_seconds(pass);
-        mt::cpu::set_vec_exp_enabled(true);
-      }
-      unary_rows.push_back({name, s, p});
+      const double a = capped(mt::cpu::VecIsa::Avx2);
+      const double p =
+          widest != mt::cpu::VecIsa::Portable ? capped(mt::cpu::VecIsa::Portable) : std::nan("");
+      unary_rows.push_back({name, s, a, p});
     }
   }
 
@@ -138,6 +148,7 @@ int main(int argc, char** argv) {
       j["unary"].push_back({{"op", r.op},
                             {"n", 65536},
                             {"seconds", r.seconds},
+                            {"avx2_seconds", r.avx2_seconds},
                             {"portable_seconds", r.portable_seconds}});
     for (const mt::bench::MatmulRow& r : mm)
       j["matmul"].push_back({{"size", r.size},
@@ -159,16 +170,43 @@ int main(int argc, char** argv) {
     std::printf("%-9s %7d %10lld %12.1f %9.2f %10.2f %7.2f %12.1f %9.2f\n", r.op.c_str(), r.threads,
                 (long long)r.n, r.seconds * 1e6, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps,
                 r.portable_seconds * 1e6, r.copy_seconds / r.portable_seconds);
-  std::printf("\n%-9s %10s %12s %12s %9s\n", "op", "elements", "median_us", "portable_us",
-              "speedup");
+  std::printf("\n%-9s %10s %12s %9s %12s %9s\n", "op", "elements", "median_us", "avx2_us",
+              "portable_us", "speedup");
   for (const UnaryRow& r : unary_rows)
-    std::printf("%-9s %10d %12.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
-                r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
+    std::printf("%-9s %10d %12.1f %9.1f %12.1f %9.2f\n", r.op, 65536, r.seconds * 1e6,
+                r.avx2_seconds * 1e6, r.portable_seconds * 1e6, r.portable_seconds / r.seconds);
   if (!std::isnan(sleef_us))
     std::printf(
         "\nsilu, 1 thread, 65536 floats: %.1f us; with SLEEF's Sleef_expf16_u10 and a "
         "division: %.1f us (%.2fx the time)\n",
         own_us, sleef_us, sleef_us / own_us);
+#if MT_HAVE_SLEEF
+  // The AVX2 exp and sigmoid loops against SLEEF's AVX2 exp, as a user would write them: the
+  // raw loops on the same 2^16 floats, one thread, alternated three times.
+  if (int(mt::cpu::vec_exp_widest()) >= int(mt::cpu::VecIsa::Avx2)) {
+    const int64_t n = int64_t(1) << 16;
+    std::vector<float> x(size_t(n), 0.0f), y(size_t(n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(i % 2001) * 0.01f - 10.0f;
+    const mt::cpu::VecIsa had = mt::cpu::set_vec_exp_isa(mt::cpu::VecIsa::Avx2);
+    using Loop = void (*)(float*, const float*, int64_t);
+    const std::pair<const char*, std::pair<Loop, Loop>> pairs[] = {
+        {"exp", {mt::cpu::exp_f32_loop, sleef_exp_avx2}},
+        {"sigmoid", {mt::cpu::sigmoid_f32_loop, sleef_sigmoid_avx2}}};
+    std::printf("\n%-9s %10s %12s %12s %9s\n", "avx2", "elements", "own_us", "sleef_us", "ratio");
+    for (const auto& [name, loops] : pairs) {
+      std::vector<double> a, b;
+      for (int k = 0; k < 3; ++k) {
+        a.push_back(mt::bench::cpu_median_seconds([&] { loops.first(y.data(), x.data(), n); }));
+        b.push_back(mt::bench::cpu_median_seconds([&] { loops.second(y.data(), x.data(), n); }));
+      }
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      std::printf("%-9s %10lld %12.1f %12.1f %9.2f\n", name, (long long)n, a[1] * 1e6, b[1] * 1e6,
+                  b[1] / a[1]);
+    }
+    mt::cpu::set_vec_exp_isa(had);
+  }
+#endif
   std::printf("\n%-8s %-8s %7s %10s %9s\n", "matmul", "path", "threads", "median_ms", "GFLOP/s");
   for (const mt::bench::MatmulRow& r : mm)
     std::printf("%-8lld %-8s %7d %10.2f %9.1f\n", (long long)r.size, r.path.c_str(), r.threads,
