@@ -11,7 +11,7 @@
 
 #include "runtime/tensor.h"
 
-namespace mt::autograd {
+namespace mt {
 
 struct Node;
 
@@ -88,6 +88,7 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<OutputMeta> output_slots_;
 };
 
+namespace detail {
 // Names `node` (whose inputs and outputs spans are already sized), fills its input slots
 // from `inputs` (pointers, so that recording copies no handle) and appends it to this
 // thread's tape.
@@ -107,10 +108,12 @@ void set_history(const Tensor& out, std::shared_ptr<Node>&& node, uint32_t nr);
 // Whether any of the tensors requires grad.
 bool any_requires_grad(std::span<const Tensor> ts);
 
+}  // namespace detail
+
 // The live entries of this thread's tape, oldest first.
 std::vector<std::shared_ptr<Node>> tape_entries();
 // The tape as text (one line an entry) and as a Graphviz DOT graph.
 std::string dump_tape();
 std::string dump_tape_dot();
 
-}  // namespace mt::autograd
+}  // namespace mt

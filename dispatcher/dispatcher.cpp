@@ -13,9 +13,9 @@
 
 #include "dispatcher/edit_distance.h"
 #include "dispatcher/mode.h"
-#include "runtime/fake.h"
 #include "runtime/init.h"
 #include "runtime/log.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 

@@ -19,16 +19,14 @@ namespace mt {
 
 class Tensor;
 struct TensorImpl;
-namespace autograd {
-struct Node;
-}
+struct Node;  // a tape entry (autograd/node.h)
 
 // The autograd slot of a tensor. The engine in autograd/ reads and writes it;
 // grad_fn is the tape entry that produced a non-leaf tensor.
 struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;
+  std::shared_ptr<mt::Node> grad_fn;
   uint32_t output_nr = 0;
 };
 
@@ -214,7 +212,7 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Factories. Under FakeMode (runtime/fake.h) they make fake tensors.
+// Factories. Under FakeMode (below) they make fake tensors.
 Tensor empty(const Shape& shape, const TensorOptions& opts = {});
 Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& opts = {});
 Tensor empty_like(const Tensor& t);  // contiguous, same dtype and device
@@ -322,6 +320,25 @@ T Tensor::item() const {
            sizes(), numel());
   return to_vector<T>()[0];
 }
+
+// FakeMode: under this guard, factories make fake tensors (metadata, no storage).
+
+class FakeMode {
+ public:
+  FakeMode();
+  ~FakeMode();
+  FakeMode(const FakeMode&) = delete;
+  FakeMode& operator=(const FakeMode&) = delete;
+  static bool enabled();
+
+ private:
+  bool prev_;
+};
+
+// A fake tensor with t's sizes, strides, dtype and device.
+Tensor fake_like(const Tensor& t);
+// A fake tensor of the given shape (contiguous); a fake cuda:0 works without a GPU.
+Tensor fake_empty(const Shape& shape, const TensorOptions& opts = {});
 
 }  // namespace mt
 

@@ -294,7 +294,7 @@ TEST_SUITE("jit") {
                    error_of([&] { f.call(std::vector<Tensor>{ones({2})}); }) == want &&
                    error_of([&] { (void)f.cuda_source(); }) == want &&
                    error_of([&] { (void)f.spec(); }) == want &&
-                   error_of([&] { (void)f.program(); }) == want &&
+                   error_of([&] { (void)mt::jit::expr::program_of(f); }) == want &&
                    error_of([&] { (void)f.name_expressions(); }) == want;
           }) == 0);
     jit::Pointwise g;

@@ -25,6 +25,10 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "autograd/custom_op.h"
+#include "autograd/gradcheck.h"
+#include "autograd/node.h"
+#include "autograd/trace.h"
 #include "dispatcher/library.h"
 #include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"

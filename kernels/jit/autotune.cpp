@@ -22,7 +22,6 @@
 #include "kernels/jit/cache.h"
 #include "kernels/jit/sha256.h"
 #include "runtime/cuda/cuda.h"
-#include "runtime/cuda/graph.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 

@@ -449,11 +449,13 @@ void UserKernel::launch_packed(const LaunchConfig&, KernelArg*, size_t) const {
 
 #endif
 
-namespace detail {
+}  // namespace mt::jit
 
-KernelArg tensor_arg(const Tensor& t, bool allow_strided) {
-  KernelArg a;
-  a.kind = KernelArg::Kind::Tensor;
+namespace mt::detail {
+
+jit::KernelArg tensor_arg(const Tensor& t, bool allow_strided) {
+  jit::KernelArg a;
+  a.kind = jit::KernelArg::Kind::Tensor;
   a.cxx_type = "Tensor";
   a.size = sizeof(void*);
   a.tensor = &t;
@@ -461,6 +463,4 @@ KernelArg tensor_arg(const Tensor& t, bool allow_strided) {
   return a;
 }
 
-}  // namespace detail
-
-}  // namespace mt::jit
+}  // namespace mt::detail

@@ -112,8 +112,10 @@ UserKernel kernel(KernelSpec spec, std::string name_expression);
 // -> {"float const*", "int"}; exposed for the tests.
 std::vector<std::string> split_parameter_types(std::string_view demangled);
 
-namespace detail {
-KernelArg tensor_arg(const Tensor& t, bool allow_strided);
+}  // namespace mt::jit
+
+namespace mt::detail {
+jit::KernelArg tensor_arg(const Tensor& t, bool allow_strided);
 template <typename T>
 constexpr const char* scalar_type_name() {
   if constexpr (std::is_same_v<T, bool>)
@@ -147,21 +149,23 @@ constexpr const char* scalar_type_name() {
   else
     return nullptr;
 }
-}  // namespace detail
+}  // namespace mt::detail
+
+namespace mt::jit {
 
 template <typename T>
 KernelArg make_kernel_arg(const T& v) {
   if constexpr (std::is_same_v<T, Tensor>) {
-    return detail::tensor_arg(v, false);
+    return mt::detail::tensor_arg(v, false);
   } else if constexpr (std::is_same_v<T, AllowStrided>) {
-    return detail::tensor_arg(v.tensor, true);
+    return mt::detail::tensor_arg(v.tensor, true);
   } else if constexpr (std::is_arithmetic_v<T>) {
-    static_assert(detail::scalar_type_name<T>() != nullptr, "unsupported scalar type");
+    static_assert(mt::detail::scalar_type_name<T>() != nullptr, "unsupported scalar type");
     KernelArg a;
     a.kind = std::is_same_v<T, bool>       ? KernelArg::Kind::Bool
              : std::is_floating_point_v<T> ? KernelArg::Kind::Floating
                                            : KernelArg::Kind::Integer;
-    a.cxx_type = detail::scalar_type_name<T>();
+    a.cxx_type = mt::detail::scalar_type_name<T>();
     a.size = sizeof(T);
     std::memcpy(a.bytes, &v, sizeof(T));
     a.number = static_cast<long double>(v);
