@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "autograd/autograd.h"
-#include "autograd/node.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "runtime/tensor.h"

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: MIT
-#include "autograd/node.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <unordered_map>
 
+#include "autograd/autograd.h"
 #include "runtime/tls.h"
 
 namespace mt {

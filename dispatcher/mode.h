@@ -10,7 +10,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
-#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "dispatcher/dispatcher.h"
@@ -79,13 +79,14 @@ class [[nodiscard]] ModeRule {
  private:
   std::shared_ptr<void> r_;
 };
-ModeRule register_dispatch_mode_rule(std::string_view op, std::type_index mode_type, ModeRuleFn fn,
+ModeRule register_dispatch_mode_rule(std::string_view op, const std::type_info& mode_type,
+                                     ModeRuleFn fn,
                                      std::source_location loc = std::source_location::current());
 template <typename Mode, typename F>
 ModeRule register_dispatch_mode_rule(std::string_view op, F fn,
                                      std::source_location loc = std::source_location::current()) {
   return register_dispatch_mode_rule(
-      op, std::type_index(typeid(Mode)),
+      op, typeid(Mode),
       [fn = std::move(fn)](DispatchMode& m, const OperatorHandle& h, Stack& s) {
         fn(static_cast<Mode&>(m), h, s);
       },

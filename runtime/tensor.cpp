@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/fake_observer.h"
 #include "runtime/philox.h"
 #include "runtime/tls.h"

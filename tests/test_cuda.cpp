@@ -11,8 +11,8 @@
 
 #include "helpers.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
-#include "runtime/storage.h"
 #include "runtime/tensor.h"
 #ifdef MT_HAVE_CUDA
 #include "runtime/cuda/driver.h"

@@ -25,8 +25,8 @@
 #include "child.h"
 #include "helpers.h"
 #include "kernels/jit/expr.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/nvrtc.h"
-#include "kernels/jit/user_kernel.h"
 #include "minitensor.h"
 
 using namespace mt;

@@ -1,6 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/jit/user_kernel.h"
-
 #include <cxxabi.h>
 #include <fmt/format.h>
 
@@ -12,6 +10,7 @@
 #include <mutex>
 
 #include "kernels/jit/cache.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/module.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"

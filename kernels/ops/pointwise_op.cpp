@@ -6,7 +6,6 @@
 #include <mutex>
 
 #include "autograd/autograd.h"
-#include "autograd/node.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "kernels/jit/derive.h"

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/ops/reduction_op.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +6,6 @@
 #include <mutex>
 
 #include "autograd/autograd.h"
-#include "autograd/node.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "kernels/jit/derive.h"

@@ -14,6 +14,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {

@@ -9,6 +9,7 @@
 
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "runtime/tensor.h"
