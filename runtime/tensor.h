@@ -204,6 +204,17 @@ inline int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+}  // namespace mt
+
+template <>
+struct fmt::formatter<mt::Shape> : mt::detail::TextFormatter {
+  auto format(const mt::Shape& s, fmt::format_context& ctx) const {
+    return write(mt::detail::shape_str(s), ctx);
+  }
+};
+
+namespace mt {
+
 // DispatchKey and DispatchKeySet. They live in the runtime (as c10's do in PyTorch)
 // because every tensor carries a key set; the dispatcher reads them.
 
@@ -601,11 +612,4 @@ Tensor fake_empty(const Shape& shape, const TensorOptions& opts = {});
 template <>
 struct fmt::formatter<mt::Tensor> : mt::detail::TextFormatter {
   auto format(const mt::Tensor& t, fmt::format_context& ctx) const { return write(t.str(), ctx); }
-};
-
-template <>
-struct fmt::formatter<mt::Shape> : mt::detail::TextFormatter {
-  auto format(const mt::Shape& s, fmt::format_context& ctx) const {
-    return write(mt::detail::shape_str(s), ctx);
-  }
 };
