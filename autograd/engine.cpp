@@ -1,6 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "autograd/engine.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,16 +6,16 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "autograd/vmap.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
-#include "runtime/fake.h"
+#include "runtime/fake_observer.h"
 
 namespace mt {
 namespace {
 
-using autograd::Node;
+using mt::Node;
 
 struct Root {
   Tensor output;
@@ -41,8 +39,8 @@ Tensor accumulate(const Tensor& have, const Tensor& g) {
 }
 
 // Fake zeros and ones come from the factories under FakeMode, so that mt::compile's capture
-// sees what they hold (runtime/fake.h, FakeFactoryObserver).
-Tensor zeros_for(const autograd::OutputMeta& m) {
+// sees what they hold (runtime/fake_observer.h, FakeFactoryObserver).
+Tensor zeros_for(const mt::OutputMeta& m) {
   std::optional<FakeMode> fake;
   if (m.fake) fake.emplace();
   return zeros(m.sizes, {.dtype = m.dtype, .device = m.device});

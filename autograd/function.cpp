@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: MIT
-#include "autograd/function.h"
-
 #include <cxxabi.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 
+#include "autograd/custom_op.h"
 #include "dispatcher/library.h"
 
 namespace mt {
@@ -24,7 +23,7 @@ std::vector<Tensor> AutogradContext::saved() const {
            "[{}] ctx.saved() is only available in backward; in setup_context use the inputs "
            "and output directly",
            op_);
-  std::shared_ptr<autograd::Node> owner = node_->shared_from_this();
+  std::shared_ptr<mt::Node> owner = node_->shared_from_this();
   std::vector<Tensor> out;
   out.reserve(saved_.size());
   for (size_t i = 0; i < saved_.size(); ++i) out.push_back(saved_[i].unpack(owner, op_));
@@ -96,7 +95,7 @@ void install_autograd_fallback() {
       if (v.is_tensor_list())
         for (const Tensor& t : v.to_tensor_list()) inputs.push_back(t);
     }
-    bool needs = autograd::any_requires_grad(inputs);
+    bool needs = mt::detail::any_requires_grad(inputs);
     if (needs && schema.is_mutable()) {
       MT_ERROR(
           "[autograd] '{}' modifies its inputs in place, and one of them requires grad; "
@@ -110,8 +109,8 @@ void install_autograd_fallback() {
     }
     if (!needs) return;
     std::string name = op.name().str();
-    auto node = autograd::make_node(name, inputs, schema.returns.size());
-    node->backward = [name](autograd::Node&, const std::vector<Tensor>&) -> std::vector<Tensor> {
+    auto node = mt::detail::make_node(name, inputs, schema.returns.size());
+    node->backward = [name](mt::Node&, const std::vector<Tensor>&) -> std::vector<Tensor> {
       MT_ERROR(
           "[backward] '{}' has no autograd formula, but an input of it requires grad, so "
           "its gradient is unknown. Register one with register_autograd(backward, "
@@ -122,7 +121,7 @@ void install_autograd_fallback() {
     for (size_t i = stack->size() - schema.returns.size(); i < stack->size(); ++i) {
       const Value& v = (*stack)[i];
       if (v.is_tensor() && is_floating(v.to_tensor().dtype()))
-        autograd::set_history(v.to_tensor(), node, nr);
+        mt::detail::set_history(v.to_tensor(), node, nr);
       ++nr;
     }
   });

@@ -3,9 +3,8 @@
 
 #include <cmath>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "runtime/fake.h"
+#include "autograd/autograd.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 namespace {

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: MIT
-#include "autograd/node.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <unordered_map>
 
+#include "autograd/autograd.h"
 #include "runtime/tls.h"
 
-namespace mt::autograd {
+namespace mt {
 namespace {
 
 struct Tape {
@@ -90,7 +89,7 @@ void Node::release() {
   backward = nullptr;
 }
 
-bool any_requires_grad(std::span<const Tensor> ts) {
+bool detail::any_requires_grad(std::span<const Tensor> ts) {
   for (const Tensor& t : ts)
     if (t.defined() && t.requires_grad()) return true;
   return false;
@@ -103,8 +102,8 @@ void Node::allocate_slots(size_t n_in, size_t n_out) {
   outputs = output_slots_;
 }
 
-void record_node(const std::shared_ptr<Node>& n, std::string_view name,
-                 std::span<const Tensor* const> inputs) {
+void detail::record_node(const std::shared_ptr<Node>& n, std::string_view name,
+                         std::span<const Tensor* const> inputs) {
   MT_ASSERT(n->inputs.size() == inputs.size(), "node {} has {} input slots for {} inputs", name,
             n->inputs.size(), inputs.size());
   n->name = name;
@@ -131,13 +130,13 @@ void record_node(const std::shared_ptr<Node>& n, std::string_view name,
   tape.append(n);
 }
 
-std::shared_ptr<Node> make_node(std::string name, std::span<const Tensor> inputs,
-                                size_t num_outputs) {
+std::shared_ptr<Node> detail::make_node(std::string name, std::span<const Tensor> inputs,
+                                        size_t num_outputs) {
   auto n = std::make_shared<Node>();
   n->allocate_slots(inputs.size(), num_outputs);
   std::vector<const Tensor*> ptrs(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) ptrs[i] = &inputs[i];
-  record_node(n, name, ptrs);
+  detail::record_node(n, name, ptrs);
   return n;
 }
 
@@ -163,11 +162,11 @@ void set_history_impl(const Tensor& out, P&& node, uint32_t nr) {
 }
 }  // namespace
 
-void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
+void detail::set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
   set_history_impl(out, node, nr);
 }
 
-void set_history(const Tensor& out, std::shared_ptr<Node>&& node, uint32_t nr) {
+void detail::set_history(const Tensor& out, std::shared_ptr<Node>&& node, uint32_t nr) {
   set_history_impl(out, std::move(node), nr);
 }
 
@@ -233,4 +232,4 @@ std::string dump_tape_dot() {
   return out + "}\n";
 }
 
-}  // namespace mt::autograd
+}  // namespace mt

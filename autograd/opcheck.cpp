@@ -2,10 +2,9 @@
 #include <algorithm>
 #include <atomic>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
-#include "runtime/fake.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 

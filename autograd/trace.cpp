@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "dispatcher/library.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/fake.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 namespace {

@@ -40,7 +40,7 @@ class TraceCallsGuard {
 };
 
 // While alive, each op this thread calls from its own code names the CUDA memory it
-// allocates, in the allocator's history (runtime/cuda/memory.h: record_memory_history):
+// allocates, in the allocator's history (runtime/cuda/cuda.h: record_memory_history):
 // "mt::matmul", or "backward / mt::matmul" inside a MemoryContext("backward"). Ops called
 // by that op keep its name. Through the Trace key, like TraceCallsGuard: it costs a boxed
 // call per op while alive, and nothing otherwise.

@@ -10,8 +10,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "dispatcher/library.h"
 
 namespace mt {

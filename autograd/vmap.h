@@ -12,7 +12,7 @@
 namespace mt {
 
 // Note [Where Batched sits]
-// Batched is above Autocast and Autograd (runtime/dispatch_key.h). Inside mt::vmap an
+// Batched is above Autocast and Autograd (runtime/tensor.h). Inside mt::vmap an
 // argument is a batched tensor: a TensorImpl that wraps the real tensor (its value) with
 // the batch dim and a level, and shows the per-sample shape. While a vmap runs, Batched
 // is in the thread's included keys, so every op call inside it reaches the Batched key

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-#include "dispatcher/builtin_modes.h"
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+
+#include "dispatcher/mode.h"
 
 namespace mt {
 namespace {

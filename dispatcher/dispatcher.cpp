@@ -13,9 +13,9 @@
 
 #include "dispatcher/edit_distance.h"
 #include "dispatcher/mode.h"
-#include "runtime/fake.h"
 #include "runtime/init.h"
 #include "runtime/log.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 
@@ -148,7 +148,7 @@ void OperatorEntry::rebuild(const std::array<KernelFunction, kNumDispatchKeys>& 
 }
 
 namespace {
-// Keys 5 and 6 are reserved (runtime/dispatch_key.h): dumps skip keys without a name.
+// Keys 5 and 6 are reserved (runtime/tensor.h): dumps skip keys without a name.
 bool named_key(int k) { return dispatch_key_name(DispatchKey(k)) != "?"; }
 
 std::string_view kind_word(const DispatchTable& t, int k) {

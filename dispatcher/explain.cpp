@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
-#include "dispatcher/explain.h"
-
 #include <fmt/ranges.h>
 
+#include "dispatcher/dispatcher.h"
 #include "dispatcher/mode.h"
 
 namespace mt {

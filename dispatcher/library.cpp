@@ -19,7 +19,6 @@
 #include <mutex>
 #include <vector>
 
-#include "dispatcher/load_library.h"
 #include "runtime/init.h"
 
 namespace mt {

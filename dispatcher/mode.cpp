@@ -9,6 +9,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
+#include <typeindex>
 
 #include "dispatcher/library.h"
 
@@ -211,8 +212,8 @@ void check_mode_stack() { settle(); }
 
 // ---- rules -------------------------------------------------------------------------------
 
-ModeRule register_dispatch_mode_rule(std::string_view op, std::type_index mode_type, ModeRuleFn fn,
-                                     std::source_location loc) {
+ModeRule register_dispatch_mode_rule(std::string_view op, const std::type_info& mode_type,
+                                     ModeRuleFn fn, std::source_location loc) {
   MT_CHECK(fn != nullptr,
            "[register_dispatch_mode_rule] the rule for {} is an empty function; "
            "pass a callable",
@@ -227,7 +228,7 @@ ModeRule register_dispatch_mode_rule(std::string_view op, std::type_index mode_t
     r.count.fetch_add(1);
   }
   (void)loc;
-  std::shared_ptr<void> undo(nullptr, [name, mode_type, id](void*) {
+  std::shared_ptr<void> undo(nullptr, [name, mode_type = std::type_index(mode_type), id](void*) {
     Rules& r = rules();
     std::unique_lock lock(r.mutex);
     auto& l = r.map[RuleKey{name, mode_type}];

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
-#include "dispatcher/tags.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dispatcher/schema.h"
 #include "runtime/error.h"
 
 namespace mt {

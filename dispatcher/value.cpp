@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-#include "dispatcher/value.h"
-
 #include <fmt/format.h>
+
+#include "dispatcher/kernel_function.h"
 
 namespace mt {
 

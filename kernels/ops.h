@@ -83,3 +83,28 @@ inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
 
 }  // namespace mt
+
+// Process-wide settings of the built-in kernels (kernels/ops/settings.cpp forwards them to
+// the CPU kernels and the GPU launchers).
+namespace mt {
+
+// Threads for the CPU kernels, matmul's included (1 to 1024; docs/cpu.md, "Threads"). By
+// default MT_NUM_THREADS, else OMP_NUM_THREADS, at most the CPUs this process may run on;
+// else those CPUs.
+int num_threads();
+void set_num_threads(int n);
+
+// Whether matmul calls cblas: built with it and not turned off.
+bool have_blas();
+void set_use_blas(bool use);  // no effect in a build without cblas
+
+}  // namespace mt
+
+namespace mt::cuda {
+
+// float32 matmul on CUDA through cuBLAS may use TF32 tensor cores (faster, 10-bit
+// mantissa products) when allowed; off by default, as in PyTorch.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+}  // namespace mt::cuda

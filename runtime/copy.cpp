@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/tensor.h"
 #include "runtime/view.h"
 

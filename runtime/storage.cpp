@@ -1,6 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "runtime/storage.h"
-
 #include <array>
 #include <cstdlib>
 #include <mutex>
@@ -8,7 +6,9 @@
 
 #include "runtime/cpu_cache.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
+#include "runtime/tensor.h"
 #include "runtime/tls.h"
 
 namespace mt {

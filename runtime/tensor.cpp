@@ -11,7 +11,8 @@
 #include <utility>
 
 #include "runtime/cuda/cuda.h"
-#include "runtime/fake.h"
+#include "runtime/cuda/hooks.h"
+#include "runtime/fake_observer.h"
 #include "runtime/philox.h"
 #include "runtime/tls.h"
 

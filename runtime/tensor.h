@@ -1,34 +1,299 @@
 // SPDX-License-Identifier: MIT
 // Tensor: a cheap, reference-counted handle to sizes, strides, an offset, a dtype,
-// a device and a Storage (none for a fake tensor), plus the autograd slot.
+// a device and a Storage (none for a fake tensor), plus the autograd slot. Here too, in
+// order: Allocator and Storage, Shape, DispatchKey and DispatchKeySet, FakeMode.
 #pragma once
 
+#include <atomic>
+#include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/device.h"
-#include "runtime/dispatch_key.h"
 #include "runtime/dtype.h"
-#include "runtime/shape.h"
-#include "runtime/storage.h"
+#include "runtime/error.h"
+
+// Allocator and Storage: the reference-counted buffer behind every tensor and its views.
+namespace mt {
+
+// Hands out device memory. The CPU allocator aligns to 64 bytes; the CUDA caching
+// allocator (runtime/cuda) reuses blocks. allocate(0) may return nullptr.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) noexcept = 0;
+  virtual Device device() const = 0;
+};
+
+Allocator* cpu_allocator();
+// The allocator for `d`. A CUDA device on a machine without one is a clear error.
+Allocator* allocator_for(Device d);
+
+// A buffer of bytes on one device. The version counter is shared by every view
+// of the storage: in-place ops bump it, autograd compares it with the version
+// a saved tensor had (Note [Saved tensor versions] in autograd/autograd.h).
+class StorageImpl {
+ public:
+  StorageImpl(size_t nbytes, Allocator* allocator);
+  // Wraps memory the caller owns; `deleter` (may be empty) runs when the last view dies.
+  StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;               // set when we allocated data_
+  std::function<void(void*)> external_deleter_;  // set for from_blob
+  std::atomic<uint32_t> version_{0};
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+namespace detail {
+// Memory for the runtime's small objects (TensorImpl, StorageImpl, tape entries): blocks of
+// up to 1 KiB come from per-thread free lists (Note [Small CPU blocks]), larger ones from
+// malloc. Aligned for any fundamental type.
+void* object_alloc(size_t nbytes);
+void object_free(void* ptr, size_t nbytes) noexcept;
+
+template <typename T>
+struct ObjectAllocator {
+  static_assert(alignof(T) <= alignof(std::max_align_t), "object_alloc aligns to max_align_t");
+  using value_type = T;
+  ObjectAllocator() = default;
+  template <typename U>
+  ObjectAllocator(const ObjectAllocator<U>&) noexcept {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(object_alloc(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { object_free(p, n * sizeof(T)); }
+  friend bool operator==(const ObjectAllocator&, const ObjectAllocator&) { return true; }
+};
+
+// std::make_shared with the object allocator: the object and its reference counts in one
+// block from those lists.
+template <typename T, typename... Args>
+std::shared_ptr<T> make_object(Args&&... args) {
+  return std::allocate_shared<T>(ObjectAllocator<T>{}, std::forward<Args>(args)...);
+}
+}  // namespace detail
+
+// Shape: a fixed-capacity list of sizes or strides (up to kMaxDims), so that making
+// a tensor allocates nothing for its metadata.
+
+inline constexpr int kMaxDims = 8;
+
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); }
+  Shape(std::span<const int64_t> v) { assign(v.begin(), v.end()); }     // NOLINT
+  Shape(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }  // NOLINT
+  explicit Shape(size_t n, int64_t value = 0) {
+    check_size(n);
+    n_ = uint8_t(n);
+    for (size_t i = 0; i < n; ++i) d_[i] = value;
+  }
+
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int64_t* data() { return d_; }
+  const int64_t* data() const { return d_; }
+  int64_t* begin() { return d_; }
+  int64_t* end() { return d_ + n_; }
+  const int64_t* begin() const { return d_; }
+  const int64_t* end() const { return d_ + n_; }
+  int64_t& operator[](size_t i) { return d_[i]; }
+  int64_t operator[](size_t i) const { return d_[i]; }
+  int64_t& back() { return d_[n_ - 1]; }
+  int64_t back() const { return d_[n_ - 1]; }
+
+  void push_back(int64_t v) {
+    check_size(n_ + 1u);
+    d_[n_++] = v;
+  }
+  void insert(size_t pos, int64_t v) {
+    check_size(n_ + 1u);
+    for (size_t i = n_; i > pos; --i) d_[i] = d_[i - 1];
+    d_[pos] = v;
+    ++n_;
+  }
+  void erase(size_t pos) {
+    for (size_t i = pos + 1; i < n_; ++i) d_[i - 1] = d_[i];
+    --n_;
+  }
+  void resize(size_t n, int64_t value = 0) {
+    check_size(n);
+    for (size_t i = n_; i < n; ++i) d_[i] = value;
+    n_ = uint8_t(n);
+  }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+  operator std::span<const int64_t>() const { return {d_, n_}; }  // NOLINT
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    if (a.n_ != b.n_) return false;
+    for (size_t i = 0; i < a.n_; ++i)
+      if (a.d_[i] != b.d_[i]) return false;
+    return true;
+  }
+
+ private:
+  template <typename It>
+  void assign(It b, It e) {
+    size_t n = size_t(e - b);
+    check_size(n);
+    n_ = uint8_t(n);
+    for (size_t i = 0; i < n; ++i) d_[i] = int64_t(b[i]);
+  }
+  static void check_size(size_t n) {
+    MT_CHECK(n <= size_t(kMaxDims), "[shape] tensors have at most {} dimensions, got {}", kMaxDims,
+             n);
+  }
+  int64_t d_[kMaxDims] = {};
+  uint8_t n_ = 0;
+};
+
+namespace detail {
+// "[op] the sizes [...] have 2^64 elements, more than int64 can count; ..." (or a
+// negative size): the error of checked_numel.
+[[noreturn]] void throw_bad_shape(const Shape& s, const char* op);
+// "[2, 3]": the text of fmt's "{}" for a Shape.
+std::string shape_str(const Shape& s);
+}  // namespace detail
+
+// Note [Checked shapes]
+// Every shape a tensor gets is checked where it is made (the factories, view, reshape,
+// expand): no size is negative, and the product of the sizes, counting a 0 as a 1 (what
+// the contiguous strides and the extents need), fits in int64. Shapes derived from a
+// checked one (a slice, a transpose, a flatten) then cannot overflow either, and neither
+// can numel times the element size, which the factories and expand check as well.
+// The number of elements of `s`, refusing ("[op] ...") negative sizes and shapes past int64.
+inline int64_t checked_numel(const Shape& s, const char* op) {
+  int64_t n = 1, strided = 1;
+  for (int64_t v : s) {
+    if (v < 0 || __builtin_mul_overflow(strided, v > 1 ? v : 1, &strided)) [[unlikely]]
+      detail::throw_bad_shape(s, op);
+    n *= v;  // 0 <= n <= strided: no overflow
+  }
+  return n;
+}
+
+// Product of sizes (1 for a 0-d shape), for shapes already checked; one that overflows
+// is refused all the same, never wrapped.
+inline int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t v : s)
+    if (__builtin_mul_overflow(n, v, &n)) [[unlikely]]
+      detail::throw_bad_shape(s, "tensor");
+  return n;
+}
+
+}  // namespace mt
+
+template <>
+struct fmt::formatter<mt::Shape> : mt::detail::TextFormatter {
+  auto format(const mt::Shape& s, fmt::format_context& ctx) const {
+    return write(mt::detail::shape_str(s), ctx);
+  }
+};
 
 namespace mt {
 
+// DispatchKey and DispatchKeySet. They live in the runtime (as c10's do in PyTorch)
+// because every tensor carries a key set; the dispatcher reads them.
+
+// Note [Dispatch key priority]
+// The numeric value is the priority: a call goes to the highest key present in
+// (union of the arguments' key sets | thread-local included) & ~thread-local excluded.
+//   Trace > Batched > Autocast > Autograd > Mode > Fake > CUDA > CPU
+// Trace is an optional boxed fallback that logs calls, then redispatches below itself.
+// Batched (mt::vmap) unwraps batched tensors, applies the op's batching rule and wraps
+// the results; Autocast casts the inputs by the op's policy; both then call below
+// themselves (Note [Where Batched sits] in autograd/vmap.h).
+// Autograd records a tape entry, then redispatches below itself to the backend.
+// Mode runs the thread's innermost user dispatch mode (Note [Dispatch modes] in
+// dispatcher/mode.h); below Autograd, so a mode sees the ops a backward runs too.
+// Fake sits above the backends so a fake tensor never reaches a real kernel.
+enum class DispatchKey : uint8_t {
+  CPU = 0,
+  CUDA = 1,
+  Fake = 2,
+  Mode = 3,
+  Autograd = 4,
+  Autocast = 5,
+  Batched = 6,
+  Trace = 7,
+};
+inline constexpr int kNumDispatchKeys = 8;
+
+std::string_view dispatch_key_name(DispatchKey k);
+// Parses a key's name ("CPU", ..., "Trace"); returns false if unknown.
+bool parse_dispatch_key(std::string_view name, DispatchKey* out);
+
+class DispatchKeySet {
+ public:
+  constexpr DispatchKeySet() = default;
+  constexpr explicit DispatchKeySet(uint64_t bits) : bits_(bits) {}
+  constexpr DispatchKeySet(DispatchKey k) : bits_(uint64_t(1) << uint8_t(k)) {}  // NOLINT
+  constexpr DispatchKeySet(std::initializer_list<DispatchKey> ks) {
+    for (auto k : ks) bits_ |= uint64_t(1) << uint8_t(k);
+  }
+
+  constexpr bool has(DispatchKey k) const { return bits_ & (uint64_t(1) << uint8_t(k)); }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr uint64_t raw() const { return bits_; }
+  // The highest-priority key; undefined on an empty set (check empty() first).
+  constexpr DispatchKey highest() const { return DispatchKey(63 - std::countl_zero(bits_)); }
+  // The keys strictly below k.
+  constexpr DispatchKeySet below(DispatchKey k) const {
+    return DispatchKeySet(bits_ & ((uint64_t(1) << uint8_t(k)) - 1));
+  }
+  constexpr DispatchKeySet add(DispatchKey k) const { return *this | DispatchKeySet(k); }
+  constexpr DispatchKeySet remove(DispatchKey k) const { return *this - DispatchKeySet(k); }
+
+  constexpr DispatchKeySet operator|(DispatchKeySet o) const {
+    return DispatchKeySet(bits_ | o.bits_);
+  }
+  constexpr DispatchKeySet operator&(DispatchKeySet o) const {
+    return DispatchKeySet(bits_ & o.bits_);
+  }
+  constexpr DispatchKeySet operator-(DispatchKeySet o) const {
+    return DispatchKeySet(bits_ & ~o.bits_);
+  }
+  constexpr bool operator==(const DispatchKeySet&) const = default;
+
+  std::string str() const;  // "{Autograd, CPU}", highest first
+
+ private:
+  uint64_t bits_ = 0;
+};
+
 class Tensor;
 struct TensorImpl;
-namespace autograd {
-struct Node;
-}
+struct Node;  // a tape entry (autograd/autograd.h)
 
 // The autograd slot of a tensor. The engine in autograd/ reads and writes it;
 // grad_fn is the tape entry that produced a non-leaf tensor.
 struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;
+  std::shared_ptr<mt::Node> grad_fn;
   uint32_t output_nr = 0;
 };
 
@@ -214,7 +479,7 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Factories. Under FakeMode (runtime/fake.h) they make fake tensors.
+// Factories. Under FakeMode (below) they make fake tensors.
 Tensor empty(const Shape& shape, const TensorOptions& opts = {});
 Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& opts = {});
 Tensor empty_like(const Tensor& t);  // contiguous, same dtype and device
@@ -322,6 +587,25 @@ T Tensor::item() const {
            sizes(), numel());
   return to_vector<T>()[0];
 }
+
+// FakeMode: under this guard, factories make fake tensors (metadata, no storage).
+
+class FakeMode {
+ public:
+  FakeMode();
+  ~FakeMode();
+  FakeMode(const FakeMode&) = delete;
+  FakeMode& operator=(const FakeMode&) = delete;
+  static bool enabled();
+
+ private:
+  bool prev_;
+};
+
+// A fake tensor with t's sizes, strides, dtype and device.
+Tensor fake_like(const Tensor& t);
+// A fake tensor of the given shape (contiguous); a fake cuda:0 works without a GPU.
+Tensor fake_empty(const Shape& shape, const TensorOptions& opts = {});
 
 }  // namespace mt
 

@@ -402,15 +402,15 @@ TEST_CASE("dump_tape: the entries as text and as a Graphviz graph") {
   Tensor x = ones({2}, {.requires_grad = true});
   Tensor y = mul(x, 2.0);
   Tensor z = sum(mt::silu(y));
-  std::string text = autograd::dump_tape();
+  std::string text = mt::dump_tape();
   CHECK(text.find("mt::mul.Scalar(leaf [2] float32) -> ([2] float32)") != std::string::npos);
   CHECK(text.find("mt::silu(#0.0) -> ([2] float32) saved=1\n") != std::string::npos);
-  std::string dot = autograd::dump_tape_dot();
+  std::string dot = mt::dump_tape_dot();
   CHECK(dot.starts_with("digraph tape {"));
   CHECK(dot.find("label=\"leaf [2] float32\"") != std::string::npos);
   CHECK(dot.find("->") != std::string::npos);
   backward(z);  // frees the saved tensors: no more saved=
-  text = autograd::dump_tape();
+  text = mt::dump_tape();
   CHECK(text.find("mt::silu(#0.0) -> ([2] float32) [released]\n") != std::string::npos);
 }
 

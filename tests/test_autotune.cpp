@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The autotuner (kernels/jit/autotune.h) on the CPU: a scripted timing stands in for the CUDA
+// The autotuner (kernels/jit/kernel.h) on the CPU: a scripted timing stands in for the CUDA
 // events, so the selection (median, ties, throwing candidates), the forcing and off
 // switches, the memory, the file beside the kernel cache (read back, corrupt and foreign
 // lines ignored) and the environment are checked without a GPU. The threaded case is in
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "helpers.h"
-#include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/sha256.h"
 
 using namespace mt;

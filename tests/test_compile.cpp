@@ -555,9 +555,9 @@ TEST_SUITE("compile") {
       return one(mt::exp(t * 0.5) - in[0]);
     };
     manual_seed(21);
-    const int saved = cpu::num_threads();
+    const int saved = mt::num_threads();
     for (int threads : {1, 2}) {
-      cpu::set_num_threads(threads);
+      mt::set_num_threads(threads);
       for (int64_t n : {1, 7, 8, 9, 255, 1023, 1024, 1025, 4097, 40000}) {
         CAPTURE(threads);
         CAPTURE(n);
@@ -576,7 +576,7 @@ TEST_SUITE("compile") {
         CHECK(bitwise_equal(out, fn(in)[0]));
       }
     }
-    cpu::set_num_threads(saved);
+    mt::set_num_threads(saved);
   }
 
   TEST_CASE("fusion on CPU: inputs unlike the prepared ones recompile or fall back, and match") {

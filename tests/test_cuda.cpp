@@ -11,10 +11,8 @@
 
 #include "helpers.h"
 #include "runtime/cuda/cuda.h"
-#include "runtime/cuda/graph.h"
-#include "runtime/cuda/memory.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
-#include "runtime/storage.h"
 #include "runtime/tensor.h"
 #ifdef MT_HAVE_CUDA
 #include "runtime/cuda/driver.h"
@@ -464,7 +462,7 @@ TEST_CASE("caching allocator (gpu): once every tensor is gone, empty_cache retur
   CHECK(s.driver_allocs - s.driver_frees == before.driver_allocs - before.driver_frees);
 }
 
-// ---- CUDA graphs (runtime/cuda/graph.h) -----------------------------------------------------
+// ---- CUDA graphs (runtime/cuda/cuda.h) -----------------------------------------------------
 
 namespace {
 
@@ -702,7 +700,7 @@ TEST_CASE("cuda graph (gpu): a graph dropped during its capture ends it" *
   CHECK(mt::max_abs_diff(mt::silu(x).cpu(), mt::silu(x.cpu())) < 1e-6);
 }
 
-// ---- allocator snapshot and history (runtime/cuda/memory.h) ---------------------------------
+// ---- allocator snapshot and history (runtime/cuda/cuda.h) ---------------------------------
 
 TEST_CASE("caching allocator (gpu): the history records allocations, reuse and empty_cache" *
           doctest::skip(no_gpu())) {

@@ -2,7 +2,7 @@
 // The dispatch explainer: explain_dispatch's structure, its text, MT_TRACE=dispatch:why.
 #include <doctest/doctest.h>
 
-#include "dispatcher/explain.h"
+#include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "dispatcher/mode.h"
 #include "tests/helpers.h"

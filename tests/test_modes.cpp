@@ -8,7 +8,6 @@
 #include <memory>
 #include <thread>
 
-#include "dispatcher/builtin_modes.h"
 #include "dispatcher/library.h"
 #include "dispatcher/mode.h"
 #include "tests/helpers.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "kernels/settings.h"
+#include "kernels/ops.h"
 #include "minitensor.h"
 #include "runtime/cpu_cache.h"
 #include "runtime/philox.h"
@@ -294,15 +294,15 @@ TEST_CASE("version: the headers' macros are the library's mt::version()") {
   CHECK(std::string(mt::version()) ==
         fmt::format("{}.{}.{}", MT_VERSION_MAJOR, MT_VERSION_MINOR, MT_VERSION_PATCH));
   CHECK(MT_VERSION_NUMBER == MT_VERSION_MAJOR * 10000 + MT_VERSION_MINOR * 100 + MT_VERSION_PATCH);
-  // The documented settings are reachable from minitensor.h (kernels/settings.h).
-  const int threads = mt::cpu::num_threads();
-  mt::cpu::set_num_threads(1);
-  CHECK(mt::cpu::num_threads() == 1);
-  mt::cpu::set_num_threads(threads);
-  const bool tf32 = mt::gpu::allow_tf32();
-  mt::gpu::set_allow_tf32(!tf32);
-  CHECK(mt::gpu::allow_tf32() == !tf32);
-  mt::gpu::set_allow_tf32(tf32);
+  // The documented settings are reachable from minitensor.h (kernels/ops.h).
+  const int threads = mt::num_threads();
+  mt::set_num_threads(1);
+  CHECK(mt::num_threads() == 1);
+  mt::set_num_threads(threads);
+  const bool tf32 = mt::cuda::allow_tf32();
+  mt::cuda::set_allow_tf32(!tf32);
+  CHECK(mt::cuda::allow_tf32() == !tf32);
+  mt::cuda::set_allow_tf32(tf32);
 }
 
 TEST_CASE("random: Philox4x32-10 gives the Random123 known answers") {

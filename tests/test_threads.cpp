@@ -25,9 +25,12 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "autograd/custom_op.h"
+#include "autograd/gradcheck.h"
+#include "autograd/trace.h"
 #include "dispatcher/library.h"
-#include "kernels/jit/autotune.h"
 #include "kernels/jit/cache.h"
+#include "kernels/jit/kernel.h"
 #include "runtime/tensor.h"
 
 using namespace mt;

@@ -108,10 +108,10 @@ TEST_SUITE("user kernels") {
 
   TEST_CASE("pointwise: the inputs are the free names in order of first appearance") {
     auto f = jit::pointwise("axpy", "a * x + y");
-    CHECK(f.program().inputs == std::vector<std::string>{"a", "x", "y"});
-    CHECK(f.program().outputs == std::vector<std::string>{"out"});
+    CHECK(mt::jit::expr::program_of(f).inputs == std::vector<std::string>{"a", "x", "y"});
+    CHECK(mt::jit::expr::program_of(f).outputs == std::vector<std::string>{"out"});
     auto g = jit::pointwise("silu", "x / (1.0f + expf(-x))");
-    CHECK(g.program().inputs == std::vector<std::string>{"x"});
+    CHECK(mt::jit::expr::program_of(g).inputs == std::vector<std::string>{"x"});
   }
 
   TEST_CASE("pointwise: mistakes in the expression are errors with a caret under them") {

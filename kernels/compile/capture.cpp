@@ -9,7 +9,7 @@
 #include "dispatcher/mode.h"
 #include "kernels/compile/compile.h"
 #include "kernels/jit/module.h"
-#include "runtime/fake.h"
+#include "runtime/fake_observer.h"
 
 namespace mt {
 
@@ -21,7 +21,7 @@ namespace mt {
 // engine dispatches every backward formula, and sums gradients with mt::add), so a training
 // step is one graph. Calls made inside an op are the op's own business.
 // Values are identified by TensorImpl: a fake tensor is either an input, the output of a
-// node, or made by a factory or detach() during the capture (runtime/fake.h's observer
+// node, or made by a factory or detach() during the capture (runtime/fake_observer.h's observer
 // tells us which, and what it was filled with); anything else is refused. A real tensor
 // that fn closed over becomes a constant and is replaced, for that call, by a fake stand-in,
 // so every op runs its Fake kernel (Fake is added to the call's keys): nothing is computed,

@@ -6,8 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
 #include "kernels/compile/compile.h"
 #include "kernels/ops.h"

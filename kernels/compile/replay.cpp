@@ -9,11 +9,11 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "kernels/compile/compile.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/expr.h"
-#include "runtime/cuda/graph.h"
+#include "runtime/cuda/cuda.h"
 
 namespace mt {
 
@@ -274,7 +274,7 @@ std::unique_ptr<CpuGroup> prepare_cpu_group(const Graph& g, const FusionGroup& f
   c->dtype = out.dtype;
   c->sizes = out.sizes;
   c->numel = shape_numel(out.sizes);
-  c->program = &kernel.program();
+  c->program = &jit::expr::program_of(kernel);
   for (double x : fg.scalars) c->scalars_f32.push_back(float(x)), c->scalars_f64.push_back(x);
   if (c->dtype == DType::Float32)
     c->f32 = std::make_unique<jit::expr::TileEvaluator<float>>(*c->program, c->scalars_f32.data());
@@ -376,8 +376,8 @@ std::unique_ptr<CpuReduce> prepare_cpu_reduce(const Graph& g, const FusionGroup&
   c->rows = 1, c->len = 1;
   for (int64_t d = 0; d < ndim; ++d) (d < kept ? c->rows : c->len) *= map.sizes[size_t(d)];
   c->identity = red.identity();
-  c->map = &red.map_program();
-  c->post = red.spec().post.empty() ? nullptr : &red.post_program();
+  c->map = &jit::expr::map_program_of(red);
+  c->post = red.spec().post.empty() ? nullptr : &jit::expr::post_program_of(red);
   const double no_scalars64[1] = {0};
   const float no_scalars32[1] = {0};
   if (c->dtype == DType::Float32) {

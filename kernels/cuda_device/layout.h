@@ -6,7 +6,7 @@
 
 namespace mt {
 
-constexpr int kMaxKernelDims = 8;  // as many as a tensor has (runtime/shape.h)
+constexpr int kMaxKernelDims = 8;  // as many as a tensor has (runtime/tensor.h)
 constexpr int kMaxKernelOperands = 3;
 
 // Strides are in elements. Operand 0 is the output; the others follow the

@@ -13,6 +13,7 @@
 
 #if MT_HAVE_CUDA
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/hooks.h"
 #endif
 
 namespace mt::gpu {

@@ -1,6 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/jit/autotune.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,9 +18,9 @@
 #include <utility>
 
 #include "kernels/jit/cache.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/sha256.h"
 #include "runtime/cuda/cuda.h"
-#include "runtime/cuda/graph.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 

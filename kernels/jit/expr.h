@@ -11,6 +11,23 @@
 #include <string_view>
 #include <vector>
 
+namespace mt::jit {
+class Pointwise;
+class Reduction;
+namespace expr {
+struct Program;
+}  // namespace expr
+}  // namespace mt::jit
+
+namespace mt::detail {
+// Reads the private state of a Pointwise or Reduction (pointwise.cpp, reduction.cpp).
+struct JitAccess {
+  static const jit::expr::Program& program(const jit::Pointwise& p);
+  static const jit::expr::Program& map_program(const jit::Reduction& r);
+  static const jit::expr::Program& post_program(const jit::Reduction& r);
+};
+}  // namespace mt::detail
+
 namespace mt::jit::expr {
 
 enum class Fn : uint8_t {
@@ -110,5 +127,15 @@ class TileEvaluator {
   std::shared_ptr<const Plan> plan_;
   std::vector<C> buf_;  // num_buffers() tiles of kChunk values
 };
+
+// The parsed expressions of a jit::pointwise or jit::reduction kernel (their public
+// headers keep them out of sight).
+inline const Program& program_of(const Pointwise& p) { return mt::detail::JitAccess::program(p); }
+inline const Program& map_program_of(const Reduction& r) {
+  return mt::detail::JitAccess::map_program(r);
+}
+inline const Program& post_program_of(const Reduction& r) {
+  return mt::detail::JitAccess::post_program(r);
+}
 
 }  // namespace mt::jit::expr

@@ -7,14 +7,14 @@
 #include <array>
 #include <atomic>
 
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/expr.h"
 #include "kernels/jit/generated.h"
 #include "kernels/jit/module.h"
 #include "runtime/error.h"
-#include "runtime/fake.h"
+#include "runtime/tensor.h"
 #include "runtime/view.h"
 
 #if defined(MT_HAVE_CUDA)
@@ -154,7 +154,15 @@ Pointwise pointwise(std::string name, std::string expression) {
 }
 
 const PointwiseSpec& Pointwise::spec() const { return state(state_).spec; }
-const expr::Program& Pointwise::program() const { return state(state_).program; }
+}  // namespace mt::jit
+
+namespace mt::detail {
+const jit::expr::Program& JitAccess::program(const jit::Pointwise& p) {
+  return jit::state(p.state_).program;
+}
+}  // namespace mt::detail
+
+namespace mt::jit {
 const std::string& Pointwise::cuda_source() const { return state(state_).kernel_spec.source; }
 
 std::string Pointwise::name_expression(DType t, PointwiseVariant v) const {

@@ -17,11 +17,11 @@
 
 #include "runtime/tensor.h"
 
-namespace mt::jit {
+namespace mt::detail {
+struct JitAccess;  // the parsed expressions behind the kernel (kernels/jit/expr.h, internal)
+}  // namespace mt::detail
 
-namespace expr {
-struct Program;  // a parsed expression (kernels/jit/expr.h, internal)
-}  // namespace expr
+namespace mt::jit {
 
 struct PointwiseSpec {
   std::string name;                       // in messages and the kernel's name: "my_silu"
@@ -50,8 +50,7 @@ class Pointwise {
     return single(call(in));
   }
 
-  const PointwiseSpec& spec() const;     // inputs filled in (the free names, when inferred)
-  const expr::Program& program() const;  // the parsed expression: internal (jit/expr.h)
+  const PointwiseSpec& spec() const;  // inputs filled in (the free names, when inferred)
   // The generated CUDA source, and the name expression of one kernel in it:
   // "pointwise_vec<float, pw_my_silu, 1, 1, 2>".
   const std::string& cuda_source() const;
@@ -61,6 +60,7 @@ class Pointwise {
   std::vector<std::string> name_expressions() const;
 
  private:
+  friend struct mt::detail::JitAccess;
   friend Pointwise pointwise(PointwiseSpec spec);
   friend Pointwise pointwise(std::string name, std::string expression);
   Tensor single(std::vector<Tensor> outs) const;

@@ -10,14 +10,14 @@
 #include <limits>
 #include <optional>
 
-#include "autograd/grad_mode.h"
+#include "autograd/autograd.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/jit/builtin.h"
 #include "kernels/jit/expr.h"
 #include "kernels/jit/generated.h"
 #include "kernels/jit/module.h"
 #include "runtime/error.h"
-#include "runtime/fake.h"
+#include "runtime/tensor.h"
 #include "runtime/view.h"
 
 #if defined(MT_HAVE_CUDA)
@@ -338,8 +338,18 @@ Reduction reduction(ReductionSpec spec) {
 const ReductionSpec& Reduction::spec() const { return reduction_state(state_).spec; }
 ReduceOp Reduction::reduce_op() const { return reduction_state(state_).op; }
 double Reduction::identity() const { return reduction_state(state_).identity; }
-const expr::Program& Reduction::map_program() const { return reduction_state(state_).map; }
-const expr::Program& Reduction::post_program() const { return reduction_state(state_).post; }
+}  // namespace mt::jit
+
+namespace mt::detail {
+const jit::expr::Program& JitAccess::map_program(const jit::Reduction& r) {
+  return jit::reduction_state(r.state_).map;
+}
+const jit::expr::Program& JitAccess::post_program(const jit::Reduction& r) {
+  return jit::reduction_state(r.state_).post;
+}
+}  // namespace mt::detail
+
+namespace mt::jit {
 const std::string& Reduction::cuda_source() const {
   return reduction_state(state_).kernel_spec.source;
 }

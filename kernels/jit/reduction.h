@@ -18,11 +18,11 @@
 
 #include "runtime/tensor.h"
 
-namespace mt::jit {
+namespace mt::detail {
+struct JitAccess;  // the parsed expressions behind the kernel (kernels/jit/expr.h, internal)
+}  // namespace mt::detail
 
-namespace expr {
-struct Program;  // a parsed expression (kernels/jit/expr.h, internal)
-}  // namespace expr
+namespace mt::jit {
 
 struct ReductionSpec {
   std::string name = {};                 // in messages and the kernels' names: "sumsq"
@@ -59,8 +59,6 @@ class Reduction {
   const ReductionSpec& spec() const;  // inputs filled in, post as given
   ReduceOp reduce_op() const;
   double identity() const;
-  const expr::Program& map_program() const;   // inputs -> out; internal (jit/expr.h)
-  const expr::Program& post_program() const;  // (acc, n) -> out; internal (jit/expr.h)
   // The generated CUDA source, and the name expression of one kernel in it:
   // "reduce_rows<float, rd_sumsq, 1, false>".
   const std::string& cuda_source() const;
@@ -70,6 +68,7 @@ class Reduction {
   std::vector<std::string> name_expressions() const;
 
  private:
+  friend struct mt::detail::JitAccess;
   friend Reduction reduction(ReductionSpec spec);
   struct State;
   std::shared_ptr<const State> state_;

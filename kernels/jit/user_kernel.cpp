@@ -1,6 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/jit/user_kernel.h"
-
 #include <cxxabi.h>
 #include <fmt/format.h>
 
@@ -12,6 +10,7 @@
 #include <mutex>
 
 #include "kernels/jit/cache.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/module.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
@@ -449,11 +448,13 @@ void UserKernel::launch_packed(const LaunchConfig&, KernelArg*, size_t) const {
 
 #endif
 
-namespace detail {
+}  // namespace mt::jit
 
-KernelArg tensor_arg(const Tensor& t, bool allow_strided) {
-  KernelArg a;
-  a.kind = KernelArg::Kind::Tensor;
+namespace mt::detail {
+
+jit::KernelArg tensor_arg(const Tensor& t, bool allow_strided) {
+  jit::KernelArg a;
+  a.kind = jit::KernelArg::Kind::Tensor;
   a.cxx_type = "Tensor";
   a.size = sizeof(void*);
   a.tensor = &t;
@@ -461,6 +462,4 @@ KernelArg tensor_arg(const Tensor& t, bool allow_strided) {
   return a;
 }
 
-}  // namespace detail
-
-}  // namespace mt::jit
+}  // namespace mt::detail

@@ -3,7 +3,7 @@
 // runtime/copy.cpp (host) or runtime/cuda; the Tensor methods that call these ops are in
 // autograd/tensor_methods.cpp (Note [Where the op-backed Tensor methods live]).
 #include "kernels/ops/registry.h"
-#include "runtime/fake.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 namespace ops {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dispatcher/value.h"
+#include "dispatcher/kernel_function.h"
 #include "kernels/jit/builtin.h"
 
 namespace mt::ops {

@@ -5,11 +5,11 @@
 
 #include <mutex>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
+#include "autograd/autograd.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "kernels/jit/derive.h"
+#include "kernels/jit/expr.h"
 #include "kernels/jit/pointwise.h"
 #include "kernels/ops.h"
 #include "kernels/ops/pointwise_eval.h"
@@ -48,7 +48,7 @@ struct PointwiseOp::State : std::enable_shared_from_this<PointwiseOp::State> {
     lib.reset();
   }
 
-  const jit::expr::Program& program() const { return kernel.program(); }
+  const jit::expr::Program& program() const { return jit::expr::program_of(kernel); }
   State& backward_state();
   std::vector<Tensor> call_op(std::span<const Tensor> in, std::span<const double> sc) const;
 };
@@ -94,7 +94,7 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
   st->expression = spec.body;
   spec.name = name;
   st->kernel = jit::pointwise(std::move(spec));
-  const jit::expr::Program& p = st->kernel.program();
+  const jit::expr::Program& p = jit::expr::program_of(st->kernel);
   st->n_in = p.inputs.size();
   st->n_sc = p.scalars.size();
   st->n_out = p.outputs.size();
@@ -145,7 +145,7 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
           ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
           op.redispatch_boxed(ks.below(DispatchKey::Autograd), s);
         }
-        if (!autograd::any_requires_grad(in)) return;
+        if (!mt::detail::any_requires_grad(in)) return;
         if (!raw->differentiable) {
           size_t i = 0;
           while (!(in[i].defined() && in[i].requires_grad())) ++i;
@@ -154,13 +154,13 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
               "grad; detach it (x.detach()), or define the op with a backward",
               raw->name, raw->program().inputs[i]);
         }
-        auto node = autograd::make_node(raw->name, in, raw->n_out);
-        std::vector<autograd::SavedTensor> saved;
+        auto node = mt::detail::make_node(raw->name, in, raw->n_out);
+        std::vector<mt::SavedTensor> saved;
         for (const Tensor& t : in) saved.emplace_back(t, false);
         node->backward = [st = raw, saved = std::move(saved), sc, shapes = in](
-                             autograd::Node& n, const std::vector<Tensor>& grads) {
+                             mt::Node& n, const std::vector<Tensor>& grads) {
           std::vector<Tensor> args;
-          for (const autograd::SavedTensor& t : saved)
+          for (const mt::SavedTensor& t : saved)
             args.push_back(t.unpack(n.shared_from_this(), st->name));
           args.insert(args.end(), grads.begin(), grads.end());
           std::vector<Tensor> g = st->backward_state().call_op(args, sc);
@@ -168,7 +168,7 @@ std::shared_ptr<State> make_state(std::string name, jit::PointwiseSpec spec, boo
           return g;
         };
         for (size_t k = 0; k < raw->n_out; ++k)
-          autograd::set_history((*s)[base + k].to_tensor(), node, uint32_t(k));
+          mt::detail::set_history((*s)[base + k].to_tensor(), node, uint32_t(k));
       }),
       loc);
   if (st->n_out == 1) {

@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: MIT
-#include "kernels/ops/reduction_op.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <mutex>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
+#include "autograd/autograd.h"
 #include "dispatcher/dispatcher.h"
 #include "dispatcher/library.h"
 #include "kernels/jit/derive.h"
+#include "kernels/jit/expr.h"
 #include "kernels/ops.h"
 #include "kernels/ops/pointwise_op.h"
 #include "runtime/view.h"
@@ -74,7 +73,8 @@ RdArgs read_args(const RdState& st, const Stack& s) {
 
 std::string reduction_schema_of(const RdState& st) {
   std::vector<std::string> args;
-  for (const std::string& n : st.kernel.map_program().inputs) args.push_back("Tensor " + n);
+  for (const std::string& n : jit::expr::map_program_of(st.kernel).inputs)
+    args.push_back("Tensor " + n);
   return fmt::format("{}({}, int[] dim=[], bool keepdim=False) -> Tensor",
                      st.name.substr(st.name.find("::") + 2), fmt::join(args, ", "));
 }
@@ -94,7 +94,7 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
   st->name = name;
   spec.name = name;
   st->kernel = jit::reduction(spec);
-  const jit::expr::Program& map = st->kernel.map_program();
+  const jit::expr::Program& map = jit::expr::map_program_of(st->kernel);
   st->n_in = map.inputs.size();
   st->differentiable = differentiable;
   st->loc = loc;
@@ -118,7 +118,7 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
       st->grad_map.push_back(pointwise_op(fmt::format("{}_grad_{}", name, map.inputs[i]),
                                           single_output_body(dm, i),
                                           {.inputs = dm.inputs, .differentiable = twice}, loc));
-    const jit::expr::Program& post = st->kernel.post_program();
+    const jit::expr::Program& post = jit::expr::post_program_of(st->kernel);
     const jit::expr::Node& out = post.nodes[size_t(post.output_nodes[0])];
     if (!(out.op == jit::expr::Op::Input && out.index == 0)) {
       const jit::expr::Program dp = jit::expr::derivative(name, post);  // (acc, n, grad)
@@ -166,7 +166,7 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
           ExcludeDispatchKeyGuard below(DispatchKey::Autograd);
           op.redispatch_boxed(ks.below(DispatchKey::Autograd), s);
         }
-        if (!autograd::any_requires_grad(in)) return;
+        if (!mt::detail::any_requires_grad(in)) return;
         if (!raw->differentiable) {
           size_t i = 0;
           while (!(in[i].defined() && in[i].requires_grad())) ++i;
@@ -174,19 +174,19 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
               "[{}] was defined with .differentiable = false, but its input '{}' requires "
               "grad; detach it (x.detach()), or define the op as a sum, which has a "
               "derived backward",
-              raw->name, raw->kernel.map_program().inputs[i]);
+              raw->name, jit::expr::map_program_of(raw->kernel).inputs[i]);
         }
-        auto node = autograd::make_node(raw->name, in, 1);
-        std::vector<autograd::SavedTensor> saved;
+        auto node = mt::detail::make_node(raw->name, in, 1);
+        std::vector<mt::SavedTensor> saved;
         for (const Tensor& t : in) saved.emplace_back(t, false);
         node->backward = [st = raw, saved = std::move(saved), dims, keepdim](
-                             autograd::Node& n, const std::vector<Tensor>& grads) {
+                             mt::Node& n, const std::vector<Tensor>& grads) {
           std::vector<Tensor> args;
-          for (const autograd::SavedTensor& t : saved)
+          for (const mt::SavedTensor& t : saved)
             args.push_back(t.unpack(n.shared_from_this(), st->name));
           return st->backward(args, grads[0], dims, keepdim);
         };
-        autograd::set_history((*s)[base].to_tensor(), node, 0);
+        mt::detail::set_history((*s)[base].to_tensor(), node, 0);
       }),
       loc);
   return st;
@@ -197,7 +197,8 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
 Tensor ReductionOp::State::call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims,
                                    bool keepdim) const {
   MT_CHECK(in.size() == n_in, "[{}] takes {} tensor{} ({}), got {}", name, n_in,
-           n_in == 1 ? "" : "s", fmt::join(kernel.map_program().inputs, ", "), in.size());
+           n_in == 1 ? "" : "s", fmt::join(jit::expr::map_program_of(kernel).inputs, ", "),
+           in.size());
   Stack s;
   for (const Tensor& t : in) s.emplace_back(t);
   s.emplace_back(dims);

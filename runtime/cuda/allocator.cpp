@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/cuda/graph.h"
-#include "runtime/cuda/memory.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {
@@ -48,7 +48,7 @@ namespace {
 // holds) join the general allocator, as if allocated on the current stream.
 // Note [Allocator history]
 // memory_snapshot() walks the three maps below under the lock. record_memory_history(true)
-// makes every allocator call append events (runtime/cuda/memory.h) to a bounded ring,
+// makes every allocator call append events (runtime/cuda/cuda.h) to a bounded ring,
 // under the same lock the call already holds; off, the only cost is testing recording_
 // there, so the dispatch path (which allocates outputs) does not change measurably
 // (`minitensor bench dispatch`). What an allocation is for comes from the thread's

@@ -7,8 +7,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/cuda/graph.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "runtime/tensor.h"

@@ -2,15 +2,18 @@
 // The CUDA backend's face to the rest of the runtime. libcuda.so.1 is opened with
 // dlopen on first use, so every function here works (or throws a clear mt::Error)
 // on a machine without a GPU or driver, and in a build without the CUDA headers.
-// Code that calls the driver itself includes runtime/cuda/driver.h.
+// Code that calls the driver itself includes runtime/cuda/driver.h. Also here: CUDA graphs
+// (Graph) and the caching allocator's snapshot and history (memory_snapshot).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/device.h"
-#include "runtime/storage.h"
+#include "runtime/tensor.h"
 
 // The driver's opaque handles, declared as <cuda.h> declares them (CUevent is CUevent_st*).
 struct CUevent_st;
@@ -57,7 +60,7 @@ struct AllocatorStats {
   uint64_t driver_frees = 0;        // cuMemFree calls
   uint64_t cache_hits = 0;          // allocations served from a cached block
   uint64_t cache_misses = 0;        // allocations that went to the driver
-  // Held by the private pools of CUDA graphs (runtime/cuda/graph.h), in use plus cached;
+  // Held by the private pools of CUDA graphs (Graph, below), in use plus cached;
   // part of reserved_bytes. empty_cache leaves it; destroying the graph returns it.
   size_t graph_pool_bytes = 0;
 };
@@ -68,32 +71,8 @@ void reset_peak_stats(int index);
 // a CUDA graph's private pool: they go when the graph does).
 void empty_cache(int index);
 
-// Copies between two tensors of the same shape where at least one is on CUDA. Done now:
-// contiguous, same dtype (host->device, device->host, device->device on one device), on
-// the current stream; a copy to the host waits for it. Other cases go to the kernel
-// installed with set_copy_kernel, or throw "not yet supported". Called by Tensor::copy_.
-void copy(const Tensor& dst, const Tensor& src);
-// Fills a CUDA tensor with one value: zero with a memset, others through set_fill_kernel.
-void fill(const Tensor& t, double value);
 // Waits for all work on the current stream of cuda:index.
 void synchronize(int index = 0);
-
-// Device kernels for what copy() and fill() cannot do with a memcpy or memset, installed
-// by the kernel library (kernels/cuda_host/device_hooks.cpp) when the library initializes; copy,
-// fill and random_kernel() run that first (Note [Library initialization]). The copy kernel gets
-// both tensors on one CUDA device (strided or of different dtypes); both run on the current stream.
-// Each setter returns the kernel it replaces; nullptr removes it.
-using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
-using FillKernel = void (*)(const Tensor& t, double value);
-CopyKernel set_copy_kernel(CopyKernel fn);
-FillKernel set_fill_kernel(FillKernel fn);
-// Fills a contiguous CUDA tensor with the counter-based generator's stream (mt::rand,
-// or mt::randn when normal) from counter `base` of `seed`. random_kernel() gives the
-// kernel library's; nullptr where there is none (then rand/randn draw on
-// the host and copy).
-using RandomKernel = void (*)(const Tensor& t, uint64_t seed, uint64_t base, bool normal);
-RandomKernel set_random_kernel(RandomKernel fn);
-RandomKernel random_kernel();
 
 // Times work on the current stream of one device with a pair of events:
 //   EventTimer t(0); t.start(); launch(); t.stop(); float ms = t.elapsed_ms();
@@ -115,6 +94,138 @@ class EventTimer {
   int index_ = 0;
   [[maybe_unused]] CUevent_st* start_ = nullptr;  // unused when CUDA is compiled out
   [[maybe_unused]] CUevent_st* stop_ = nullptr;
+};
+
+// CUDA graphs: the work queued on one device's stream, captured once and replayed with a
+// single launch (torch.cuda.CUDAGraph in miniature). Used directly, and by mt::compile's
+// CUDA replay (kernels/compile/).
+//
+//   mt::cuda::Graph g;
+//   g.capture_begin(0);          // cuda:0's work now goes to a capture stream
+//   Tensor y = mt::silu(x);      // recorded, not run; y's memory comes from g's pool
+//   g.capture_end();             // instantiated
+//   g.replay();                  // runs the recorded kernels on the current stream;
+//                                // y holds the result, x is read from the same address
+//
+// Interface fixed by the lead so that mt::compile and the CUDA-graph work can proceed in
+// parallel; the implementation lives in graph.cpp (stub.cpp without CUDA: every call
+// throws a clear mt::Error).
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Starts capturing the work that minitensor queues on cuda:index: a capture stream of
+  // the graph's own becomes the device's current stream until capture_end, and the
+  // caching allocator serves that stream's allocations from a private pool owned by the
+  // graph (kept until the graph is destroyed, so replays write to the same addresses).
+  // Throws if a capture is already in progress on the device or the graph was captured.
+  void capture_begin(int index = 0);
+  // Ends the capture, restores the previous current stream and instantiates the graph.
+  // A failed capture (an operation that synchronizes, a sync read of a value) throws an
+  // mt::Error naming the cause, and leaves the graph empty.
+  void capture_end();
+  // Launches the captured graph on the device's current stream (asynchronous, like a kernel).
+  void replay();
+
+  bool captured() const;
+  int device_index() const;   // -1 before capture_begin
+  size_t num_nodes() const;   // kernel, memcpy and memset nodes in the captured graph
+  size_t pool_bytes() const;  // device memory held by the graph's private pool
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// True while a Graph is capturing cuda:index (ops that would synchronize check it and
+// throw instead of breaking the capture).
+bool is_capturing(int index = 0);
+
+// Pictures of the CUDA caching allocator: what it holds now (memory_snapshot) and what it
+// did (record_memory_history), as torch.cuda.memory._snapshot and _record_memory_history
+// give PyTorch's. Note [Caching allocator] in allocator.cpp says how blocks are reused;
+// docs/memory.md draws both (`minitensor memory --plot`).
+
+// One block of device memory the allocator holds. Blocks are never split, so each is
+// also its own segment (one cuMemAlloc).
+struct MemoryBlock {
+  enum class State {
+    Allocated,  // handed out to a tensor
+    Cached,     // free, kept for reuse on its stream
+    Pool,       // free, kept in a CUDA graph's private pool (for that graph only)
+  };
+  uintptr_t address = 0;
+  size_t size = 0;       // as rounded (Note [Caching allocator])
+  uintptr_t stream = 0;  // the stream it is reused on (the CUstream's value)
+  uint64_t pool = 0;     // the graph pool it belongs to; 0: the general allocator
+  State state = State::Allocated;
+  std::string op;  // the MemoryContext it was allocated under, while recording
+};
+
+struct MemorySnapshot {
+  int device = 0;
+  std::vector<MemoryBlock> blocks;  // by address
+  AllocatorStats stats;
+};
+// What cuda:index's caching allocator holds now (throws if CUDA is unavailable).
+MemorySnapshot memory_snapshot(int index = 0);
+
+struct MemoryEvent {
+  enum class Kind {
+    Alloc,        // a block handed out (after a CacheHit or a DriverAlloc)
+    Free,         // a block given back: cached on its stream, or in its graph's pool
+    CacheHit,     // the allocation took a cached block
+    DriverAlloc,  // the allocation called cuMemAlloc
+    DriverFree,   // cuMemFree of a cached block (empty_cache, the OOM retry, a graph's end)
+    EmptyCache,   // empty_cache began
+    OomRetry,     // cuMemAlloc ran out of memory: the cache is emptied and it is retried
+  };
+  Kind kind = Kind::Alloc;
+  double time_us = 0;     // since recording began (steady clock)
+  uintptr_t address = 0;  // 0 for EmptyCache and OomRetry
+  size_t size = 0;        // rounded; for OomRetry the request
+  uintptr_t stream = 0;
+  uint64_t pool = 0;
+  std::string op;  // Alloc: the thread's MemoryContext, if any
+};
+// "alloc", "free", "cache_hit", "driver_alloc", "driver_free", "empty_cache", "oom_retry".
+inline const char* memory_event_name(MemoryEvent::Kind kind) {
+  constexpr const char* names[] = {"alloc",       "free",        "cache_hit", "driver_alloc",
+                                   "driver_free", "empty_cache", "oom_retry"};
+  return names[int(kind)];
+}
+// "allocated", "cached", "pool".
+inline const char* memory_state_name(MemoryBlock::State state) {
+  constexpr const char* names[] = {"allocated", "cached", "pool"};
+  return names[int(state)];
+}
+
+// Starts (clearing what was recorded) or stops recording the events of cuda:index's
+// allocator, keeping the last `max_events`. Off, an allocation pays one branch on a flag
+// read under the lock it takes anyway.
+void record_memory_history(bool on, size_t max_events = 100000, int index = 0);
+std::vector<MemoryEvent> memory_history(int index = 0);
+
+// Names what this thread allocates while it lives ("forward", "sgd step"): recorded with
+// each Alloc event and block while history is on. Nests; the innermost name wins. `what`
+// must outlive the guard (a string literal, or a string the caller keeps).
+class MemoryContext {
+ public:
+  explicit MemoryContext(const char* what);
+  ~MemoryContext();
+  MemoryContext(const MemoryContext&) = delete;
+  MemoryContext& operator=(const MemoryContext&) = delete;
+  // This thread's innermost name, or nullptr.
+  static const char* current();
+
+ private:
+  const char* prev_;
 };
 
 }  // namespace mt::cuda

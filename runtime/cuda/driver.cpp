@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cuda/graph.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {

@@ -3,12 +3,11 @@
 // one launch. Built only with the CUDA headers; stub.cpp stands in without them.
 #ifdef MT_HAVE_CUDA
 
-#include "runtime/cuda/graph.h"
-
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/error.h"
 

@@ -4,8 +4,7 @@
 #ifndef MT_HAVE_CUDA
 
 #include "runtime/cuda/cuda.h"
-#include "runtime/cuda/graph.h"
-#include "runtime/cuda/memory.h"
+#include "runtime/cuda/hooks.h"
 #include "runtime/error.h"
 
 namespace mt::cuda {

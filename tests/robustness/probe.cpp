@@ -452,7 +452,8 @@ std::vector<Case> make_cases() {
   err("jit", "a default-constructed Pointwise called", [] { jit::Pointwise()(ones({1})); });
   ok("jit", "pointwise body of 2 MiB of '+1' parses", [repeat] {
     const auto f = jit::pointwise("probe", "x" + repeat("+1", size_t(1) << 20));
-    expect(f.program().nodes.size() == (size_t(2) << 20) + 1, "the node count is not 2^21 + 1");
+    expect(mt::jit::expr::program_of(f).nodes.size() == (size_t(2) << 20) + 1,
+           "the node count is not 2^21 + 1");
   });
   err("jit", "kernel name expression with a newline",
       [] { jit::kernel("__global__ void k() {}", "k\n#include \"/etc/hostname\""); });

@@ -31,6 +31,7 @@
 #include "minitensor.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/hooks.h"
 #include "tools/bench/silu.h"
 
 using namespace mt;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "minitensor.h"
-#include "runtime/cuda/graph.h"
+#include "runtime/cuda/cuda.h"
 #include "tools/bench/timing.h"
 
 namespace mt::bench {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `minitensor bench graph`: a tiny kernel back to back, launched eagerly and replayed from
-// one CUDA graph (runtime/cuda/graph.h).
+// one CUDA graph (runtime/cuda/cuda.h).
 #pragma once
 
 #include <cstddef>

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/jit/cache.h"
-#include "runtime/cuda/memory.h"
+#include "runtime/cuda/cuda.h"
 
 namespace mt::bench {
 

@@ -12,9 +12,9 @@
 
 #ifdef MT_HAVE_CUDA
 #include "kernels/jit/builtin.h"
+#include "kernels/jit/kernel.h"
 #include "kernels/jit/module.h"
 #include "kernels/jit/pointwise.h"
-#include "kernels/jit/user_kernel.h"
 #include "kernels/ops.h"
 #include "runtime/cuda/driver.h"
 #endif
@@ -113,7 +113,6 @@ const jit::Pointwise& user_silu_bwd_pointwise() {
   return f;
 }
 const char* kUserRawSource = R"(
-#include "common.cuh"
 template <typename T>
 __global__ void user_silu_raw(const T* x, T* y, long long n) {
   for (long long i = mt::global_thread_index(); i < n; i += mt::grid_stride()) {

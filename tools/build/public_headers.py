@@ -34,6 +34,9 @@ import sys
 
 INCLUDE = re.compile(r'^(\s*#\s*include\s+)"([^"]+)"(.*)$')
 UMBRELLA = "minitensor.h"
+# The namespaces a public header may open (issue 35): the API, the jit and CUDA parts, and
+# the internals that templates and inline functions need.
+NAMESPACES = ("mt", "mt::jit", "mt::cuda", "mt::detail")
 
 
 def resolve(root, includer, target):
@@ -110,6 +113,32 @@ def preprocessed_lines(root, cxx):
     return out.count("\n")
 
 
+def namespaces(text):
+    """The namespaces a header opens, fully qualified ("mt::jit"), in order of first opening.
+    Comments, strings and character literals are skipped; braces are tracked so that a nested
+    `namespace detail {` inside mt::jit counts as mt::jit::detail."""
+    text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', " ", text,
+                  flags=re.S)
+    token = re.compile(r'\bnamespace\s+([A-Za-z_][\w:]*)\s*\{|\bnamespace\s*\{|[{}]')
+    stack, found = [], []  # stack: the namespace a brace opened, or None for another brace
+    for m in token.finditer(text):
+        t = m.group(0)
+        if t == "}":
+            if stack:
+                stack.pop()
+        elif t == "{":
+            stack.append(None)
+        elif m.group(1) is None:  # an anonymous namespace
+            stack.append("(anonymous)")
+        else:
+            outer = [n for n in stack if n is not None]
+            name = "::".join(outer[-1:] + [m.group(1)]) if outer else m.group(1)
+            stack.append(name)
+            if name not in found:
+                found.append(name)
+    return found
+
+
 def check(root, list_path, cxx):
     """0 when minitensor.h reaches exactly the listed headers; prints the sizes."""
     reached, chosen = public_headers(root), read_list(list_path)
@@ -121,6 +150,15 @@ def check(root, list_path, cxx):
     for h in gone:
         print(f"public_headers: {h} is on {list_path} but minitensor.h no longer reaches it: "
               "take it off the list")
+    bad_ns = 0
+    for h in reached:
+        with open(os.path.join(root, h), encoding="utf-8") as f:
+            for ns in namespaces(f.read()):
+                if ns not in NAMESPACES:
+                    bad_ns += 1
+                    print(f"public_headers: {h} opens namespace {ns}; a public header keeps to "
+                          f"{', '.join(NAMESPACES)}: move it to one of them or out of the "
+                          "public headers")
     lines = 0
     for h in reached:
         with open(os.path.join(root, h), encoding="utf-8") as f:
@@ -130,7 +168,7 @@ def check(root, list_path, cxx):
         print(f", {preprocessed_lines(root, cxx + ['-std=c++20'])} preprocessed lines "
               f"({' '.join(cxx)} -E)", end="")
     print()
-    return 1 if extra or gone else 0
+    return 1 if extra or gone or bad_ns else 0
 
 
 

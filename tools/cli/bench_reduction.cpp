@@ -61,7 +61,7 @@ int bench_reduction_cmd(const ReductionCliOptions& v, const BenchOutput& o) {
   }
   const std::string where =
       dev.is_cuda() ? fmt::format("{} ({})", dev.str(), cuda::device_props(dev.index).name)
-                    : fmt::format("{} ({} threads)", cpu_model(), cpu::num_threads());
+                    : fmt::format("{} ({} threads)", cpu_model(), mt::num_threads());
   auto gbps = [](int k, double ms) { return double(int64_t(4) << k) / (ms * 1e6); };
   if (!o.plot.empty()) {
     bench::BarPlot plot{.title = fmt::format("sum of squares, float32, on {}", where),

@@ -97,7 +97,7 @@ int demo(const std::string& device_name) {
   Tensor x = linspace(-2, 2, 5).to(dev).requires_grad_();
   Tensor y = op(x);
   Tensor loss = sum(y);
-  std::printf("tape:\n%s", autograd::dump_tape().c_str());
+  std::printf("tape:\n%s", mt::dump_tape().c_str());
   backward(loss);
   std::printf("x.grad = %s\n", x.grad().str().c_str());
 

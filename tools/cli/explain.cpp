@@ -9,7 +9,7 @@ namespace mt::cli {
 namespace {
 
 // `minitensor explain 'ns::op' --args cpu:grad 2.5 ...`: why a call of the op with such
-// arguments runs the kernel it runs (dispatcher/explain.h). An argument is a float32
+// arguments runs the kernel it runs (dispatcher/dispatcher.h). An argument is a float32
 // tensor of 2 elements, `cpu`, `cuda` or `fake`, with `:grad` to require grad; or a number.
 // --include / --exclude add thread-local keys as a guard would.
 int explain(const std::string& name, const std::vector<std::string>& args,

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dispatcher/load_library.h"
+#include "dispatcher/library.h"
 #include "minitensor.h"
 #include "tools/cli/cli.h"
 

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: MIT
 // `minitensor memory`: the CUDA caching allocator's events over an MLP training loop.
-#include "runtime/cuda/memory.h"
 
 #include <cstdio>
 #include <map>
 
-#include "runtime/cuda/graph.h"
+#include "runtime/cuda/cuda.h"
 #include "tools/bench/memory_plot.h"
 #include "tools/cli/cli.h"
 

@@ -39,9 +39,9 @@ kernels/meson.build):
 The top-level files of kernels/ rank with a sub-layer (TOP_LEVEL), each with the one that
 holds what it needs and defines what it declares: elementwise_table.h and elementwise_rows.h
 with cpu (the rows' CPU functors are cpu/math.h's functions, which elementwise_rows.h expands,
-and the CPU loops of cpu/elementwise.cpp run them; the table includes nothing else), settings.h
-with cuda_host (it declares settings that cpu and cuda_host define), ops.h with ops (the public
-declarations of the ops it defines), register_builtins.cpp as builtins.
+and the CPU loops of cpu/elementwise.cpp run them; the table includes nothing else), ops.h with
+ops (the public declarations of the ops and settings it defines), register_builtins.cpp as
+builtins.
 
 Links (--link): the same order over the built objects. The library is one static library a
 layer, and kernels/ one a sub-layer, linked whole (Note [One static library a layer] in
@@ -81,7 +81,6 @@ NOT_FOLDERS = {"builtins"}
 TOP_LEVEL = {
     "elementwise_table.h": "cpu",
     "elementwise_rows.h": "cpu",
-    "settings.h": "cuda_host",
     "ops.h": "ops",
     "register_builtins.cpp": "builtins",
 }

@@ -26,7 +26,7 @@ Markers (an HTML comment on the line just before a block):
                                  like a block's (`check ... --minitensor PATH`).
 
 Anchors: prose (outside ``` blocks) that points at a line of the source is written
-  [runtime/dispatch_key.h:20](../runtime/dispatch_key.h#L20) (`DispatchKey`)
+  [runtime/tensor.h:20](../runtime/tensor.h#L20) (`DispatchKey`)
 that is a link whose text is PATH:LINE and whose target is that file and line (relative
 to the markdown file), followed by the symbol that line holds, in backticks and
 parentheses. `anchors` checks that the file exists and that the line contains the symbol

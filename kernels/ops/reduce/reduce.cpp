@@ -9,7 +9,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda_host/gpu_kernels.h"
 #include "kernels/ops/registry.h"
-#include "runtime/fake.h"
+#include "runtime/tensor.h"
 
 namespace mt {
 namespace ops {
