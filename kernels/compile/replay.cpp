@@ -11,6 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "kernels/compile/compile.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/jit/expr.h"
 #include "runtime/cuda/graph.h"
 
 namespace mt {
