@@ -139,6 +139,38 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   return {out, lse, dq, dk, dv};
 }
 
+// Runs the wgmma forward (flash_attn_fwd_sm90, Note [Hopper forward]) under the emulation
+// for 16-bit q, k, v and returns out and lse; the emulated shared memory is the window the
+// descriptors address (1024-aligned, as the device's). Checks the stand-in saw no
+// descriptor that differs within a warpgroup.
+template <typename T, int D>
+std::vector<Tensor> emulate_sm90(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                 double scale) {
+  const mha::FlashAttnSm90Tiles tiles = mha::flash_attn_sm90_tiles(D);
+  constexpr int BN = 128, NWG = 2;
+  CHECK(tiles.keys == BN);
+  CHECK(tiles.threads == 128 * NWG);
+  CHECK(tiles.rows == 64 * NWG);
+  CHECK(tiles.smem == (ops_emu::flash_attn_fwd_sm90_smem<D, BN, NWG>()));
+  const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
+  Tensor out = full(q.sizes(), 7.0, {.dtype = q.dtype()}), lse = full({B, H, Sq}, 7.0);
+  std::vector<unsigned char> bytes(size_t(tiles.smem) + 1024);
+  auto* window = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(bytes.data()) + 1023) & ~uintptr_t(1023));
+  ops_emu::fa_emu_window = reinterpret_cast<unsigned long long>(window);
+  const int errors_before = ops_emu::fa_emu_wgmma_errors;
+  auto cp = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
+  ops_emu::launch({unsigned((Sq + tiles.rows - 1) / tiles.rows), unsigned(B * H)},
+                  {unsigned(tiles.threads)}, [&] {
+                    ops_emu::flash_attn_fwd_sm90_body<T, D, BN, NWG>(
+                        cp(q), cp(k), cp(v), static_cast<T*>(out.data_ptr()),
+                        lse.data_ptr<float>(), int(Sq), int(Sk), float(scale * 1.4426950408889634),
+                        int(causal), reinterpret_cast<unsigned short*>(window));
+                  });
+  CHECK(ops_emu::fa_emu_wgmma_errors == errors_before);
+  return {out, lse};
+}
+
 // The float64 reference of the op and its gradients for grad_out g (through the CPU op).
 std::vector<Tensor> reference_with_grads(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& g, bool causal,
@@ -472,6 +504,60 @@ TEST_SUITE("mha::flash_attn") {
         emulate_tensor_core<EHalf, 128>(q, k, v, g, true, 1 / std::sqrt(128.0));
     const std::vector<Tensor> want = reference_with_grads(q, k, v, g, true);
     for (int i = 0; i < 5; ++i) CHECK(max_err(got[size_t(i)], want[size_t(i)]) < 2e-3);
+  }
+
+  TEST_CASE(
+      "flash_attn: the wgmma forward computes the reference under a CPU emulation of wgmma's "
+      "fragments and swizzled shared-memory descriptors") {
+    manual_seed(39);
+    struct Case {
+      int64_t H, Sq, Sk, D;
+      bool causal;
+      DType t;
+      double scale;  // 0: 1 / sqrt(D)
+    };
+    // Sequences that are no multiple of the 128-row blocks or 128-key tiles, Sq != Sk both
+    // ways, causal and not, both dtypes and head dims, a negative scale (Q negated in shared
+    // memory), a second key tile whose scores outgrow the first's (Note [Lazy rescaling]).
+    for (Case c : {Case{2, 150, 200, 64, false, DType::Float16, -0.15},
+                   Case{1, 130, 260, 64, true, DType::BFloat16, 0},
+                   Case{1, 200, 200, 128, true, DType::Float16, 0},
+                   Case{2, 70, 150, 128, false, DType::BFloat16, 0.1}}) {
+      CAPTURE(c.Sq);
+      CAPTURE(c.Sk);
+      CAPTURE(c.D);
+      CAPTURE(c.causal);
+      CAPTURE(c.t);
+      const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
+      Tensor q = rnd({1, c.H, c.Sq, c.D}, c.t), k = randn({1, c.H, c.Sk, c.D}),
+             v = rnd({1, c.H, c.Sk, c.D}, c.t);
+      // Keys 128.. equal to their queries (times the scale's sign): those rows' maxima grow on
+      // the second tile.
+      const Tensor q32 = q.to(DType::Float32);
+      const float* qp = q32.data_ptr<float>();
+      float* kp = k.data_ptr<float>();
+      for (int64_t h = 0; h < c.H; ++h)
+        for (int64_t r = 128; r < std::min(c.Sq, c.Sk); ++r)
+          for (int64_t d = 0; d < c.D; ++d)
+            kp[(h * c.Sk + r) * c.D + d] =
+                float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * c.D + d];
+      k = k.to(c.t);
+      std::vector<Tensor> got;
+      if (c.t == DType::Float16)
+        got = c.D == 64 ? emulate_sm90<EHalf, 64>(q, k, v, c.causal, scale)
+                        : emulate_sm90<EHalf, 128>(q, k, v, c.causal, scale);
+      else
+        got = c.D == 64 ? emulate_sm90<EBF16, 64>(q, k, v, c.causal, scale)
+                        : emulate_sm90<EBF16, 128>(q, k, v, c.causal, scale);
+      const Reference want = naive(q.to(DType::Float64), k.to(DType::Float64),
+                                   v.to(DType::Float64), c.causal, scale);
+      const double tol = c.t == DType::Float16 ? 2e-3 : 1e-2;
+      const double out_err = max_err(got[0], want.out), lse_err = max_err(got[1], want.lse);
+      MESSAGE(fmt::format("{} D={} Sq={} Sk={} causal={}: max errors out {:.2g} lse {:.2g}", c.t,
+                          c.D, c.Sq, c.Sk, c.causal, out_err, lse_err));
+      CHECK(out_err < tol);
+      CHECK(lse_err < tol);
+    }
   }
 
   TEST_CASE("flash_attn: the generic kernels compute the CPU op's results under a CPU emulation") {
