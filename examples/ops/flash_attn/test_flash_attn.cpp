@@ -406,6 +406,23 @@ TEST_SUITE("mha::flash_attn") {
       }
     }
     CHECK(all[0].parameters(90).types[0] == "mt::Half const*");
+    // The wgmma forward: its CUBIN is sm_90a (flash_attn_check_launch above checked its
+    // launch at arch 90); it asks for the arch-specific target, which sm_80 does not have.
+    const std::vector<jit::UserKernel> hopper = mha::flash_attn_sm90_kernels();
+    CHECK(hopper.size() == 4);
+    for (const jit::UserKernel& k : hopper) {
+      CAPTURE(k.name_expression());
+      CHECK(k.spec().arch_specific);
+      const std::vector<std::string> types = k.parameters(90).types;
+      REQUIRE(types.size() == 9);
+      const std::string t = types[0].substr(0, types[0].find(' '));  // mt::Half, mt::BFloat16
+      CHECK(types == std::vector<std::string>{t + " const*", t + " const*", t + " const*", t + "*",
+                                              "float*", "int", "int", "float", "int"});
+    }
+    CHECK(hopper[0].name_expression() == "flash_attn_fwd_sm90<mt::Half, 64, 128, 2>");
+    CHECK(error_of([&] { hopper[0].parameters(80); })
+              .find("asks for the arch-specific target, which exists from sm_90a on") !=
+          std::string::npos);
     // Hopper's wgmma, which torch's fastest attention kernels use, needs the arch-specific
     // target sm_90a: ptxas refuses it for sm_90, the JIT's default, and takes it when the
     // kernel asks with KernelSpec::arch_specific (docs/scenarios.md).
@@ -710,6 +727,68 @@ TEST_SUITE("mha::flash_attn") {
           "[mha::flash_attn] MHA_FLASH_ATTN_BWD_WARPS='6' must be 4 or 8; unset it to let the "
           "autotuner choose");
     ::unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
+  }
+
+  TEST_CASE(
+      "flash_attn (gpu): the wgmma forward (MHA_FLASH_ATTN_FWD_KERNEL=sm90) matches the float64 "
+      "reference on a compute capability 9.0 GPU" *
+      doctest::skip(no_gpu())) {
+    manual_seed(40);
+    const Device gpu("cuda:0");
+    const cuda::DeviceProps& props = cuda::device_props(0);
+    const Tensor x = rnd({1, 1, 64, 64}, DType::Float16).to(gpu);
+    ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "wgmma", 1);
+    CHECK(error_of([&] { mha::flash_attn(x, x, x); }) ==
+          "[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL='wgmma' must be sm90 (the wgmma forward, "
+          "compute capability 9.0) or mma (the mma.sync forward); unset it for the default (mma)");
+    ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "sm90", 1);
+    if (props.major != 9 || props.minor != 0) {
+      CHECK(error_of([&] { mha::flash_attn(x, x, x); })
+                .starts_with("[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL=sm90 takes a compute "
+                             "capability 9.0 GPU"));
+      ::unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
+      MESSAGE("cuda:0 is ", props.name, ", not compute capability 9.0: the wgmma forward is not run");
+      return;
+    }
+    struct Case {
+      int64_t B, H, Sq, Sk;
+      bool causal;
+      double scale;  // 0: 1 / sqrt(D)
+    };
+    // Blocks of 128 rows and tiles of 128 keys with tails, Sq != Sk both ways, a negative scale.
+    for (DType t : {DType::Float16, DType::BFloat16})
+      for (int64_t D : {64, 128})
+        for (Case c : {Case{2, 2, 300, 300, false, 0}, Case{2, 2, 300, 300, true, 0},
+                       Case{1, 3, 200, 333, true, 0}, Case{1, 3, 333, 130, false, -0.2},
+                       Case{1, 1, 1, 1, true, 0}}) {
+          CAPTURE(t);
+          CAPTURE(D);
+          CAPTURE(c.Sq);
+          CAPTURE(c.Sk);
+          CAPTURE(c.causal);
+          const std::optional<double> scale =
+              c.scale != 0 ? std::optional<double>(c.scale) : std::nullopt;
+          Tensor q = rnd({c.B, c.H, c.Sq, D}, t), k = rnd({c.B, c.H, c.Sk, D}, t),
+                 v = rnd({c.B, c.H, c.Sk, D}, t), g = rnd({c.B, c.H, c.Sq, D}, t);
+          const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal, scale);
+          Tensor qg = q.to(gpu).requires_grad_(), kg = k.to(gpu).requires_grad_(),
+                 vg = v.to(gpu).requires_grad_();
+          auto [out, lse] = mha::flash_attn(qg, kg, vg, c.causal, scale);
+          backward(sum(mul(out.to(DType::Float32), g.to(DType::Float32).to(gpu))));
+          const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
+          const Tensor got[] = {out, lse, qg.grad(), kg.grad(), vg.grad()};
+          const char* what[] = {"out", "lse", "dq", "dk", "dv"};
+          std::string errs;
+          for (int i = 0; i < 5; ++i) {
+            CAPTURE(what[i]);
+            const double err = max_err(got[i], want[size_t(i)]);
+            errs += fmt::format(" {} {:.2g}", what[i], err);
+            CHECK(err < tol);
+          }
+          MESSAGE(fmt::format("sm90 {} D={} {}x{} causal={}: max errors{}", t, D, c.Sq, c.Sk,
+                              c.causal, errs));
+        }
+    ::unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
   }
 
   TEST_CASE("flash_attn (gpu): gradcheck and opcheck on cuda:0" * doctest::skip(no_gpu())) {
