@@ -627,15 +627,17 @@ def main_attention(args):
     # The wgmma forward (compute capability 9.0; opt-in by MHA_FLASH_ATTN_FWD_KERNEL=sm90).
     sm90 = [r for r in results if r.get("fwd_sm90_ms", -1) > 0]
     if sm90:
-        print("| B, H, S, D | causal | mt sm90 fwd | TFLOP/s | mt mma fwd | TFLOP/s | SDPA fwd |"
-              " TFLOP/s | SDPA/sm90 |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| B, H, S, D | causal | mt sm90 fwd | TFLOP/s | mt sm90-serial fwd | TFLOP/s |"
+              " mt mma fwd | TFLOP/s | SDPA fwd | TFLOP/s | SDPA/sm90 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in sm90:
             f = 4 * r["B"] * r["H"] * r["S"] ** 2 * r["D"] * (0.5 if r["causal"] else 1)
             tf = lambda ms: f / (ms * 1e9)
-            s90, mma, sd = r["fwd_sm90_ms"], r["fwd_ms"], r["torch"]["fwd"]
+            s90, ser = r["fwd_sm90_ms"], r.get("fwd_sm90_serial_ms", -1)
+            mma, sd = r["fwd_ms"], r["torch"]["fwd"]
+            sers = f"{ser:.4f} | {tf(ser):.0f}" if ser > 0 else "- | -"
             print(f"| {r['B']}, {r['H']}, {r['S']}, {r['D']} | {'yes' if r['causal'] else 'no'} |"
-                  f" {s90:.4f} | {tf(s90):.0f} | {mma:.4f} | {tf(mma):.0f} | {sd:.4f} |"
+                  f" {s90:.4f} | {tf(s90):.0f} | {sers} | {mma:.4f} | {tf(mma):.0f} | {sd:.4f} |"
                   f" {tf(sd):.0f} | {sd / s90:.2f}x |")
         if "registers" in mt:
             print("(mt registers a thread, wgmma forward: " + ", ".join(

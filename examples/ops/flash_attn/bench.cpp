@@ -10,7 +10,8 @@
 // whether it was timed here or read from the file); the knobs force each candidate for the
 // comparison columns. On a compute capability 9.0 GPU the wgmma forward (opt-in:
 // MHA_FLASH_ATTN_FWD_KERNEL=sm90, Note [Hopper forward] in flash_attn.cu) is timed too, beside
-// the mma.sync one ("sm90 fwd"; JSON fwd_sm90_ms, -1 elsewhere).
+// the mma.sync one ("sm90 fwd"; JSON fwd_sm90_ms, -1 elsewhere), and its serial form
+// (MHA_FLASH_ATTN_FWD_KERNEL=sm90-serial; fwd_sm90_serial_ms).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -33,7 +34,7 @@ struct Case {
 struct Row {
   Case c;
   double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd4_ms = -1, fwd2_ms = -1, bwd8_ms = -1,
-         fwd_sm90_ms = -1;
+                                         fwd_sm90_ms = -1, fwd_sm90_serial_ms = -1;
   std::string fwd_choice = {}, bwd_choice = {};  // the autotuner's: "fwd_row_tiles=2 (tuned)"
 };
 
@@ -127,10 +128,15 @@ int main(int argc, char** argv) {
     r.fwd1_ms = forced_fwd("1");
     r.bwd8_ms = forced_bwd("8");
     r.bwd4_ms = forced_bwd("4");
-    if (hopper) {
-      setenv("MHA_FLASH_ATTN_FWD_KERNEL", "sm90", 1);
-      r.fwd_sm90_ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
+    auto forced_kernel = [&](const char* kernel) {
+      setenv("MHA_FLASH_ATTN_FWD_KERNEL", kernel, 1);
+      const double ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
       unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
+      return ms;
+    };
+    if (hopper) {
+      r.fwd_sm90_ms = forced_kernel("sm90");
+      r.fwd_sm90_serial_ms = forced_kernel("sm90-serial");
     }
     if (c.S <= 1024)  // a thread a row: slow, timed only where it is short
       r.generic_fwd_ms =
@@ -154,10 +160,11 @@ int main(int argc, char** argv) {
           "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
           "\"fwd_two_row_tiles_ms\": %.6f, \"fwd_one_row_tile_ms\": %.6f, "
           "\"bwd_8_warps_ms\": %.6f, \"bwd_4_warps_ms\": %.6f, \"fwd_choice\": \"%s\", "
-          "\"bwd_choice\": \"%s\", \"fwd_sm90_ms\": %.6f}",
+          "\"bwd_choice\": \"%s\", \"fwd_sm90_ms\": %.6f, \"fwd_sm90_serial_ms\": %.6f}",
           i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
           r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms, r.generic_fwd_ms, r.fwd2_ms, r.fwd1_ms,
-          r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str(), r.fwd_sm90_ms);
+          r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str(), r.fwd_sm90_ms,
+          r.fwd_sm90_serial_ms);
     }
     std::printf("]}\n");
     return 0;
@@ -167,20 +174,21 @@ int main(int argc, char** argv) {
   std::printf(
       "| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
       "| fwd ms, 2 / 1 row tiles a warp | bwd ms, 8 / 4 warps | tuned fwd | tuned bwd "
-      "| sm90 fwd ms | sm90 fwd TFLOP/s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| sm90 fwd ms | sm90 fwd TFLOP/s | sm90-serial fwd ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double f = fwd_flops(r.c);
     std::printf(
         "| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f / %.4f "
-        "| %.4f / %.4f | %s | %s | %s | %s |\n",
+        "| %.4f / %.4f | %s | %s | %s | %s | %s |\n",
         (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
         r.c.causal ? "yes" : "no", r.fwd_ms, f / (r.fwd_ms * 1e9), r.bwd_ms,
         2.5 * f / (r.bwd_ms * 1e9),
         r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str(), r.fwd2_ms, r.fwd1_ms,
         r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str(),
         r.fwd_sm90_ms < 0 ? "-" : fmt::format("{:.4f}", r.fwd_sm90_ms).c_str(),
-        r.fwd_sm90_ms < 0 ? "-" : fmt::format("{:.0f}", f / (r.fwd_sm90_ms * 1e9)).c_str());
+        r.fwd_sm90_ms < 0 ? "-" : fmt::format("{:.0f}", f / (r.fwd_sm90_ms * 1e9)).c_str(),
+        r.fwd_sm90_serial_ms < 0 ? "-" : fmt::format("{:.4f}", r.fwd_sm90_serial_ms).c_str());
   }
   return 0;
 }

@@ -500,10 +500,13 @@ constexpr int flash_attn_fwd_smem() {
 // One tile's online softmax for a warp's MW row tiles of scores s (raw q . k): the running
 // max m (scaled, base 2), the per-thread partial sums l and the output o rescaled; s
 // becomes P. Masked: keys at or past Sk and, causal, keys after the query are left out.
-template <bool Masked, int D, int MW, int BN = kFaBN>
-__device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][BN / 8][4], float (&m)[MW][2],
+// DeferO: o is left alone (a wgmma may still be adding to it) and the factors go to alpha;
+// returns whether the warp rescaled.
+template <bool Masked, int D, int MW, int BN = kFaBN, bool DeferO = false>
+__device__ __forceinline__ bool fa_fwd_softmax(float (&s)[MW][BN / 8][4], float (&m)[MW][2],
                                                float (&l)[MW][2], float (&o)[MW][D / 8][4], float c,
-                                               int n0, int w0, int Sk, int causal) {
+                                               int n0, int w0, int Sk, int causal,
+                                               float (*alpha)[2] = nullptr) {
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const float neg_inf = fa_bits_float(0xff800000u);
   float mnew[MW][2];
@@ -542,12 +545,16 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][BN / 8][4], float 
     for (int h = 0; h < 2; ++h) {
       if (rescale) {
         const float ms = mnew[mi][h] == neg_inf ? 0.f : mnew[mi][h];
-        const float alpha = fa_exp2(m[mi][h] - ms);
-        l[mi][h] *= alpha;
-        FA_UNROLL
-        for (int i = 0; i < D / 8; ++i) {
-          o[mi][i][2 * h] *= alpha;
-          o[mi][i][2 * h + 1] *= alpha;
+        const float a = fa_exp2(m[mi][h] - ms);
+        l[mi][h] *= a;
+        if constexpr (DeferO) {
+          alpha[mi][h] = a;
+        } else {
+          FA_UNROLL
+          for (int i = 0; i < D / 8; ++i) {
+            o[mi][i][2 * h] *= a;
+            o[mi][i][2 * h + 1] *= a;
+          }
         }
         m[mi][h] = mnew[mi][h];
       }
@@ -565,6 +572,7 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][BN / 8][4], float 
     l[mi][0] += rs[0];
     l[mi][1] += rs[1];
   }
+  return rescale;
 }
 
 template <typename T, int D, int NW, int MW>
@@ -974,10 +982,11 @@ __global__ void __launch_bounds__(32 * NW, D == 64 && NW == 4 ? 3 : 1)
 
 constexpr int kFaSm90Rows = 64;  // query rows a warpgroup
 
-template <int D, int BN, int NWG>
+template <int D, int BN, int NWG, bool Overlap>
 constexpr int flash_attn_fwd_sm90_smem() {
-  // 1024 bytes of slack to align the tiles to the swizzle atom, Q, and two K and V tiles.
-  return 1024 + kFaSm90Rows * NWG * D * 2 + 4 * BN * D * 2;
+  // 1024 bytes of slack to align the tiles to the swizzle atom, Q, two K tiles, two V tiles
+  // (three when Overlap: Note [Overlapped tiles]).
+  return 1024 + kFaSm90Rows * NWG * D * 2 + (Overlap ? 5 : 4) * BN * D * 2;
 }
 
 // The byte offset of 16-byte chunk c (of D / 8) of row r in a tile of Rows rows stored
@@ -991,8 +1000,8 @@ __device__ __forceinline__ unsigned fa_sw128_offset(int r, int c) {
 // cp.async (rows past n_rows zero-filled): thread tid copies chunk tid % (D / 8) of rows
 // tid / (D / 8) + i * Threads / (D / 8), all at the same swizzle (the step is a multiple of 8).
 template <int D, int Rows, int Threads>
-__device__ __forceinline__ void fa_copy_tile_sw128(FaSAddr dst, const unsigned short* src,
-                                                   int row0, int n_rows) {
+__device__ __forceinline__ void fa_copy_tile_sw128(FaSAddr dst, const unsigned short* src, int row0,
+                                                   int n_rows) {
   constexpr int kChunks = D / 8, kStep = Threads / kChunks;
   static_assert(Threads % kChunks == 0 && kStep % 8 == 0 && Rows % kStep == 0,
                 "every thread copies as many chunks, at one swizzle");
@@ -1060,8 +1069,7 @@ inline unsigned fa_window(FaSAddr a) { return unsigned(a - fa_emu_window); }
 // A 128-byte-swizzled matrix descriptor (Note [wgmma layouts]) for the matrix at a. A
 // later k step or tile adds its byte offset >> 4 to the descriptor (the address field
 // holds the window's 18 bits >> 4, so it never carries into the next field).
-__device__ __forceinline__ unsigned long long fa_wgmma_desc(FaSAddr a, unsigned lbo,
-                                                            unsigned sbo) {
+__device__ __forceinline__ unsigned long long fa_wgmma_desc(FaSAddr a, unsigned lbo, unsigned sbo) {
   return (unsigned long long)((fa_window(a) & 0x3FFFFu) >> 4) |
          ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
          ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
@@ -1097,9 +1105,9 @@ inline unsigned fa_emu_desc_addr(unsigned long long desc, int mn, int k, bool k_
     return k_major ? start + (m % 8) * 16 + (m / 8) * sbo + (kk % 8) * 2 + (kk / 8) * lbo
                    : start + (m % 8) * 2 + (m / 8) * sbo + (kk % 8) * 16 + (kk / 8) * lbo;
   const unsigned W = mode == 1 ? 128u : mode == 2 ? 64u : 32u, per_row = W / 2;
-  const unsigned a = k_major ? start + (m % 8) * W + (m / 8) * sbo + kk * 2
-                             : start + (m % per_row) * 2 + (m / per_row) * lbo + (kk % 8) * W +
-                                   (kk / 8) * sbo;
+  const unsigned a =
+      k_major ? start + (m % 8) * W + (m / 8) * sbo + kk * 2
+              : start + (m % per_row) * 2 + (m / per_row) * lbo + (kk % 8) * W + (kk / 8) * sbo;
   return a ^ (((a >> 7) & (W / 16 - 1)) << 4);
 }
 
@@ -1171,10 +1179,10 @@ __device__ __forceinline__ void fa_wgmma_regs(float (&d)[R][4]) {
 }
 
 // The accumulators of m64n64 (32 registers) and m64n128 (64) as asm operands.
-#define FA_WG_R32                                                                              \
+#define FA_WG_R32                                                                               \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FA_WG_R64                                                                              \
+#define FA_WG_R64                                                                               \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
@@ -1184,19 +1192,21 @@ __device__ __forceinline__ void fa_wgmma_regs(float (&d)[R][4]) {
 #define FA_WG_X32 FA_WG_X16(0), FA_WG_X16(4)
 #define FA_WG_X64 FA_WG_X16(0), FA_WG_X16(4), FA_WG_X16(8), FA_WG_X16(12)
 // d (64 x N) = A B, or += when acc: A and B from shared memory, both K-major.
-#define FA_WGMMA_SS(N, TY, R, X, IA, IB, IS)                                                 \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\n"                            \
+#define FA_WGMMA_SS(N, TY, R, X, IA, IB, IS)                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS                                    \
+               ", 0;\n"                                                                    \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " R ", %" #IA \
-               ", %" #IB ", p, 1, 1, 0, 0;\n}"                                              \
-               : X                                                                          \
+               ", %" #IB ", p, 1, 1, 0, 0;\n}"                                             \
+               : X                                                                         \
                : "l"(da), "l"(db), "r"(acc))
 // d (64 x N) = A B, or += when acc: A from registers (AR, their operand numbers), B from
 // shared memory, MN-major.
-#define FA_WGMMA_RS(N, TY, R, X, AR, IB, IS)                                             \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\n"                        \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " R ", " AR \
-               ", %" #IB ", p, 1, 1, 1;\n}"                                              \
-               : X                                                                      \
+#define FA_WGMMA_RS(N, TY, R, X, AR, IB, IS)                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS                                            \
+               ", 0;\n"                                                                            \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " R ", " AR ", %" #IB \
+               ", p, 1, 1, 1;\n}"                                                                  \
+               : X                                                                                 \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc))
 
 // d = A B (+ d when acc) with A = Q and B = K from shared memory (descriptors da, db).
@@ -1255,7 +1265,7 @@ __device__ __forceinline__ void fa_wgmma_rs(float (&x)[N / 8][4], const unsigned
 // blocks stop at their diagonal; blocks run last query block first. Not yet: TMA copies
 // with an mbarrier pipeline, a producer warpgroup (setmaxnreg), the softmax of one tile
 // overlapped with the GEMMs of the next.
-template <typename T, int D, int BN, int NWG>
+template <typename T, int D, int BN, int NWG, bool Overlap>
 __device__ __forceinline__ void flash_attn_fwd_sm90_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
     float* __restrict__ lse, int Sq, int Sk, float scale_log2, int causal, unsigned short* smem) {
@@ -1271,21 +1281,22 @@ __device__ __forceinline__ void flash_attn_fwd_sm90_body(
   const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
   const float c = scale_log2 < 0.f ? -scale_log2 : scale_log2;
 
-  const FaSAddr sq = (fa_saddr(smem) + 1023) & ~FaSAddr(1023);  // Q, then 2 x (K, V)
-  const FaSAddr skv = sq + kQBytes;
+  // Shared memory: Q, two K tiles, then two V tiles (three when Overlap).
+  const FaSAddr sq = (fa_saddr(smem) + 1023) & ~FaSAddr(1023);
+  const FaSAddr sk = sq + kQBytes, sv = sk + 2 * kTile;
   fa_copy_tile_sw128<D, BM, Threads>(sq, qg, q0, Sq);
-  fa_copy_tile_sw128<D, BN, Threads>(skv, kg, 0, Sk);
-  fa_copy_tile_sw128<D, BN, Threads>(skv + kTile, vg, 0, Sk);
+  fa_copy_tile_sw128<D, BN, Threads>(sk, kg, 0, Sk);
+  fa_copy_tile_sw128<D, BN, Threads>(sv, vg, 0, Sk);
   if (scale_log2 < 0.f) {  // the max is over the raw scores: negate Q (exactly)
     fa_async_wait();
     __syncthreads();
     fa_negate_tile<Threads>(sq, int(kQBytes));
   }
-  // Descriptors: Q rows 64 wg.. (K-major; a k16 step is 32 bytes, a 64-column block BM
-  // rows of 128 bytes); K K-major and V MN-major, whose 64-column atoms are BN * 128 apart.
+  // Descriptors: Q rows 64 wg.. (K-major); K K-major and V MN-major, whose 64-column atoms
+  // are BN * 128 bytes apart. A later tile or k step adds its byte offset >> 4.
   const unsigned long long dq = fa_wgmma_desc(sq + unsigned(wg * kFaSm90Rows * 128), 16, 1024);
-  const unsigned long long dk = fa_wgmma_desc(skv, 16, 1024);
-  const unsigned long long dv = fa_wgmma_desc(skv + kTile, BN * 128, 1024);
+  const unsigned long long dk = fa_wgmma_desc(sk, 16, 1024);
+  const unsigned long long dv = fa_wgmma_desc(sv, BN * 128, 1024);
 
   float o[1][D / 8][4];
   const float neg_inf = fa_bits_float(0xff800000u);
@@ -1293,46 +1304,111 @@ __device__ __forceinline__ void flash_attn_fwd_sm90_body(
   FA_UNROLL
   for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
 
-  const int n_end = causal ? (q0 + BM < Sk ? q0 + BM : Sk) : Sk;
-  for (int n0 = 0, buf = 0; n0 < n_end; n0 += BN, buf ^= 1) {
-    fa_async_wait();
-    fa_fence_proxy_async();
-    __syncthreads();  // this tile (and Q) landed; every warpgroup is done with the other buffer
-    if (n0 + BN < n_end) {
-      const FaSAddr next = skv + unsigned(buf ^ 1) * 2 * kTile;
-      fa_copy_tile_sw128<D, BN, Threads>(next, kg, n0 + BN, Sk);
-      fa_copy_tile_sw128<D, BN, Threads>(next + kTile, vg, n0 + BN, Sk);
-    }
-    const unsigned long long tile = (unsigned(buf) * 2 * kTile) >> 4;
-
-    // S = Q K^T.
-    float s[1][BN / 8][4];
-    fa_wgmma_fence();
+  // S = Q K^T for the tile in K buffer kb: columns 16 kk.. of Q and K are in 64-column
+  // block kk / 4 (BM or BN rows of 128 bytes), 32 bytes a k16 step within it.
+  auto qk = [&](float(&s)[1][BN / 8][4], int kb) {
     FA_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
-      // Columns 16 kk..: 64-column block kk / 4, 32 bytes a k16 step within it (>> 4).
       const unsigned step = unsigned(kk % 4) * 2;
       fa_wgmma_ss<T, BN>(s[0], dq + unsigned(kk / 4) * (BM * 8) + step,
-                         dk + tile + unsigned(kk / 4) * (BN * 8) + step, kk > 0);
+                         dk + unsigned(kb) * (kTile / 16) + unsigned(kk / 4) * (BN * 8) + step,
+                         kk > 0);
     }
-    fa_wgmma_commit();
-    fa_wgmma_wait<0>();
-    fa_wgmma_regs(s[0]);
-
-    if (n0 + BN > Sk || (causal && n0 + BN - 1 > w0))
-      fa_fwd_softmax<true, D, 1, BN>(s, m, l, o, c, n0, w0, Sk, causal);
-    else
-      fa_fwd_softmax<false, D, 1, BN>(s, m, l, o, c, n0, w0, Sk, causal);
-
-    // O += P V: P's accumulators are A fragments; a k16 step is 16 keys, 2048 bytes of V.
-    unsigned pa[BN / 16][4];
+  };
+  // O += P V for the tile in V buffer vb: keys 16 j.. are two 8-row groups, 2048 bytes.
+  auto pv = [&](const unsigned(&pa)[BN / 16][4], int vb) {
     FA_UNROLL
-    for (int j = 0; j < BN / 16; ++j) fa_c_to_a<T>(pa[j], s[0][2 * j], s[0][2 * j + 1]);
+    for (int j = 0; j < BN / 16; ++j)
+      fa_wgmma_rs<T, D>(o[0], pa[j], dv + unsigned(vb) * (kTile / 16) + unsigned(j) * 128, 1);
+  };
+  // One tile's online softmax; the masks only where a key is past Sk or, causal, after one
+  // of the warp's queries (a warp-uniform branch). With alpha, O is left to the caller.
+  auto softmax = [&](float(&s)[1][BN / 8][4], int n0, float(*alpha)[2]) {
+    const bool masked = n0 + BN > Sk || (causal && n0 + BN - 1 > w0);
+    if constexpr (Overlap)
+      return masked
+                 ? fa_fwd_softmax<true, D, 1, BN, true>(s, m, l, o, c, n0, w0, Sk, causal, alpha)
+                 : fa_fwd_softmax<false, D, 1, BN, true>(s, m, l, o, c, n0, w0, Sk, causal, alpha);
+    else
+      return masked ? fa_fwd_softmax<true, D, 1, BN>(s, m, l, o, c, n0, w0, Sk, causal)
+                    : fa_fwd_softmax<false, D, 1, BN>(s, m, l, o, c, n0, w0, Sk, causal);
+  };
+
+  const int n_end = causal ? (q0 + BM < Sk ? q0 + BM : Sk) : Sk;
+  if constexpr (!Overlap) {
+    for (int n0 = 0, buf = 0; n0 < n_end; n0 += BN, buf ^= 1) {
+      fa_async_wait();
+      fa_fence_proxy_async();
+      __syncthreads();  // this tile (and Q) landed; every warpgroup is done with the other
+      if (n0 + BN < n_end) {
+        fa_copy_tile_sw128<D, BN, Threads>(sk + unsigned(buf ^ 1) * kTile, kg, n0 + BN, Sk);
+        fa_copy_tile_sw128<D, BN, Threads>(sv + unsigned(buf ^ 1) * kTile, vg, n0 + BN, Sk);
+      }
+      float s[1][BN / 8][4];
+      fa_wgmma_fence();
+      qk(s, buf);
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      fa_wgmma_regs(s[0]);
+      softmax(s, n0, nullptr);
+      unsigned pa[BN / 16][4];  // P's accumulators are A fragments
+      FA_UNROLL
+      for (int j = 0; j < BN / 16; ++j) fa_c_to_a<T>(pa[j], s[0][2 * j], s[0][2 * j + 1]);
+      fa_wgmma_regs(o[0]);
+      fa_wgmma_fence();
+      pv(pa, buf);
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      fa_wgmma_regs(o[0]);
+    }
+  } else {
+    // Note [Overlapped tiles]
+    // S of tile j is issued together with P V of tile j - 1, and the softmax of tile j runs
+    // while that P V is still on the tensor cores: the wait for S is wait_group 1; O is
+    // rescaled (when the lazy rescaling asks) only after wait_group 0, and P of tile j
+    // replaces P of tile j - 1 in registers only then. Tile j's V is read one tile after
+    // its K, so V has three buffers (j + 1 is copied while j - 1 is read) and K two.
+    unsigned pa[BN / 16][4];
+    int kb = 0, vb = 0;  // tile j's K and V buffers
+    for (int n0 = 0; n0 < n_end; n0 += BN) {
+      const int vnext = vb == 2 ? 0 : vb + 1, vprev = vb == 0 ? 2 : vb - 1;
+      fa_async_wait();
+      fa_fence_proxy_async();
+      __syncthreads();  // tile j landed; every warpgroup is done with K j - 1 and V j - 2
+      if (n0 + BN < n_end) {
+        fa_copy_tile_sw128<D, BN, Threads>(sk + unsigned(kb ^ 1) * kTile, kg, n0 + BN, Sk);
+        fa_copy_tile_sw128<D, BN, Threads>(sv + unsigned(vnext) * kTile, vg, n0 + BN, Sk);
+      }
+      float s[1][BN / 8][4];
+      fa_wgmma_regs(o[0]);
+      fa_wgmma_fence();
+      qk(s, kb);
+      fa_wgmma_commit();
+      if (n0 > 0) pv(pa, vprev);  // tile j - 1's P V
+      fa_wgmma_commit();
+      fa_wgmma_wait<1>();
+      fa_wgmma_regs(s[0]);
+      float alpha[1][2];
+      const bool rescale = softmax(s, n0, alpha);
+      fa_wgmma_wait<0>();
+      fa_wgmma_regs(o[0]);
+      if (rescale) {
+        FA_UNROLL
+        for (int i = 0; i < D / 8; ++i) {
+          o[0][i][0] *= alpha[0][0];
+          o[0][i][1] *= alpha[0][0];
+          o[0][i][2] *= alpha[0][1];
+          o[0][i][3] *= alpha[0][1];
+        }
+      }
+      FA_UNROLL
+      for (int j = 0; j < BN / 16; ++j) fa_c_to_a<T>(pa[j], s[0][2 * j], s[0][2 * j + 1]);
+      kb ^= 1;
+      vb = vnext;
+    }
     fa_wgmma_regs(o[0]);
     fa_wgmma_fence();
-    FA_UNROLL
-    for (int j = 0; j < BN / 16; ++j)  // keys 16 j..: two 8-row groups, 2048 bytes (>> 4)
-      fa_wgmma_rs<T, D>(o[0], pa[j], dv + tile + unsigned(j) * 128, 1);
+    pv(pa, vb == 0 ? 2 : vb - 1);  // the last tile's P V
     fa_wgmma_commit();
     fa_wgmma_wait<0>();
     fa_wgmma_regs(o[0]);
@@ -1355,16 +1431,18 @@ __device__ __forceinline__ void flash_attn_fwd_sm90_body(
 }
 
 #if FA_DEVICE
-template <typename T, int D, int BN, int NWG>
+template <typename T, int D, int BN, int NWG, bool Overlap>
 __global__ void __launch_bounds__(128 * NWG, 1)
     flash_attn_fwd_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                         T* __restrict__ out, float* __restrict__ lse, int Sq, int Sk,
                         float scale_log2, int causal) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(sizeof(T) == 0,
-                "flash_attn_fwd_sm90 uses wgmma: compile it for sm_90a (KernelSpec::arch_specific)");
+  static_assert(
+      sizeof(T) == 0,
+      "flash_attn_fwd_sm90 uses wgmma: compile it for sm_90a (KernelSpec::arch_specific)");
 #else
-  flash_attn_fwd_sm90_body<T, D, BN, NWG>(q, k, v, out, lse, Sq, Sk, scale_log2, causal, fa_smem);
+  flash_attn_fwd_sm90_body<T, D, BN, NWG, Overlap>(q, k, v, out, lse, Sq, Sk, scale_log2, causal,
+                                                   fa_smem);
 #endif
 }
 #endif

@@ -142,16 +142,16 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
 // Runs the wgmma forward (flash_attn_fwd_sm90, Note [Hopper forward]) under the emulation
 // for 16-bit q, k, v and returns out and lse; the emulated shared memory is the window the
 // descriptors address (1024-aligned, as the device's). Checks the stand-in saw no
-// descriptor that differs within a warpgroup.
-template <typename T, int D>
+// descriptor that differs within a warpgroup. Overlap: Note [Overlapped tiles].
+template <typename T, int D, bool Overlap>
 std::vector<Tensor> emulate_sm90(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                  double scale) {
-  const mha::FlashAttnSm90Tiles tiles = mha::flash_attn_sm90_tiles(D);
+  const mha::FlashAttnSm90Tiles tiles = mha::flash_attn_sm90_tiles(D, Overlap);
   constexpr int BN = 128, NWG = 2;
   CHECK(tiles.keys == BN);
   CHECK(tiles.threads == 128 * NWG);
   CHECK(tiles.rows == 64 * NWG);
-  CHECK(tiles.smem == (ops_emu::flash_attn_fwd_sm90_smem<D, BN, NWG>()));
+  CHECK(tiles.smem == (ops_emu::flash_attn_fwd_sm90_smem<D, BN, NWG, Overlap>()));
   const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
   Tensor out = full(q.sizes(), 7.0, {.dtype = q.dtype()}), lse = full({B, H, Sq}, 7.0);
   std::vector<unsigned char> bytes(size_t(tiles.smem) + 1024);
@@ -162,10 +162,10 @@ std::vector<Tensor> emulate_sm90(const Tensor& q, const Tensor& k, const Tensor&
   auto cp = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
   ops_emu::launch({unsigned((Sq + tiles.rows - 1) / tiles.rows), unsigned(B * H)},
                   {unsigned(tiles.threads)}, [&] {
-                    ops_emu::flash_attn_fwd_sm90_body<T, D, BN, NWG>(
-                        cp(q), cp(k), cp(v), static_cast<T*>(out.data_ptr()),
-                        lse.data_ptr<float>(), int(Sq), int(Sk), float(scale * 1.4426950408889634),
-                        int(causal), reinterpret_cast<unsigned short*>(window));
+                    ops_emu::flash_attn_fwd_sm90_body<T, D, BN, NWG, Overlap>(
+                        cp(q), cp(k), cp(v), static_cast<T*>(out.data_ptr()), lse.data_ptr<float>(),
+                        int(Sq), int(Sk), float(scale * 1.4426950408889634), int(causal),
+                        reinterpret_cast<unsigned short*>(window));
                   });
   CHECK(ops_emu::fa_emu_wgmma_errors == errors_before);
   return {out, lse};
@@ -409,7 +409,7 @@ TEST_SUITE("mha::flash_attn") {
     // The wgmma forward: its CUBIN is sm_90a (flash_attn_check_launch above checked its
     // launch at arch 90); it asks for the arch-specific target, which sm_80 does not have.
     const std::vector<jit::UserKernel> hopper = mha::flash_attn_sm90_kernels();
-    CHECK(hopper.size() == 4);
+    CHECK(hopper.size() == 8);
     for (const jit::UserKernel& k : hopper) {
       CAPTURE(k.name_expression());
       CHECK(k.spec().arch_specific);
@@ -419,9 +419,11 @@ TEST_SUITE("mha::flash_attn") {
       CHECK(types == std::vector<std::string>{t + " const*", t + " const*", t + " const*", t + "*",
                                               "float*", "int", "int", "float", "int"});
     }
-    CHECK(hopper[0].name_expression() == "flash_attn_fwd_sm90<mt::Half, 64, 128, 2>");
-    CHECK(error_of([&] { hopper[0].parameters(80); })
-              .find("asks for the arch-specific target, which exists from sm_90a on") !=
+    CHECK(hopper[0].name_expression() == "flash_attn_fwd_sm90<mt::Half, 64, 128, 2, true>");
+    CHECK(hopper[1].name_expression() == "flash_attn_fwd_sm90<mt::Half, 64, 128, 2, false>");
+    CHECK(error_of([&] {
+            hopper[0].parameters(80);
+          }).find("asks for the arch-specific target, which exists from sm_90a on") !=
           std::string::npos);
     // Hopper's wgmma, which torch's fastest attention kernels use, needs the arch-specific
     // target sm_90a: ptxas refuses it for sm_90, the JIT's default, and takes it when the
@@ -535,46 +537,52 @@ TEST_SUITE("mha::flash_attn") {
     };
     // Sequences that are no multiple of the 128-row blocks or 128-key tiles, Sq != Sk both
     // ways, causal and not, both dtypes and head dims, a negative scale (Q negated in shared
-    // memory), a second key tile whose scores outgrow the first's (Note [Lazy rescaling]).
+    // memory), a second key tile whose scores outgrow the first's (Note [Lazy rescaling]);
+    // the overlapped kernel (Note [Overlapped tiles]) with three key tiles, the serial one.
     for (Case c : {Case{2, 150, 200, 64, false, DType::Float16, -0.15},
-                   Case{1, 130, 260, 64, true, DType::BFloat16, 0},
+                   Case{1, 130, 300, 64, true, DType::BFloat16, 0},
                    Case{1, 200, 200, 128, true, DType::Float16, 0},
-                   Case{2, 70, 150, 128, false, DType::BFloat16, 0.1}}) {
-      CAPTURE(c.Sq);
-      CAPTURE(c.Sk);
-      CAPTURE(c.D);
-      CAPTURE(c.causal);
-      CAPTURE(c.t);
-      const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
-      Tensor q = rnd({1, c.H, c.Sq, c.D}, c.t), k = randn({1, c.H, c.Sk, c.D}),
-             v = rnd({1, c.H, c.Sk, c.D}, c.t);
-      // Keys 128.. equal to their queries (times the scale's sign): those rows' maxima grow on
-      // the second tile.
-      const Tensor q32 = q.to(DType::Float32);
-      const float* qp = q32.data_ptr<float>();
-      float* kp = k.data_ptr<float>();
-      for (int64_t h = 0; h < c.H; ++h)
-        for (int64_t r = 128; r < std::min(c.Sq, c.Sk); ++r)
-          for (int64_t d = 0; d < c.D; ++d)
-            kp[(h * c.Sk + r) * c.D + d] =
-                float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * c.D + d];
-      k = k.to(c.t);
-      std::vector<Tensor> got;
-      if (c.t == DType::Float16)
-        got = c.D == 64 ? emulate_sm90<EHalf, 64>(q, k, v, c.causal, scale)
-                        : emulate_sm90<EHalf, 128>(q, k, v, c.causal, scale);
-      else
-        got = c.D == 64 ? emulate_sm90<EBF16, 64>(q, k, v, c.causal, scale)
-                        : emulate_sm90<EBF16, 128>(q, k, v, c.causal, scale);
-      const Reference want = naive(q.to(DType::Float64), k.to(DType::Float64),
-                                   v.to(DType::Float64), c.causal, scale);
-      const double tol = c.t == DType::Float16 ? 2e-3 : 1e-2;
-      const double out_err = max_err(got[0], want.out), lse_err = max_err(got[1], want.lse);
-      MESSAGE(fmt::format("{} D={} Sq={} Sk={} causal={}: max errors out {:.2g} lse {:.2g}", c.t,
-                          c.D, c.Sq, c.Sk, c.causal, out_err, lse_err));
-      CHECK(out_err < tol);
-      CHECK(lse_err < tol);
-    }
+                   Case{2, 70, 300, 128, false, DType::BFloat16, 0.1}})
+      for (bool overlap : {true, false}) {
+        CAPTURE(c.Sq);
+        CAPTURE(c.Sk);
+        CAPTURE(c.D);
+        CAPTURE(c.causal);
+        CAPTURE(c.t);
+        CAPTURE(overlap);
+        const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
+        Tensor q = rnd({1, c.H, c.Sq, c.D}, c.t), k = randn({1, c.H, c.Sk, c.D}),
+               v = rnd({1, c.H, c.Sk, c.D}, c.t);
+        // Keys 128.. equal to their queries (times the scale's sign): those rows' maxima grow on
+        // the second tile.
+        const Tensor q32 = q.to(DType::Float32);
+        const float* qp = q32.data_ptr<float>();
+        float* kp = k.data_ptr<float>();
+        for (int64_t h = 0; h < c.H; ++h)
+          for (int64_t r = 128; r < std::min(c.Sq, c.Sk); ++r)
+            for (int64_t d = 0; d < c.D; ++d)
+              kp[(h * c.Sk + r) * c.D + d] =
+                  float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * c.D + d];
+        k = k.to(c.t);
+        auto run = [&]<bool Overlap>() {
+          if (c.t == DType::Float16)
+            return c.D == 64 ? emulate_sm90<EHalf, 64, Overlap>(q, k, v, c.causal, scale)
+                             : emulate_sm90<EHalf, 128, Overlap>(q, k, v, c.causal, scale);
+          return c.D == 64 ? emulate_sm90<EBF16, 64, Overlap>(q, k, v, c.causal, scale)
+                           : emulate_sm90<EBF16, 128, Overlap>(q, k, v, c.causal, scale);
+        };
+        const std::vector<Tensor> got =
+            overlap ? run.template operator()<true>() : run.template operator()<false>();
+        const Reference want = naive(q.to(DType::Float64), k.to(DType::Float64),
+                                     v.to(DType::Float64), c.causal, scale);
+        const double tol = c.t == DType::Float16 ? 2e-3 : 1e-2;
+        const double out_err = max_err(got[0], want.out), lse_err = max_err(got[1], want.lse);
+        MESSAGE(fmt::format(
+            "{} D={} Sq={} Sk={} causal={} overlap={}: max errors out {:.2g} lse {:.2g}", c.t, c.D,
+            c.Sq, c.Sk, c.causal, overlap, out_err, lse_err));
+        CHECK(out_err < tol);
+        CHECK(lse_err < tol);
+      }
   }
 
   TEST_CASE("flash_attn: the generic kernels compute the CPU op's results under a CPU emulation") {
@@ -739,15 +747,17 @@ TEST_SUITE("mha::flash_attn") {
     const Tensor x = rnd({1, 1, 64, 64}, DType::Float16).to(gpu);
     ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "wgmma", 1);
     CHECK(error_of([&] { mha::flash_attn(x, x, x); }) ==
-          "[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL='wgmma' must be sm90 (the wgmma forward, "
-          "compute capability 9.0) or mma (the mma.sync forward); unset it for the default (mma)");
+          "[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL='wgmma' must be sm90 or sm90-serial (the "
+          "wgmma forwards, compute capability 9.0) or mma (the mma.sync forward); unset it for "
+          "the default (mma)");
     ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "sm90", 1);
     if (props.major != 9 || props.minor != 0) {
       CHECK(error_of([&] { mha::flash_attn(x, x, x); })
                 .starts_with("[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL=sm90 takes a compute "
                              "capability 9.0 GPU"));
       ::unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
-      MESSAGE("cuda:0 is ", props.name, ", not compute capability 9.0: the wgmma forward is not run");
+      MESSAGE("cuda:0 is ", props.name,
+              ", not compute capability 9.0: the wgmma forward is not run");
       return;
     }
     struct Case {
@@ -755,7 +765,8 @@ TEST_SUITE("mha::flash_attn") {
       bool causal;
       double scale;  // 0: 1 / sqrt(D)
     };
-    // Blocks of 128 rows and tiles of 128 keys with tails, Sq != Sk both ways, a negative scale.
+    // Blocks of 128 rows and tiles of 128 keys with tails, Sq != Sk both ways, a negative
+    // scale; the overlapped kernel and the serial one.
     for (DType t : {DType::Float16, DType::BFloat16})
       for (int64_t D : {64, 128})
         for (Case c : {Case{2, 2, 300, 300, false, 0}, Case{2, 2, 300, 300, true, 0},
@@ -771,22 +782,27 @@ TEST_SUITE("mha::flash_attn") {
           Tensor q = rnd({c.B, c.H, c.Sq, D}, t), k = rnd({c.B, c.H, c.Sk, D}, t),
                  v = rnd({c.B, c.H, c.Sk, D}, t), g = rnd({c.B, c.H, c.Sq, D}, t);
           const std::vector<Tensor> want = reference_with_grads(q, k, v, g, c.causal, scale);
-          Tensor qg = q.to(gpu).requires_grad_(), kg = k.to(gpu).requires_grad_(),
-                 vg = v.to(gpu).requires_grad_();
-          auto [out, lse] = mha::flash_attn(qg, kg, vg, c.causal, scale);
-          backward(sum(mul(out.to(DType::Float32), g.to(DType::Float32).to(gpu))));
-          const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
-          const Tensor got[] = {out, lse, qg.grad(), kg.grad(), vg.grad()};
-          const char* what[] = {"out", "lse", "dq", "dk", "dv"};
-          std::string errs;
-          for (int i = 0; i < 5; ++i) {
-            CAPTURE(what[i]);
-            const double err = max_err(got[i], want[size_t(i)]);
-            errs += fmt::format(" {} {:.2g}", what[i], err);
-            CHECK(err < tol);
+          for (const char* kernel : {"sm90", "sm90-serial"}) {
+            const std::string which = kernel;
+            CAPTURE(which);
+            ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", kernel, 1);
+            Tensor qg = q.to(gpu).requires_grad_(), kg = k.to(gpu).requires_grad_(),
+                   vg = v.to(gpu).requires_grad_();
+            auto [out, lse] = mha::flash_attn(qg, kg, vg, c.causal, scale);
+            backward(sum(mul(out.to(DType::Float32), g.to(DType::Float32).to(gpu))));
+            const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
+            const Tensor got[] = {out, lse, qg.grad(), kg.grad(), vg.grad()};
+            const char* what[] = {"out", "lse", "dq", "dk", "dv"};
+            std::string errs;
+            for (int i = 0; i < 5; ++i) {
+              CAPTURE(what[i]);
+              const double err = max_err(got[i], want[size_t(i)]);
+              errs += fmt::format(" {} {:.2g}", what[i], err);
+              CHECK(err < tol);
+            }
+            MESSAGE(fmt::format("{} {} D={} {}x{} causal={}: max errors{}", which, t, D, c.Sq, c.Sk,
+                                c.causal, errs));
           }
-          MESSAGE(fmt::format("sm90 {} D={} {}x{} causal={}: max errors{}", t, D, c.Sq, c.Sk,
-                              c.causal, errs));
         }
     ::unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
   }
