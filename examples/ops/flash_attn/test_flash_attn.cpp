@@ -526,6 +526,75 @@ TEST_SUITE("mha::flash_attn") {
   }
 
   TEST_CASE(
+      "flash_attn: the wgmma stand-in reads shared memory as the PTX ISA's canonical layouts "
+      "say, for every swizzle, K-major and MN-major") {
+    // The PTX ISA ("Shared Memory Matrix Layout", "Canonical Layouts") gives each layout as a
+    // CuTe shape : stride in 16-bit elements (T = 8 of them make 16 bytes), then a swizzle
+    // Swizzle<B, 4, 3> of the byte address (B = 3, 2, 1 for the 128-, 64-, 32-byte modes, 0
+    // without). Here those tuples are evaluated as written (a coordinate split over a mode's
+    // shape, first sub-mode fastest) and compared with the stand-in's decoding of a
+    // descriptor (ops_emu::fa_emu_desc_addr) at every (mn, k) of two repeats each way.
+    struct Sub {
+      int64_t shape, stride;  // stride in elements
+    };
+    auto eval = [](const std::vector<Sub>& mode, int64_t idx) {
+      int64_t off = 0;
+      for (const Sub& m : mode) {
+        off += (idx % m.shape) * m.stride;
+        idx /= m.shape;
+      }
+      return off;
+    };
+    const int64_t T = 8;
+    const unsigned start = 2048;   // a 1024-aligned start, as the swizzles need
+    for (int mode : {0, 1, 2, 3})  // the descriptor's swizzle field: none, 128, 64, 32 bytes
+      for (bool k_major : {true, false}) {
+        CAPTURE(mode);
+        CAPTURE(k_major);
+        const int64_t B = mode == 0 ? 0 : mode == 1 ? 3 : mode == 2 ? 2 : 1, W = 16 << B;
+        // Offsets that keep the repeats apart: 8 rows of W bytes, or more.
+        const int64_t lbo = mode == 0 ? 256 : 4096, sbo = mode == 0 ? 128 : 8 * W;
+        std::vector<Sub> mn_mode, k_mode;
+        if (k_major && mode == 0) {  // ((8,m),(T,2k)):((1T,SBO),(1,LBO))
+          mn_mode = {{8, T}, {2, sbo / 2}};
+          k_mode = {{T, 1}, {2, lbo / 2}};
+        } else if (k_major) {  // ((8,m),(T,2k)):((W/16 T,SBO),(1,T))
+          mn_mode = {{8, W / 16 * T}, {2, sbo / 2}};
+          k_mode = {{T, 1}, {2, T}};
+        } else if (mode == 0) {  // ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
+          mn_mode = {{T, 1}, {1, T}, {2, sbo / 2}};
+          k_mode = {{8, T}, {2, lbo / 2}};
+        } else {  // ((T,W/16,m),(8,k)):((1,T,LBO),(W/16 T,SBO))
+          mn_mode = {{T, 1}, {W / 16, T}, {2, lbo / 2}};
+          k_mode = {{8, W / 16 * T}, {2, sbo / 2}};
+        }
+        const unsigned long long desc = (start >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+                                        ((unsigned long long)(sbo >> 4) << 32) |
+                                        ((unsigned long long)mode << 62);
+        int64_t mn_extent = 1, mismatches = 0;
+        for (const Sub& m : mn_mode) mn_extent *= m.shape;
+        for (int64_t mn = 0; mn < mn_extent; ++mn)
+          for (int64_t k = 0; k < 16; ++k) {
+            const int64_t byte = start + 2 * (eval(mn_mode, mn) + eval(k_mode, k));
+            const int64_t yyy = ((int64_t(1) << B) - 1) << 7;  // Swizzle<B, 4, 3>
+            const int64_t want = byte ^ ((byte & yyy) >> 3);
+            mismatches +=
+                int64_t(ops_emu::fa_emu_desc_addr(desc, int(mn), int(k), k_major)) != want;
+          }
+        CHECK(mismatches == 0);
+      }
+    // The document's worked example, MN-major with the 64-byte swizzle (bfloat16):
+    // Swizzle<2,4,3> o ((8,4,2),(8,2)):((1,8,256),(32,512)), LBO 512 and SBO 1024 bytes.
+    // Element (mn 13, k 3) is at 5 + 8 + 3 * 32 = 109 elements, byte 218 (0b11011010); its
+    // bits 7-8 are 01, so bit 4 flips: 202. And (mn 37, k 9): 5 + 256 + 32 + 512 = 805
+    // elements, byte 1610, bits 7-8 are 00: unchanged.
+    const unsigned long long ex = ((unsigned long long)(512 >> 4) << 16) |
+                                  ((unsigned long long)(1024 >> 4) << 32) | (2ull << 62);
+    CHECK(ops_emu::fa_emu_desc_addr(ex, 13, 3, false) == 202u);
+    CHECK(ops_emu::fa_emu_desc_addr(ex, 37, 9, false) == 1610u);
+  }
+
+  TEST_CASE(
       "flash_attn: the wgmma forward computes the reference under a CPU emulation of wgmma's "
       "fragments and swizzled shared-memory descriptors") {
     manual_seed(39);
