@@ -361,12 +361,12 @@ Tensor prepared(const Tensor& t) {
   return c;
 }
 
-// Each launch of the op, handed to f(kernel, config, args...): the launch and the
-// GPU-less argument check run the same code.
 // Which tensor-core forward: the mma.sync kernels (any GPU) or the wgmma ones (sm_90a;
 // Sm90Serial: without Note [Overlapped tiles]).
 enum class FwdKernel { Mma, Sm90, Sm90Serial };
 
+// Each launch of the op, handed to f(kernel, config, args...): the launch and the
+// GPU-less argument check run the same code.
 template <typename F>
 void with_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Geometry& g, bool generic, Variant var, FwdKernel fk,
