@@ -57,7 +57,9 @@ With --attention: mha::flash_attn (examples/ops/flash_attn/flash_attn_bench --js
 B,H,S,D = 4,16,1024,64; 4,16,4096,64 causal and not; 1,16,16384,128 causal) against
 F.scaled_dot_product_attention forward and backward (autograd.grad of q, k, v) and the
 unfused matmul-softmax-matmul forward, timed with do_bench in the same run; prints ms,
-TFLOP/s (forward 4 B H S^2 D, halved when causal; backward 2.5 times that) and the ratios.
+TFLOP/s (forward 4 B H S^2 D, halved when causal; backward 2.5 times that) and the ratios;
+on a compute capability 9.0 GPU also the wgmma forward (the bench's fwd_sm90_ms) beside the
+mma.sync one and SDPA.
 
   compare_torch.py --attention [--flash-attn-bench PATH] [--json OUT]
 
@@ -622,6 +624,24 @@ def main_attention(args):
                for r in results if all(r.get(k, -1) > 0 for k in keys)]
         if alt:
             print(f"(mt {label}, each forced, ms: " + ", ".join(alt) + ")")
+    # The wgmma forward (compute capability 9.0; opt-in by MHA_FLASH_ATTN_FWD_KERNEL=sm90).
+    sm90 = [r for r in results if r.get("fwd_sm90_ms", -1) > 0]
+    if sm90:
+        print("| B, H, S, D | causal | mt sm90 fwd | TFLOP/s | mt sm90-serial fwd | TFLOP/s |"
+              " mt mma fwd | TFLOP/s | SDPA fwd | TFLOP/s | SDPA/sm90 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in sm90:
+            f = 4 * r["B"] * r["H"] * r["S"] ** 2 * r["D"] * (0.5 if r["causal"] else 1)
+            tf = lambda ms: f / (ms * 1e9)
+            s90, ser = r["fwd_sm90_ms"], r.get("fwd_sm90_serial_ms", -1)
+            mma, sd = r["fwd_ms"], r["torch"]["fwd"]
+            sers = f"{ser:.4f} | {tf(ser):.0f}" if ser > 0 else "- | -"
+            print(f"| {r['B']}, {r['H']}, {r['S']}, {r['D']} | {'yes' if r['causal'] else 'no'} |"
+                  f" {s90:.4f} | {tf(s90):.0f} | {sers} | {mma:.4f} | {tf(mma):.0f} | {sd:.4f} |"
+                  f" {tf(sd):.0f} | {sd / s90:.2f}x |")
+        if "registers" in mt:
+            print("(mt registers a thread, wgmma forward: " + ", ".join(
+                f"{d}: {v.get('fwd_sm90', -1)}" for d, v in mt["registers"].items()) + ")")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"flash_attn": results, "torch": torch.__version__}, f, indent=1)

@@ -24,7 +24,9 @@
 # SiLU sweep vs PyTorch/Triton, and ncu); silu-bf16 (bfloat16 SiLU 2^10..2^28 beside
 # torch, Triton and a copy, do_bench medians); scenarios (examples/ops but flash_attn: tests,
 # memcheck, racecheck, benches vs torch); attention (mha::flash_attn: tests, sanitizers,
-# training, bench vs SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
+# training, bench vs SDPA); attention-sm90 (mha::flash_attn's wgmma forward on a compute
+# capability 9.0 GPU: its (gpu) case against the float64 reference, then under memcheck,
+# racecheck and synccheck, and the bench vs the mma.sync forward and SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
 # --compile); reduction (jit::reduction's cases on cuda:0, under memcheck, racecheck and
 # synccheck, and bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
 # floor); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's);
@@ -283,6 +285,29 @@ if want attention && have build-gpu/examples/ops/flash_attn/flash_attn_tests; th
     build-gpu/examples/ops/flash_attn/flash_attn_train
     python3 tools/bench/compare_torch.py --attention \
         --flash-attn-bench build-gpu/examples/ops/flash_attn/flash_attn_bench --json "$1/compare_attention.json"' _ "$OUT"
+fi
+
+# The wgmma forward of mha::flash_attn (opt-in: MHA_FLASH_ATTN_FWD_KERNEL=sm90; Note [Hopper
+# forward] in examples/ops/flash_attn/flash_attn.cu): its (gpu) case (forward and gradients
+# against the float64 reference, float16 and bfloat16, D 64 and 128, causal and not, tails),
+# the CPU emulation of the same kernel, the bench (the wgmma and mma.sync forwards and SDPA,
+# TFLOP/s), then the case under memcheck, synccheck and racecheck; each part runs whatever the
+# one before gave (the step fails if any did). A short run:
+#   STEPS=attention-sm90 BUDGET=420 TARGETS="examples/ops/flash_attn/flash_attn_tests
+#   examples/ops/flash_attn/flash_attn_bench" bash tools/scripts/gpu_check.sh
+if want attention-sm90 && have build-gpu/examples/ops/flash_attn/flash_attn_tests; then
+  step attention-sm90 400 "$OUT/attention_sm90.log" bash -c '
+    rc=0
+    t=build-gpu/examples/ops/flash_attn/flash_attn_tests
+    case="-tc=*(gpu): the wgmma forward*"
+    "$t" --no-intro "$case,*wgmma forward computes the reference under a CPU emulation*" || rc=1
+    python3 tools/bench/compare_torch.py --attention \
+        --flash-attn-bench build-gpu/examples/ops/flash_attn/flash_attn_bench \
+        --json "$1/compare_attention_sm90.json" || rc=1
+    for tool in memcheck synccheck racecheck; do
+      compute-sanitizer --tool $tool --print-limit 20 --error-exitcode 1 "$t" --no-intro "$case" || rc=1
+    done
+    exit $rc' _ "$OUT"
 fi
 
 # mt::compile: its test suite (CUDA cases on cuda:0), again under memcheck, and the compiled

@@ -8,7 +8,10 @@
 // --json prints one JSON object (tools/bench/compare_torch.py --attention). The fwd and bwd
 // columns run what the autotuner chose (shown as "tuned fwd", "tuned bwd": the candidate and
 // whether it was timed here or read from the file); the knobs force each candidate for the
-// comparison columns.
+// comparison columns. On a compute capability 9.0 GPU the wgmma forward (opt-in:
+// MHA_FLASH_ATTN_FWD_KERNEL=sm90, Note [Hopper forward] in flash_attn.cu) is timed too, beside
+// the mma.sync one ("sm90 fwd"; JSON fwd_sm90_ms, -1 elsewhere), and its serial form
+// (MHA_FLASH_ATTN_FWD_KERNEL=sm90-serial; fwd_sm90_serial_ms).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +33,8 @@ struct Case {
 };
 struct Row {
   Case c;
-  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd4_ms = -1, fwd2_ms = -1, bwd8_ms = -1;
+  double fwd_ms, bwd_ms, generic_fwd_ms, fwd1_ms = -1, bwd4_ms = -1, fwd2_ms = -1, bwd8_ms = -1,
+                                         fwd_sm90_ms = -1, fwd_sm90_serial_ms = -1;
   std::string fwd_choice = {}, bwd_choice = {};  // the autotuner's: "fwd_row_tiles=2 (tuned)"
 };
 
@@ -88,6 +92,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Device gpu("cuda:0");
+  const auto& props = cuda::device_props(0);
+  const bool hopper = props.major == 9 && props.minor == 0;
   std::vector<Row> rows;
   for (const Case& c : cases) {
     Tensor q = randn({c.B, c.H, c.S, c.D}).to(dtype).to(gpu);
@@ -122,18 +128,27 @@ int main(int argc, char** argv) {
     r.fwd1_ms = forced_fwd("1");
     r.bwd8_ms = forced_bwd("8");
     r.bwd4_ms = forced_bwd("4");
+    auto forced_kernel = [&](const char* kernel) {
+      setenv("MHA_FLASH_ATTN_FWD_KERNEL", kernel, 1);
+      const double ms = median_ms([&] { mha::flash_attn(q, k, v, c.causal); }, reps);
+      unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
+      return ms;
+    };
+    if (hopper) {
+      r.fwd_sm90_ms = forced_kernel("sm90");
+      r.fwd_sm90_serial_ms = forced_kernel("sm90-serial");
+    }
     if (c.S <= 1024)  // a thread a row: slow, timed only where it is short
       r.generic_fwd_ms =
           median_ms([&] { mha::flash_attn_cuda(q, k, v, c.causal, std::nullopt, true); }, 5);
     rows.push_back(r);
   }
-  const auto& props = cuda::device_props(0);
   // Registers a thread of the tensor-core kernels (what limits the blocks an SM runs).
   std::string regs;
   for (int64_t D : {64, 128}) {
     const mha::FlashAttnRegisters r = mha::flash_attn_registers(dtype, int(D));
-    regs += fmt::format("{}\"D{}\": {{\"fwd\": {}, \"bwd\": {}}}", regs.empty() ? "" : ", ", D,
-                        r.fwd, r.bwd);
+    regs += fmt::format("{}\"D{}\": {{\"fwd\": {}, \"bwd\": {}, \"fwd_sm90\": {}}}",
+                        regs.empty() ? "" : ", ", D, r.fwd, r.bwd, r.fwd_sm90);
   }
   if (json) {
     std::printf("{\"device\": \"%s\", \"dtype\": \"%s\", \"registers\": {%s}, \"rows\": [",
@@ -145,10 +160,11 @@ int main(int argc, char** argv) {
           "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f, \"generic_fwd_ms\": %.6f, "
           "\"fwd_two_row_tiles_ms\": %.6f, \"fwd_one_row_tile_ms\": %.6f, "
           "\"bwd_8_warps_ms\": %.6f, \"bwd_4_warps_ms\": %.6f, \"fwd_choice\": \"%s\", "
-          "\"bwd_choice\": \"%s\"}",
+          "\"bwd_choice\": \"%s\", \"fwd_sm90_ms\": %.6f, \"fwd_sm90_serial_ms\": %.6f}",
           i ? ", " : "", (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
           r.c.causal ? "true" : "false", r.fwd_ms, r.bwd_ms, r.generic_fwd_ms, r.fwd2_ms, r.fwd1_ms,
-          r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str());
+          r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str(), r.fwd_sm90_ms,
+          r.fwd_sm90_serial_ms);
     }
     std::printf("]}\n");
     return 0;
@@ -157,18 +173,22 @@ int main(int argc, char** argv) {
               props.name.c_str(), dtype == DType::Float16 ? "float16" : "bfloat16", regs.c_str());
   std::printf(
       "| B, H, S, D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | generic fwd ms "
-      "| fwd ms, 2 / 1 row tiles a warp | bwd ms, 8 / 4 warps | tuned fwd | tuned bwd |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| fwd ms, 2 / 1 row tiles a warp | bwd ms, 8 / 4 warps | tuned fwd | tuned bwd "
+      "| sm90 fwd ms | sm90 fwd TFLOP/s | sm90-serial fwd ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double f = fwd_flops(r.c);
     std::printf(
         "| %lld, %lld, %lld, %lld | %s | %.4f | %.0f | %.4f | %.0f | %s | %.4f / %.4f "
-        "| %.4f / %.4f | %s | %s |\n",
+        "| %.4f / %.4f | %s | %s | %s | %s | %s |\n",
         (long long)r.c.B, (long long)r.c.H, (long long)r.c.S, (long long)r.c.D,
         r.c.causal ? "yes" : "no", r.fwd_ms, f / (r.fwd_ms * 1e9), r.bwd_ms,
         2.5 * f / (r.bwd_ms * 1e9),
         r.generic_fwd_ms < 0 ? "-" : std::to_string(r.generic_fwd_ms).c_str(), r.fwd2_ms, r.fwd1_ms,
-        r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str());
+        r.bwd8_ms, r.bwd4_ms, r.fwd_choice.c_str(), r.bwd_choice.c_str(),
+        r.fwd_sm90_ms < 0 ? "-" : fmt::format("{:.4f}", r.fwd_sm90_ms).c_str(),
+        r.fwd_sm90_ms < 0 ? "-" : fmt::format("{:.0f}", f / (r.fwd_sm90_ms * 1e9)).c_str(),
+        r.fwd_sm90_serial_ms < 0 ? "-" : fmt::format("{:.4f}", r.fwd_sm90_serial_ms).c_str());
   }
   return 0;
 }

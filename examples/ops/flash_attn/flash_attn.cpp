@@ -235,7 +235,16 @@ std::tuple<Tensor, Tensor, Tensor> backward_cpu(const Tensor& grad_out, const Te
 
 bool tensor_core_ok(DType t, int64_t D) { return is_16bit(t) && (D == 64 || D == 128); }
 
-enum class K { Forward, Backward, Prep, ForwardGeneric, DqGeneric, DkdvGeneric };
+enum class K {
+  Forward,
+  ForwardSm90,
+  ForwardSm90Serial,
+  Backward,
+  Prep,
+  ForwardGeneric,
+  DqGeneric,
+  DkdvGeneric
+};
 
 const char* cu_type(DType t) {
   switch (t) {
@@ -263,6 +272,13 @@ std::string kernel_name(K which, DType t, int64_t D, Variant var = {}) {
     case K::Forward:
       return fmt::format("flash_attn_fwd<{}, {}, {}, {}>", ty, D, tiles.fwd_threads / 32,
                          tiles.fwd_rows / (16 * (tiles.fwd_threads / 32)));
+    case K::ForwardSm90:
+    case K::ForwardSm90Serial: {
+      const bool overlap = which == K::ForwardSm90;
+      const FlashAttnSm90Tiles h = flash_attn_sm90_tiles(int(D), overlap);
+      return fmt::format("flash_attn_fwd_sm90<{}, {}, {}, {}, {}>", ty, D, h.keys, h.threads / 128,
+                         overlap);
+    }
     case K::Backward:
       return fmt::format("flash_attn_bwd<{}, {}, {}, {}>", ty, D, tiles.bwd_rows, tiles.bwd_warps);
     case K::Prep:
@@ -284,7 +300,16 @@ const jit::UserKernel& cu_kernel(K which, DType t, int64_t D, Variant var = {}) 
   const std::string name = kernel_name(which, t, D, var);
   std::lock_guard<std::mutex> lock(mu);
   auto it = made.find(name);
-  if (it == made.end()) it = made.emplace(name, jit::kernel(kFlashAttnCu, name)).first;
+  if (it == made.end()) {
+    // The Hopper kernel's wgmma exists on the arch-specific target sm_90a only.
+    jit::UserKernel kern =
+        which == K::ForwardSm90 || which == K::ForwardSm90Serial
+            ? jit::kernel(
+                  {.name = "flash_attn_fwd_sm90.cu", .source = kFlashAttnCu, .arch_specific = true},
+                  name)
+            : jit::kernel(kFlashAttnCu, name);
+    it = made.emplace(name, std::move(kern)).first;
+  }
   return it->second;
 }
 
@@ -336,13 +361,27 @@ Tensor prepared(const Tensor& t) {
   return c;
 }
 
+// Which tensor-core forward: the mma.sync kernels (any GPU) or the wgmma ones (sm_90a;
+// Sm90Serial: without Note [Overlapped tiles]).
+enum class FwdKernel { Mma, Sm90, Sm90Serial };
+
 // Each launch of the op, handed to f(kernel, config, args...): the launch and the
 // GPU-less argument check run the same code.
 template <typename F>
 void with_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Geometry& g, bool generic, Variant var, F&& f) {
+                  const Tensor& lse, const Geometry& g, bool generic, Variant var, FwdKernel fk,
+                  F&& f) {
   const DType t = q.dtype();
-  if (!generic) {
+  if (!generic && fk != FwdKernel::Mma) {
+    const bool overlap = fk == FwdKernel::Sm90;
+    const FlashAttnSm90Tiles h = flash_attn_sm90_tiles(int(g.D), overlap);
+    const unsigned blocks = unsigned((g.Sq + h.rows - 1) / h.rows);
+    f(cu_kernel(overlap ? K::ForwardSm90 : K::ForwardSm90Serial, t, g.D),
+      jit::LaunchConfig{.grid = {std::max(blocks, 1u), unsigned(g.B * g.H)},
+                        .block = unsigned(h.threads),
+                        .shared = unsigned(h.smem)},
+      q, k, v, out, lse, int(g.Sq), int(g.Sk), float(g.scale * 1.4426950408889634), int(g.causal));
+  } else if (!generic) {
     const FlashAttnTiles tiles = flash_attn_tiles(int(g.D), var.fwd_row_tiles, var.bwd_warps);
     const unsigned blocks = unsigned((g.Sq + tiles.fwd_rows - 1) / tiles.fwd_rows);
     f(cu_kernel(K::Forward, t, g.D, var),
@@ -394,6 +433,32 @@ void with_backward_main(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
 }
 
+// Note [Forward kernel choice]
+// MHA_FLASH_ATTN_FWD_KERNEL=sm90 runs the wgmma forward (Note [Hopper forward] in
+// flash_attn.cu; a compute capability 9.0 GPU only, its CUBIN is sm_90a), =sm90-serial the
+// same without Note [Overlapped tiles] (for comparison), =mma the mma.sync forward and its
+// tuned tiles (any GPU). Unset, the mma.sync forward runs on every GPU: the wgmma kernels
+// pass their CPU emulation and compile to sm_90a here, but have not yet run on a Hopper
+// GPU, so they are opt-in; once they have passed there, sm90 becomes the choice on 9.0 and
+// a candidate of the autotuner's forward key. Read at each call (the bench's columns).
+FwdKernel fwd_kernel_for(int device) {
+  const char* e = std::getenv("MHA_FLASH_ATTN_FWD_KERNEL");
+  const std::string v = e ? e : "";
+  MT_CHECK(v.empty() || v == "sm90" || v == "sm90-serial" || v == "mma",
+           "[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL='{}' must be sm90 or sm90-serial (the "
+           "wgmma forwards, compute capability 9.0) or mma (the mma.sync forward); unset it for "
+           "the default (mma)",
+           v);
+  if (v.empty() || v == "mma") return FwdKernel::Mma;
+  const cuda::DeviceProps& p = cuda::device_props(device);
+  MT_CHECK(p.major == 9 && p.minor == 0,
+           "[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL={} takes a compute capability 9.0 GPU "
+           "(H100, H200: wgmma exists on sm_90a only), but cuda:{} ({}) is {}.{}; set it to mma "
+           "or unset it",
+           v, device, p.name, p.major, p.minor);
+  return v == "sm90" ? FwdKernel::Sm90 : FwdKernel::Sm90Serial;
+}
+
 auto launcher() {
   return [](const jit::UserKernel& k, const jit::LaunchConfig& c, const auto&... args) {
     k.launch(c, args...);
@@ -414,13 +479,18 @@ std::tuple<Tensor, Tensor> forward_cuda_impl(const Tensor& q, const Tensor& k, c
   if (g.Sq == 0 || g.B * g.H == 0) return {out, lse};
   const Tensor qc = prepared(q), kc = prepared(k), vc = prepared(v);
   if (generic) {
-    with_forward(qc, kc, vc, out, lse, g, true, {}, launcher());
+    with_forward(qc, kc, vc, out, lse, g, true, {}, FwdKernel::Mma, launcher());
+    return {out, lse};
+  }
+  if (const FwdKernel fk = fwd_kernel_for(q.device().index); fk != FwdKernel::Mma) {
+    with_forward(qc, kc, vc, out, lse, g, false, {}, fk, launcher());
     return {out, lse};
   }
   std::vector<jit::TuneCandidate> candidates;
   for (Variant var : fwd_variants())
     candidates.push_back({variant_name(false, var), [&, var] {
-                            with_forward(qc, kc, vc, out, lse, g, false, var, launcher());
+                            with_forward(qc, kc, vc, out, lse, g, false, var, FwdKernel::Mma,
+                                         launcher());
                           }});
   jit::autotuner().run(tune_key(false, q.dtype(), g), candidates, q.device().index,
                        knob("MHA_FLASH_ATTN_FWD_ROW_TILES", "1", "2", "fwd_row_tiles="));
@@ -565,13 +635,37 @@ FlashAttnTiles flash_attn_tiles(int D, int fwd_row_tiles, int bwd_warps) {
               4 * bwd_rows * 4};
 }
 
+FlashAttnSm90Tiles flash_attn_sm90_tiles(int D, bool overlap) {
+  // Note [Hopper forward] in flash_attn.cu: two warpgroups of 64 query rows, 128-key tiles;
+  // two K tiles and two V tiles, three when overlapped (Note [Overlapped tiles]); the shared
+  // memory is the .cu's flash_attn_fwd_sm90_smem (the test compares).
+  MT_CHECK(D == 64 || D == 128,
+           "[mha::flash_attn] the wgmma forward takes head_dim 64 or 128, got {}", D);
+  const int warpgroups = 2, keys = 128, rows = 64 * warpgroups;
+  return {.rows = rows,
+          .threads = 128 * warpgroups,
+          .keys = keys,
+          .smem = 1024 + rows * D * 2 + (overlap ? 5 : 4) * keys * D * 2};
+}
+
 FlashAttnRegisters flash_attn_registers(DType t, int head_dim) {
   MT_CHECK(tensor_core_ok(t, head_dim),
            "[mha::flash_attn] the tensor-core kernels take float16 or bfloat16 and head dim 64 "
            "or 128, got {} and {}",
            t, head_dim);
-  return {cu_kernel(K::Forward, t, head_dim).on(0).registers(),
-          cu_kernel(K::Backward, t, head_dim).on(0).registers()};
+  const cuda::DeviceProps& p = cuda::device_props(0);
+  return {
+      cu_kernel(K::Forward, t, head_dim).on(0).registers(),
+      cu_kernel(K::Backward, t, head_dim).on(0).registers(),
+      p.major == 9 && p.minor == 0 ? cu_kernel(K::ForwardSm90, t, head_dim).on(0).registers() : -1};
+}
+
+std::vector<jit::UserKernel> flash_attn_sm90_kernels() {
+  std::vector<jit::UserKernel> all;
+  for (DType t : {DType::Float16, DType::BFloat16})
+    for (int64_t D : {64, 128})
+      for (K which : {K::ForwardSm90, K::ForwardSm90Serial}) all.push_back(cu_kernel(which, t, D));
+  return all;
 }
 
 std::vector<jit::UserKernel> flash_attn_kernels() {
@@ -610,7 +704,11 @@ void flash_attn_check_launch(int arch, const Tensor& q, const Tensor& k, const T
   with_backward_prep(out, empty_like(q), empty_like(lse), delta, g, q.dtype(), check);
   // Every variant the tuner may pick (the generic kernels have one).
   for (size_t i = 0; i < (generic ? 1 : fwd_variants().size()); ++i)
-    with_forward(q, k, v, out, lse, g, generic, fwd_variants()[i], check);
+    with_forward(q, k, v, out, lse, g, generic, fwd_variants()[i], FwdKernel::Mma, check);
+  // The wgmma forward's CUBIN is sm_90a, for compute capability 9.0 only.
+  if (!generic && arch == 90 && tensor_core_ok(q.dtype(), g.D))
+    for (FwdKernel fk : {FwdKernel::Sm90, FwdKernel::Sm90Serial})
+      with_forward(q, k, v, out, lse, g, false, {}, fk, check);
   for (size_t i = 0; i < (generic ? 1 : bwd_variants().size()); ++i)
     with_backward_main(q, k, v, empty_like(q), lse, delta, dq, empty_like(k), empty_like(v), g,
                        generic, bwd_variants()[i], check);

@@ -500,10 +500,13 @@ constexpr int flash_attn_fwd_smem() {
 // One tile's online softmax for a warp's MW row tiles of scores s (raw q . k): the running
 // max m (scaled, base 2), the per-thread partial sums l and the output o rescaled; s
 // becomes P. Masked: keys at or past Sk and, causal, keys after the query are left out.
-template <bool Masked, int D, int MW>
-__device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], float (&m)[MW][2],
+// DeferO: o is left alone (a wgmma may still be adding to it) and the factors go to alpha;
+// returns whether the warp rescaled.
+template <bool Masked, int D, int MW, int BN = kFaBN, bool DeferO = false>
+__device__ __forceinline__ bool fa_fwd_softmax(float (&s)[MW][BN / 8][4], float (&m)[MW][2],
                                                float (&l)[MW][2], float (&o)[MW][D / 8][4], float c,
-                                               int n0, int w0, int Sk, int causal) {
+                                               int n0, int w0, int Sk, int causal,
+                                               float (*alpha)[2] = nullptr) {
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   const float neg_inf = fa_bits_float(0xff800000u);
   float mnew[MW][2];
@@ -512,7 +515,7 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
   for (int mi = 0; mi < MW; ++mi) {
     float mx[2] = {neg_inf, neg_inf};
     FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i) FA_UNROLL
+    for (int i = 0; i < BN / 8; ++i) FA_UNROLL
     for (int e = 0; e < 4; ++e) {
       if (Masked) {
         const int col = n0 + 8 * i + 2 * t + (e % 2), row = w0 + 16 * mi + g + 8 * (e / 2);
@@ -542,12 +545,16 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
     for (int h = 0; h < 2; ++h) {
       if (rescale) {
         const float ms = mnew[mi][h] == neg_inf ? 0.f : mnew[mi][h];
-        const float alpha = fa_exp2(m[mi][h] - ms);
-        l[mi][h] *= alpha;
-        FA_UNROLL
-        for (int i = 0; i < D / 8; ++i) {
-          o[mi][i][2 * h] *= alpha;
-          o[mi][i][2 * h + 1] *= alpha;
+        const float a = fa_exp2(m[mi][h] - ms);
+        l[mi][h] *= a;
+        if constexpr (DeferO) {
+          alpha[mi][h] = a;
+        } else {
+          FA_UNROLL
+          for (int i = 0; i < D / 8; ++i) {
+            o[mi][i][2 * h] *= a;
+            o[mi][i][2 * h + 1] *= a;
+          }
         }
         m[mi][h] = mnew[mi][h];
       }
@@ -555,7 +562,7 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
     }
     float rs[2] = {0.f, 0.f};
     FA_UNROLL
-    for (int i = 0; i < kFaBN / 8; ++i) FA_UNROLL
+    for (int i = 0; i < BN / 8; ++i) FA_UNROLL
     for (int e = 0; e < 4; ++e) {
       float p = fa_exp2(fmaf(s[mi][i][e], c, -msub[e / 2]));
       if (Masked && s[mi][i][e] == neg_inf) p = 0.f;  // also when c = 0
@@ -565,6 +572,7 @@ __device__ __forceinline__ void fa_fwd_softmax(float (&s)[MW][kFaBN / 8][4], flo
     l[mi][0] += rs[0];
     l[mi][1] += rs[1];
   }
+  return rescale;
 }
 
 template <typename T, int D, int NW, int MW>
@@ -943,6 +951,501 @@ __global__ void __launch_bounds__(32 * NW, D == 64 && NW == 4 ? 3 : 1)
                    T* __restrict__ dv, int Sq, int Sk, float scale, int causal) {
   flash_attn_bwd_body<T, D, BM, NW>(q, k, v, dout, lse, delta, dq, dk, dv, Sq, Sk, scale, causal,
                                     fa_smem);
+}
+#endif
+
+// ------------------------------------------------------ Hopper forward (sm_90a, wgmma)
+
+// Note [wgmma layouts]
+// wgmma.mma_async.m64nNk16 (16-bit A and B, float accumulators) is issued by a warpgroup of
+// 4 warps (128 threads). With w = warp % 4, g = lane / 4, t = lane % 4 (PTX ISA, "Register
+// Fragments" and "Shared Memory Matrix Layout" of the asynchronous warpgroup MMA):
+//   D (64 x N, N / 2 floats a thread): d[i][e] = D[16w + g + 8 (e / 2)][8i + 2t + e % 2],
+//     i < N / 8: warp w holds rows 16w..16w+15 as the C fragments of N / 8 mma.sync tiles.
+//   A in registers (64 x 16, 4 registers): warp w's rows 16w..16w+15 as an mma.sync A
+//     fragment (Note [mma fragments]), so a D fragment packed to 16 bits is an A fragment.
+//   A or B in shared memory: a 64-bit matrix descriptor, bits 0-13 the start address >> 4,
+//     16-29 the leading-dimension byte offset (LBO) >> 4, 32-45 the stride-dimension byte
+//     offset (SBO) >> 4, 49-51 a base offset (0 when swizzle atoms start at their
+//     alignment), 62-63 the swizzle (0 none, 1 128-byte, 2 64-byte, 3 32-byte). K-major
+//     (imm-trans 0: A [m][k], B [n][k], K contiguous) or MN-major (imm-trans 1: N
+//     contiguous, B stored [k][n]).
+// The 128-byte swizzle stores 16-bit elements in atoms of 8 rows of 128 bytes (1024 bytes,
+// 1024-aligned): element (r, c) of an atom [8][64] is at byte r * 128 + 2c with the 16-byte
+// chunk index (address bits 4-6) xor-ed with the row (bits 7-9). K-major, a row is one M
+// or N index, 8-row groups are SBO bytes apart, and the next k16 step starts 32 bytes
+// further (the swizzle applies to the address, so the atom must be 1024-aligned). MN-major,
+// a row is one K index (64 N values), 8-row groups are SBO apart and 64-column atoms LBO
+// apart. Here every tile of R rows x D values (Q, K, V: rows are queries or keys) is stored
+// as D / 64 column blocks of R x 128 bytes (fa_sw128_offset): K-major for Q (A) and K (B,
+// rows = n), MN-major for V (B = V, k = key, n = d), so one copy serves all three.
+
+constexpr int kFaSm90Rows = 64;  // query rows a warpgroup
+
+template <int D, int BN, int NWG, bool Overlap>
+constexpr int flash_attn_fwd_sm90_smem() {
+  // 1024 bytes of slack to align the tiles to the swizzle atom, Q, two K tiles, two V tiles
+  // (three when Overlap: Note [Overlapped tiles]).
+  return 1024 + kFaSm90Rows * NWG * D * 2 + (Overlap ? 5 : 4) * BN * D * 2;
+}
+
+// The byte offset of 16-byte chunk c (of D / 8) of row r in a tile of Rows rows stored
+// 128-byte swizzled (Note [wgmma layouts]).
+template <int Rows>
+__device__ __forceinline__ unsigned fa_sw128_offset(int r, int c) {
+  return unsigned((c / 8) * Rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16);
+}
+
+// Copies rows row0.. of the [n_rows, D] matrix src into the swizzled tile at dst with
+// cp.async (rows past n_rows zero-filled): thread tid copies chunk tid % (D / 8) of rows
+// tid / (D / 8) + i * Threads / (D / 8), all at the same swizzle (the step is a multiple of 8).
+template <int D, int Rows, int Threads>
+__device__ __forceinline__ void fa_copy_tile_sw128(FaSAddr dst, const unsigned short* src, int row0,
+                                                   int n_rows) {
+  constexpr int kChunks = D / 8, kStep = Threads / kChunks;
+  static_assert(Threads % kChunks == 0 && kStep % 8 == 0 && Rows % kStep == 0,
+                "every thread copies as many chunks, at one swizzle");
+  const int tid = int(threadIdx.x), r0 = tid / kChunks, c = tid % kChunks;
+  const unsigned short* from = src + ((long long)row0 + r0) * D + c * 8;
+  const FaSAddr to = dst + fa_sw128_offset<Rows>(r0, c);
+  const int left = n_rows - row0 - r0;
+  FA_UNROLL
+  for (int i = 0; i < Rows / kStep; ++i) {
+    const bool in = i * kStep < left;
+    const unsigned short* f = in ? from + (long long)i * kStep * D : src;
+    const FaSAddr d = to + FaSAddr(i * kStep * 128);
+#if FA_DEVICE
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(f),
+                 "r"(in ? 16 : 0));
+#else
+    FaVec16 v = {0, 0, 0, 0};
+    if (in) v = *reinterpret_cast<const FaVec16*>(f);
+    *reinterpret_cast<FaVec16*>(d) = v;
+#endif
+  }
+#if FA_DEVICE
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+
+// Flips the sign of every value of a tile of n_bytes (a negative scale: Note [Forward
+// tiling] negates Q instead), 16 bytes a thread a step.
+template <int Threads>
+__device__ __forceinline__ void fa_negate_tile(FaSAddr tile, int n_bytes) {
+  for (int off = int(threadIdx.x) * 16; off < n_bytes; off += Threads * 16) {
+#if FA_DEVICE
+    asm volatile(
+        "{\n.reg .b32 a, b, c, d;\n"
+        "ld.shared.v4.b32 {a, b, c, d}, [%0];\n"
+        "xor.b32 a, a, 0x80008000;\nxor.b32 b, b, 0x80008000;\n"
+        "xor.b32 c, c, 0x80008000;\nxor.b32 d, d, 0x80008000;\n"
+        "st.shared.v4.b32 [%0], {a, b, c, d};\n}" ::"r"(tile + unsigned(off))
+        : "memory");
+#else
+    FaVec16& v = *reinterpret_cast<FaVec16*>(tile + FaSAddr(off));
+    v.x ^= 0x80008000u, v.y ^= 0x80008000u, v.z ^= 0x80008000u, v.w ^= 0x80008000u;
+#endif
+  }
+}
+
+// Shared memory written by this thread's generic-proxy stores (cp.async, st.shared) is made
+// visible to the async proxy that wgmma reads it through; a barrier must follow.
+__device__ __forceinline__ void fa_fence_proxy_async() {
+#if FA_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// A shared-memory address as the descriptor's window offset: the device's shared window
+// address itself; under the emulation, the offset from fa_emu_window (the test's shared
+// memory, 1024-aligned like the device's window).
+#if FA_DEVICE
+__device__ __forceinline__ unsigned fa_window(FaSAddr a) { return a; }
+#else
+inline unsigned long long fa_emu_window = 0;
+inline unsigned fa_window(FaSAddr a) { return unsigned(a - fa_emu_window); }
+#endif
+
+// A 128-byte-swizzled matrix descriptor (Note [wgmma layouts]) for the matrix at a. A
+// later k step or tile adds its byte offset >> 4 to the descriptor (the address field
+// holds the window's 18 bits >> 4, so it never carries into the next field).
+__device__ __forceinline__ unsigned long long fa_wgmma_desc(FaSAddr a, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((fa_window(a) & 0x3FFFFu) >> 4) |
+         ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
+         ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+#if !FA_DEVICE
+// The stand-in for wgmma.mma_async (fa_wgmma_ss and fa_wgmma_rs below): every thread of
+// the block puts its A registers and descriptors in a table, the block synchronizes, each
+// thread computes its own D elements from its warpgroup's entries and from the emulated
+// shared memory read as the descriptors say (fa_emu_desc_addr), the block synchronizes
+// again. Descriptors that differ within a warpgroup, or a base offset, count as errors
+// (fa_emu_wgmma_errors, which the test checks).
+struct FaWgSlot {
+  unsigned a[4];
+  unsigned long long da, db;
+};
+inline FaWgSlot fa_emu_wg[1024];
+inline int fa_emu_wgmma_errors = 0;
+
+// The window offset of 16-bit element (mn, k) (mn: the M or N index, k < 16) of the matrix
+// a descriptor gives, K-major or MN-major: the PTX ISA's canonical layouts (in elements of
+// 16 bytes, T = 8 values): K-major ((8, m), (T, 2k)) : ((W / 16 T, SBO), (1, T)), MN-major
+// ((T, W / 16, m), (8, k)) : ((1, T, LBO), (W / 16 T, SBO)) for swizzle width W = 128, 64
+// or 32 bytes, then the swizzle xors address bits 4.. with bits 7.. (3, 2 or 1 bits); without
+// swizzle K-major ((8, m), (T, 2k)) : ((1T, SBO), (1, LBO)), MN-major ((T, 1, m), (8, k)) :
+// ((1, T, SBO), (1T, LBO)).
+inline unsigned fa_emu_desc_addr(unsigned long long desc, int mn, int k, bool k_major) {
+  const unsigned start = unsigned(desc & 0x3FFFu) << 4;
+  const unsigned lbo = unsigned((desc >> 16) & 0x3FFFu) << 4;
+  const unsigned sbo = unsigned((desc >> 32) & 0x3FFFu) << 4;
+  const unsigned mode = unsigned(desc >> 62), m = unsigned(mn), kk = unsigned(k);
+  if (mode == 0)
+    return k_major ? start + (m % 8) * 16 + (m / 8) * sbo + (kk % 8) * 2 + (kk / 8) * lbo
+                   : start + (m % 8) * 2 + (m / 8) * sbo + (kk % 8) * 16 + (kk / 8) * lbo;
+  const unsigned W = mode == 1 ? 128u : mode == 2 ? 64u : 32u, per_row = W / 2;
+  const unsigned a =
+      k_major ? start + (m % 8) * W + (m / 8) * sbo + kk * 2
+              : start + (m % per_row) * 2 + (m / per_row) * lbo + (kk % 8) * W + (kk / 8) * sbo;
+  return a ^ (((a >> 7) & (W / 16 - 1)) << 4);
+}
+
+template <typename T, int N>
+void fa_emu_wgmma(float (&d)[N / 8][4], const unsigned* a_regs, unsigned long long da,
+                  unsigned long long db, bool trans_b, int accumulate) {
+  const unsigned tid = fa_emu_tid(), wg0 = tid & ~127u, lane = tid & 31u, w = (tid & 127u) / 32;
+  FaWgSlot& mine = fa_emu_wg[tid];
+  for (int i = 0; i < 4; ++i) mine.a[i] = a_regs ? a_regs[i] : 0u;
+  mine.da = da;
+  mine.db = db;
+  __syncthreads();
+  if (tid == wg0) {
+    for (unsigned j = wg0; j < wg0 + 128; ++j)
+      if (fa_emu_wg[j].db != db || (!a_regs && fa_emu_wg[j].da != da))
+        __atomic_fetch_add(&fa_emu_wgmma_errors, 1, __ATOMIC_RELAXED);
+    if (((db >> 49) & 7) != 0 || (!a_regs && ((da >> 49) & 7) != 0))
+      __atomic_fetch_add(&fa_emu_wgmma_errors, 1, __ATOMIC_RELAXED);
+  }
+  const auto* window = reinterpret_cast<const unsigned char*>(fa_emu_window);
+  auto at = [&](unsigned off) {
+    return fa_load(T{*reinterpret_cast<const unsigned short*>(window + off)});
+  };
+  auto A = [&](unsigned row, unsigned k) {
+    if (!a_regs) return at(fa_emu_desc_addr(da, int(row), int(k), true));
+    const FaWgSlot& s = fa_emu_wg[wg0 + (row / 16) * 32 + (row % 8) * 4 + (k % 8) / 2];
+    return fa_load(T{fa_emu_half(s.a[(row % 16 >= 8) + 2 * (k >= 8)], int(k % 2))});
+  };
+  const unsigned g = lane / 4, t = lane % 4;
+  for (int i = 0; i < N / 8; ++i)
+    for (int e = 0; e < 4; ++e) {
+      const unsigned row = 16 * w + g + 8 * (e / 2), col = 8 * unsigned(i) + 2 * t + (e % 2);
+      float acc = 0;
+      for (unsigned k = 0; k < 16; ++k)
+        acc += A(row, k) * at(fa_emu_desc_addr(db, int(col), int(k), !trans_b));
+      d[i][e] = (accumulate ? d[i][e] : 0.f) + acc;
+    }
+  __syncthreads();
+}
+#endif
+
+// wgmma's ordering: fence before the first wgmma that reads registers written since (the
+// accumulators, A), commit the issued ones as a group, wait until at most N groups are
+// pending. fa_wgmma_regs keeps the compiler from moving accesses of accumulators across
+// those points (the asm statements do not name them).
+__device__ __forceinline__ void fa_wgmma_fence() {
+#if FA_DEVICE && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fa_wgmma_commit() {
+#if FA_DEVICE && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void fa_wgmma_wait() {
+#if FA_DEVICE && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+template <int R>
+__device__ __forceinline__ void fa_wgmma_regs(float (&d)[R][4]) {
+#if FA_DEVICE
+  FA_UNROLL
+  for (int i = 0; i < R; ++i) FA_UNROLL
+  for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+#else
+  (void)d;  // the emulation runs wgmma at issue: nothing to order
+#endif
+}
+
+// The accumulators of m64n64 (32 registers) and m64n128 (64) as asm operands.
+#define FA_WG_R32                                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_WG_R64                                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA_WG_X4(i) "+f"(x[i][0]), "+f"(x[i][1]), "+f"(x[i][2]), "+f"(x[i][3])
+#define FA_WG_X16(i) FA_WG_X4(i), FA_WG_X4(i + 1), FA_WG_X4(i + 2), FA_WG_X4(i + 3)
+#define FA_WG_X32 FA_WG_X16(0), FA_WG_X16(4)
+#define FA_WG_X64 FA_WG_X16(0), FA_WG_X16(4), FA_WG_X16(8), FA_WG_X16(12)
+// d (64 x N) = A B, or += when acc: A and B from shared memory, both K-major.
+#define FA_WGMMA_SS(N, TY, R, X, IA, IB, IS)                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS                                    \
+               ", 0;\n"                                                                    \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " R ", %" #IA \
+               ", %" #IB ", p, 1, 1, 0, 0;\n}"                                             \
+               : X                                                                         \
+               : "l"(da), "l"(db), "r"(acc))
+// d (64 x N) = A B, or += when acc: A from registers (AR, their operand numbers), B from
+// shared memory, MN-major.
+#define FA_WGMMA_RS(N, TY, R, X, AR, IB, IS)                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS                                            \
+               ", 0;\n"                                                                            \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " R ", " AR ", %" #IB \
+               ", p, 1, 1, 1;\n}"                                                                  \
+               : X                                                                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc))
+
+// d = A B (+ d when acc) with A = Q and B = K from shared memory (descriptors da, db).
+template <typename T, int N>
+__device__ __forceinline__ void fa_wgmma_ss(float (&x)[N / 8][4], unsigned long long da,
+                                            unsigned long long db, int acc) {
+#if !FA_DEVICE
+  fa_emu_wgmma<T, N>(x, nullptr, da, db, false, acc);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(N == 64 || N == 128, "the kernels use m64n64k16 and m64n128k16");
+  if constexpr (N == 64 && FaIsHalf<T>::value)
+    FA_WGMMA_SS(64, "f16", FA_WG_R32, FA_WG_X32, 32, 33, 34);
+  else if constexpr (N == 64)
+    FA_WGMMA_SS(64, "bf16", FA_WG_R32, FA_WG_X32, 32, 33, 34);
+  else if constexpr (FaIsHalf<T>::value)
+    FA_WGMMA_SS(128, "f16", FA_WG_R64, FA_WG_X64, 64, 65, 66);
+  else
+    FA_WGMMA_SS(128, "bf16", FA_WG_R64, FA_WG_X64, 64, 65, 66);
+#else
+  __trap();  // only the sm_90a target has wgmma; flash_attn_fwd_sm90 refuses others
+#endif
+}
+
+// d = A B (+ d when acc) with A = P from registers and B = V from shared memory (N-major).
+template <typename T, int N>
+__device__ __forceinline__ void fa_wgmma_rs(float (&x)[N / 8][4], const unsigned (&a)[4],
+                                            unsigned long long db, int acc) {
+#if !FA_DEVICE
+  fa_emu_wgmma<T, N>(x, a, 0, db, true, acc);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(N == 64 || N == 128, "the kernels use m64n64k16 and m64n128k16");
+  if constexpr (N == 64 && FaIsHalf<T>::value)
+    FA_WGMMA_RS(64, "f16", FA_WG_R32, FA_WG_X32, "{%32, %33, %34, %35}", 36, 37);
+  else if constexpr (N == 64)
+    FA_WGMMA_RS(64, "bf16", FA_WG_R32, FA_WG_X32, "{%32, %33, %34, %35}", 36, 37);
+  else if constexpr (FaIsHalf<T>::value)
+    FA_WGMMA_RS(128, "f16", FA_WG_R64, FA_WG_X64, "{%64, %65, %66, %67}", 68, 69);
+  else
+    FA_WGMMA_RS(128, "bf16", FA_WG_R64, FA_WG_X64, "{%64, %65, %66, %67}", 68, 69);
+#else
+  __trap();
+#endif
+}
+
+// Note [Hopper forward]
+// flash_attn_fwd_sm90<T, D, BN, NWG>: Note [Forward tiling] on Hopper's warpgroup MMA. A
+// block of NWG warpgroups takes 64 NWG query rows of one (b, h) (warpgroup w rows 64w..,
+// its warp w' rows 16w'.. of the block) and streams BN-key tiles of K and V through shared
+// memory, double-buffered by cp.async into the 128-byte swizzled layout (Note [wgmma
+// layouts]; each thread copies its own 16-byte chunks, fences them for the async proxy, and
+// one barrier a tile publishes them). Per tile each warpgroup computes S = Q K^T with D / 16
+// wgmma.m64nBNk16 (A = Q, B = K, both K-major from shared memory), waits, runs the online
+// softmax of the mma.sync kernels on the accumulators (fa_fwd_softmax: a warp's rows are
+// laid out as there, Note [Lazy rescaling]), packs P to 16 bits as A fragments, and adds
+// P V with BN / 16 wgmma.m64nDk16 (A = P from registers, B = V read MN-major). Causal
+// blocks stop at their diagonal; blocks run last query block first. Not yet: TMA copies
+// with an mbarrier pipeline, a producer warpgroup (setmaxnreg), the softmax of one tile
+// overlapped with the GEMMs of the next.
+template <typename T, int D, int BN, int NWG, bool Overlap>
+__device__ __forceinline__ void flash_attn_fwd_sm90_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
+    float* __restrict__ lse, int Sq, int Sk, float scale_log2, int causal, unsigned short* smem) {
+  constexpr int BM = kFaSm90Rows * NWG, Threads = 128 * NWG;
+  constexpr unsigned kQBytes = BM * D * 2, kTile = BN * D * 2;  // multiples of 1024
+  static_assert(D % 64 == 0 && (BN == 64 || BN == 128), "tiles of whole swizzle atoms");
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const int wg = warp / 4;
+  const int qb = int(gridDim.x - 1 - blockIdx.x), q0 = qb * BM, w0 = q0 + 16 * warp;
+  const long long bh = blockIdx.y;
+  const auto* qg = reinterpret_cast<const unsigned short*>(q) + bh * Sq * D;
+  const auto* kg = reinterpret_cast<const unsigned short*>(k) + bh * Sk * D;
+  const auto* vg = reinterpret_cast<const unsigned short*>(v) + bh * Sk * D;
+  const float c = scale_log2 < 0.f ? -scale_log2 : scale_log2;
+
+  // Shared memory: Q, two K tiles, then two V tiles (three when Overlap).
+  const FaSAddr sq = (fa_saddr(smem) + 1023) & ~FaSAddr(1023);
+  const FaSAddr sk = sq + kQBytes, sv = sk + 2 * kTile;
+  fa_copy_tile_sw128<D, BM, Threads>(sq, qg, q0, Sq);
+  fa_copy_tile_sw128<D, BN, Threads>(sk, kg, 0, Sk);
+  fa_copy_tile_sw128<D, BN, Threads>(sv, vg, 0, Sk);
+  if (scale_log2 < 0.f) {  // the max is over the raw scores: negate Q (exactly)
+    fa_async_wait();
+    __syncthreads();
+    fa_negate_tile<Threads>(sq, int(kQBytes));
+  }
+  // Descriptors: Q rows 64 wg.. (K-major); K K-major and V MN-major, whose 64-column atoms
+  // are BN * 128 bytes apart. A later tile or k step adds its byte offset >> 4.
+  const unsigned long long dq = fa_wgmma_desc(sq + unsigned(wg * kFaSm90Rows * 128), 16, 1024);
+  const unsigned long long dk = fa_wgmma_desc(sk, 16, 1024);
+  const unsigned long long dv = fa_wgmma_desc(sv, BN * 128, 1024);
+
+  float o[1][D / 8][4];
+  const float neg_inf = fa_bits_float(0xff800000u);
+  float m[1][2] = {{neg_inf, neg_inf}}, l[1][2] = {{0.f, 0.f}};
+  FA_UNROLL
+  for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+
+  // S = Q K^T for the tile in K buffer kb: columns 16 kk.. of Q and K are in 64-column
+  // block kk / 4 (BM or BN rows of 128 bytes), 32 bytes a k16 step within it.
+  auto qk = [&](float(&s)[1][BN / 8][4], int kb) {
+    FA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const unsigned step = unsigned(kk % 4) * 2;
+      fa_wgmma_ss<T, BN>(s[0], dq + unsigned(kk / 4) * (BM * 8) + step,
+                         dk + unsigned(kb) * (kTile / 16) + unsigned(kk / 4) * (BN * 8) + step,
+                         kk > 0);
+    }
+  };
+  // O += P V for the tile in V buffer vb: keys 16 j.. are two 8-row groups, 2048 bytes.
+  auto pv = [&](const unsigned(&pa)[BN / 16][4], int vb) {
+    FA_UNROLL
+    for (int j = 0; j < BN / 16; ++j)
+      fa_wgmma_rs<T, D>(o[0], pa[j], dv + unsigned(vb) * (kTile / 16) + unsigned(j) * 128, 1);
+  };
+  // One tile's online softmax; the masks only where a key is past Sk or, causal, after one
+  // of the warp's queries (a warp-uniform branch). With alpha, O is left to the caller.
+  auto softmax = [&](float(&s)[1][BN / 8][4], int n0, float(*alpha)[2]) {
+    const bool masked = n0 + BN > Sk || (causal && n0 + BN - 1 > w0);
+    if constexpr (Overlap)
+      return masked
+                 ? fa_fwd_softmax<true, D, 1, BN, true>(s, m, l, o, c, n0, w0, Sk, causal, alpha)
+                 : fa_fwd_softmax<false, D, 1, BN, true>(s, m, l, o, c, n0, w0, Sk, causal, alpha);
+    else
+      return masked ? fa_fwd_softmax<true, D, 1, BN>(s, m, l, o, c, n0, w0, Sk, causal)
+                    : fa_fwd_softmax<false, D, 1, BN>(s, m, l, o, c, n0, w0, Sk, causal);
+  };
+
+  const int n_end = causal ? (q0 + BM < Sk ? q0 + BM : Sk) : Sk;
+  if constexpr (!Overlap) {
+    for (int n0 = 0, buf = 0; n0 < n_end; n0 += BN, buf ^= 1) {
+      fa_async_wait();
+      fa_fence_proxy_async();
+      __syncthreads();  // this tile (and Q) landed; every warpgroup is done with the other
+      if (n0 + BN < n_end) {
+        fa_copy_tile_sw128<D, BN, Threads>(sk + unsigned(buf ^ 1) * kTile, kg, n0 + BN, Sk);
+        fa_copy_tile_sw128<D, BN, Threads>(sv + unsigned(buf ^ 1) * kTile, vg, n0 + BN, Sk);
+      }
+      float s[1][BN / 8][4];
+      fa_wgmma_fence();
+      qk(s, buf);
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      fa_wgmma_regs(s[0]);
+      softmax(s, n0, nullptr);
+      unsigned pa[BN / 16][4];  // P's accumulators are A fragments
+      FA_UNROLL
+      for (int j = 0; j < BN / 16; ++j) fa_c_to_a<T>(pa[j], s[0][2 * j], s[0][2 * j + 1]);
+      fa_wgmma_regs(o[0]);
+      fa_wgmma_fence();
+      pv(pa, buf);
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      fa_wgmma_regs(o[0]);
+    }
+  } else {
+    // Note [Overlapped tiles]
+    // S of tile j is issued together with P V of tile j - 1, and the softmax of tile j runs
+    // while that P V is still on the tensor cores: the wait for S is wait_group 1; O is
+    // rescaled (when the lazy rescaling asks) only after wait_group 0, and P of tile j
+    // replaces P of tile j - 1 in registers only then. Tile j's V is read one tile after
+    // its K, so V has three buffers (j + 1 is copied while j - 1 is read) and K two.
+    unsigned pa[BN / 16][4];
+    int kb = 0, vb = 0;  // tile j's K and V buffers
+    for (int n0 = 0; n0 < n_end; n0 += BN) {
+      const int vnext = vb == 2 ? 0 : vb + 1, vprev = vb == 0 ? 2 : vb - 1;
+      fa_async_wait();
+      fa_fence_proxy_async();
+      __syncthreads();  // tile j landed; every warpgroup is done with K j - 1 and V j - 2
+      if (n0 + BN < n_end) {
+        fa_copy_tile_sw128<D, BN, Threads>(sk + unsigned(kb ^ 1) * kTile, kg, n0 + BN, Sk);
+        fa_copy_tile_sw128<D, BN, Threads>(sv + unsigned(vnext) * kTile, vg, n0 + BN, Sk);
+      }
+      float s[1][BN / 8][4];
+      fa_wgmma_regs(o[0]);
+      fa_wgmma_fence();
+      qk(s, kb);
+      fa_wgmma_commit();
+      if (n0 > 0) pv(pa, vprev);  // tile j - 1's P V
+      fa_wgmma_commit();
+      fa_wgmma_wait<1>();
+      fa_wgmma_regs(s[0]);
+      float alpha[1][2];
+      const bool rescale = softmax(s, n0, alpha);
+      fa_wgmma_wait<0>();
+      fa_wgmma_regs(o[0]);
+      if (rescale) {
+        FA_UNROLL
+        for (int i = 0; i < D / 8; ++i) {
+          o[0][i][0] *= alpha[0][0];
+          o[0][i][1] *= alpha[0][0];
+          o[0][i][2] *= alpha[0][1];
+          o[0][i][3] *= alpha[0][1];
+        }
+      }
+      FA_UNROLL
+      for (int j = 0; j < BN / 16; ++j) fa_c_to_a<T>(pa[j], s[0][2 * j], s[0][2 * j + 1]);
+      kb ^= 1;
+      vb = vnext;
+    }
+    fa_wgmma_regs(o[0]);
+    fa_wgmma_fence();
+    pv(pa, vb == 0 ? 2 : vb - 1);  // the last tile's P V
+    fa_wgmma_commit();
+    fa_wgmma_wait<0>();
+    fa_wgmma_regs(o[0]);
+  }
+
+  auto* og = reinterpret_cast<unsigned*>(out);
+  FA_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const int row = w0 + g + 8 * h;
+    const float lt = fa_quad_reduce<false>(l[0][h]);
+    const float inv = lt > 0.f ? 1.f / lt : 0.f;
+    if (row < Sq) {
+      unsigned* orow = og + ((bh * Sq + row) * D) / 2;
+      FA_UNROLL
+      for (int i = 0; i < D / 8; ++i)
+        orow[4 * i + t] = fa_pack<T>(o[0][i][2 * h] * inv, o[0][i][2 * h + 1] * inv);
+      if (t == 0) lse[bh * Sq + row] = lt > 0.f ? (m[0][h] + log2f(lt)) * kFaLn2 : neg_inf;
+    }
+  }
+}
+
+#if FA_DEVICE
+template <typename T, int D, int BN, int NWG, bool Overlap>
+__global__ void __launch_bounds__(128 * NWG, 1)
+    flash_attn_fwd_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        T* __restrict__ out, float* __restrict__ lse, int Sq, int Sk,
+                        float scale_log2, int causal) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(
+      sizeof(T) == 0,
+      "flash_attn_fwd_sm90 uses wgmma: compile it for sm_90a (KernelSpec::arch_specific)");
+#else
+  flash_attn_fwd_sm90_body<T, D, BN, NWG, Overlap>(q, k, v, out, lse, Sq, Sk, scale_log2, causal,
+                                                   fa_smem);
+#endif
 }
 #endif
 

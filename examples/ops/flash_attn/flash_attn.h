@@ -63,10 +63,24 @@ std::string flash_attn_tune_key(const mt::Tensor& q, const mt::Tensor& k, bool c
 // MHA_FLASH_ATTN_BWD_WARPS=4|8 force one (MT_AUTOTUNE_FORCE=<name> too; MT_AUTOTUNE=0 takes
 // the default).
 std::vector<std::string> flash_attn_candidates(bool backward);
+// The Hopper forward (Note [Hopper forward] in flash_attn.cu: wgmma, its CUBIN sm_90a):
+// query rows a block, threads a block (128 a warpgroup), keys a tile, dynamic shared
+// memory; overlap: the softmax of a tile beside the previous tile's P V (Note [Overlapped
+// tiles]). Opt-in: MHA_FLASH_ATTN_FWD_KERNEL=sm90 (overlapped) or sm90-serial runs it on a
+// compute capability 9.0 GPU (an error elsewhere), =mma or unset the mma.sync forward
+// (Note [Forward kernel choice] in flash_attn.cpp).
+struct FlashAttnSm90Tiles {
+  int rows, threads, keys, smem;
+};
+FlashAttnSm90Tiles flash_attn_sm90_tiles(int head_dim, bool overlap = true);
+// Its kernels (float16, bfloat16 x D 64, 128 x overlapped, serial), for the tests (CUBIN
+// compiles for sm_90a).
+std::vector<mt::jit::UserKernel> flash_attn_sm90_kernels();
 // Registers a thread of the tensor-core forward and backward kernels for dtype t (float16
-// or bfloat16) and head_dim (64 or 128) as compiled for cuda:0 (compiles them if needed).
+// or bfloat16) and head_dim (64 or 128) as compiled for cuda:0 (compiles them if needed);
+// fwd_sm90: the (overlapped) wgmma forward's on a compute capability 9.0 device, else -1.
 struct FlashAttnRegisters {
-  int fwd, bwd;
+  int fwd, bwd, fwd_sm90;
 };
 FlashAttnRegisters flash_attn_registers(mt::DType t, int head_dim);
 

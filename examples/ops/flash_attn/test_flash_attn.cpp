@@ -139,6 +139,38 @@ std::vector<Tensor> emulate_tensor_core(const Tensor& q, const Tensor& k, const 
   return {out, lse, dq, dk, dv};
 }
 
+// Runs the wgmma forward (flash_attn_fwd_sm90, Note [Hopper forward]) under the emulation
+// for 16-bit q, k, v and returns out and lse; the emulated shared memory is the window the
+// descriptors address (1024-aligned, as the device's). Checks the stand-in saw no
+// descriptor that differs within a warpgroup. Overlap: Note [Overlapped tiles].
+template <typename T, int D, bool Overlap>
+std::vector<Tensor> emulate_sm90(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                 double scale) {
+  const mha::FlashAttnSm90Tiles tiles = mha::flash_attn_sm90_tiles(D, Overlap);
+  constexpr int BN = 128, NWG = 2;
+  CHECK(tiles.keys == BN);
+  CHECK(tiles.threads == 128 * NWG);
+  CHECK(tiles.rows == 64 * NWG);
+  CHECK(tiles.smem == (ops_emu::flash_attn_fwd_sm90_smem<D, BN, NWG, Overlap>()));
+  const int64_t B = q.sizes()[0], H = q.sizes()[1], Sq = q.sizes()[2], Sk = k.sizes()[2];
+  Tensor out = full(q.sizes(), 7.0, {.dtype = q.dtype()}), lse = full({B, H, Sq}, 7.0);
+  std::vector<unsigned char> bytes(size_t(tiles.smem) + 1024);
+  auto* window = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(bytes.data()) + 1023) & ~uintptr_t(1023));
+  ops_emu::fa_emu_window = reinterpret_cast<unsigned long long>(window);
+  const int errors_before = ops_emu::fa_emu_wgmma_errors;
+  auto cp = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
+  ops_emu::launch({unsigned((Sq + tiles.rows - 1) / tiles.rows), unsigned(B * H)},
+                  {unsigned(tiles.threads)}, [&] {
+                    ops_emu::flash_attn_fwd_sm90_body<T, D, BN, NWG, Overlap>(
+                        cp(q), cp(k), cp(v), static_cast<T*>(out.data_ptr()), lse.data_ptr<float>(),
+                        int(Sq), int(Sk), float(scale * 1.4426950408889634), int(causal),
+                        reinterpret_cast<unsigned short*>(window));
+                  });
+  CHECK(ops_emu::fa_emu_wgmma_errors == errors_before);
+  return {out, lse};
+}
+
 // The float64 reference of the op and its gradients for grad_out g (through the CPU op).
 std::vector<Tensor> reference_with_grads(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& g, bool causal,
@@ -374,6 +406,25 @@ TEST_SUITE("mha::flash_attn") {
       }
     }
     CHECK(all[0].parameters(90).types[0] == "mt::Half const*");
+    // The wgmma forward: its CUBIN is sm_90a (flash_attn_check_launch above checked its
+    // launch at arch 90); it asks for the arch-specific target, which sm_80 does not have.
+    const std::vector<jit::UserKernel> hopper = mha::flash_attn_sm90_kernels();
+    CHECK(hopper.size() == 8);
+    for (const jit::UserKernel& k : hopper) {
+      CAPTURE(k.name_expression());
+      CHECK(k.spec().arch_specific);
+      const std::vector<std::string> types = k.parameters(90).types;
+      REQUIRE(types.size() == 9);
+      const std::string t = types[0].substr(0, types[0].find(' '));  // mt::Half, mt::BFloat16
+      CHECK(types == std::vector<std::string>{t + " const*", t + " const*", t + " const*", t + "*",
+                                              "float*", "int", "int", "float", "int"});
+    }
+    CHECK(hopper[0].name_expression() == "flash_attn_fwd_sm90<mt::Half, 64, 128, 2, true>");
+    CHECK(hopper[1].name_expression() == "flash_attn_fwd_sm90<mt::Half, 64, 128, 2, false>");
+    CHECK(error_of([&] {
+            hopper[0].parameters(80);
+          }).find("asks for the arch-specific target, which exists from sm_90a on") !=
+          std::string::npos);
     // Hopper's wgmma, which torch's fastest attention kernels use, needs the arch-specific
     // target sm_90a: ptxas refuses it for sm_90, the JIT's default, and takes it when the
     // kernel asks with KernelSpec::arch_specific (docs/scenarios.md).
@@ -472,6 +523,135 @@ TEST_SUITE("mha::flash_attn") {
         emulate_tensor_core<EHalf, 128>(q, k, v, g, true, 1 / std::sqrt(128.0));
     const std::vector<Tensor> want = reference_with_grads(q, k, v, g, true);
     for (int i = 0; i < 5; ++i) CHECK(max_err(got[size_t(i)], want[size_t(i)]) < 2e-3);
+  }
+
+  TEST_CASE(
+      "flash_attn: the wgmma stand-in reads shared memory as the PTX ISA's canonical layouts "
+      "say, for every swizzle, K-major and MN-major") {
+    // The PTX ISA ("Shared Memory Matrix Layout", "Canonical Layouts") gives each layout as a
+    // CuTe shape : stride in 16-bit elements (T = 8 of them make 16 bytes), then a swizzle
+    // Swizzle<B, 4, 3> of the byte address (B = 3, 2, 1 for the 128-, 64-, 32-byte modes, 0
+    // without). Here those tuples are evaluated as written (a coordinate split over a mode's
+    // shape, first sub-mode fastest) and compared with the stand-in's decoding of a
+    // descriptor (ops_emu::fa_emu_desc_addr) at every (mn, k) of two repeats each way.
+    struct Sub {
+      int64_t shape, stride;  // stride in elements
+    };
+    auto eval = [](const std::vector<Sub>& mode, int64_t idx) {
+      int64_t off = 0;
+      for (const Sub& m : mode) {
+        off += (idx % m.shape) * m.stride;
+        idx /= m.shape;
+      }
+      return off;
+    };
+    const int64_t T = 8;
+    const unsigned start = 2048;   // a 1024-aligned start, as the swizzles need
+    for (int mode : {0, 1, 2, 3})  // the descriptor's swizzle field: none, 128, 64, 32 bytes
+      for (bool k_major : {true, false}) {
+        CAPTURE(mode);
+        CAPTURE(k_major);
+        const int64_t B = mode == 0 ? 0 : mode == 1 ? 3 : mode == 2 ? 2 : 1, W = 16 << B;
+        // Offsets that keep the repeats apart: 8 rows of W bytes, or more.
+        const int64_t lbo = mode == 0 ? 256 : 4096, sbo = mode == 0 ? 128 : 8 * W;
+        std::vector<Sub> mn_mode, k_mode;
+        if (k_major && mode == 0) {  // ((8,m),(T,2k)):((1T,SBO),(1,LBO))
+          mn_mode = {{8, T}, {2, sbo / 2}};
+          k_mode = {{T, 1}, {2, lbo / 2}};
+        } else if (k_major) {  // ((8,m),(T,2k)):((W/16 T,SBO),(1,T))
+          mn_mode = {{8, W / 16 * T}, {2, sbo / 2}};
+          k_mode = {{T, 1}, {2, T}};
+        } else if (mode == 0) {  // ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
+          mn_mode = {{T, 1}, {1, T}, {2, sbo / 2}};
+          k_mode = {{8, T}, {2, lbo / 2}};
+        } else {  // ((T,W/16,m),(8,k)):((1,T,LBO),(W/16 T,SBO))
+          mn_mode = {{T, 1}, {W / 16, T}, {2, lbo / 2}};
+          k_mode = {{8, W / 16 * T}, {2, sbo / 2}};
+        }
+        const unsigned long long desc = (start >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+                                        ((unsigned long long)(sbo >> 4) << 32) |
+                                        ((unsigned long long)mode << 62);
+        int64_t mn_extent = 1, mismatches = 0;
+        for (const Sub& m : mn_mode) mn_extent *= m.shape;
+        for (int64_t mn = 0; mn < mn_extent; ++mn)
+          for (int64_t k = 0; k < 16; ++k) {
+            const int64_t byte = start + 2 * (eval(mn_mode, mn) + eval(k_mode, k));
+            const int64_t yyy = ((int64_t(1) << B) - 1) << 7;  // Swizzle<B, 4, 3>
+            const int64_t want = byte ^ ((byte & yyy) >> 3);
+            mismatches +=
+                int64_t(ops_emu::fa_emu_desc_addr(desc, int(mn), int(k), k_major)) != want;
+          }
+        CHECK(mismatches == 0);
+      }
+    // The document's worked example, MN-major with the 64-byte swizzle (bfloat16):
+    // Swizzle<2,4,3> o ((8,4,2),(8,2)):((1,8,256),(32,512)), LBO 512 and SBO 1024 bytes.
+    // Element (mn 13, k 3) is at 5 + 8 + 3 * 32 = 109 elements, byte 218 (0b11011010); its
+    // bits 7-8 are 01, so bit 4 flips: 202. And (mn 37, k 9): 5 + 256 + 32 + 512 = 805
+    // elements, byte 1610, bits 7-8 are 00: unchanged.
+    const unsigned long long ex = ((unsigned long long)(512 >> 4) << 16) |
+                                  ((unsigned long long)(1024 >> 4) << 32) | (2ull << 62);
+    CHECK(ops_emu::fa_emu_desc_addr(ex, 13, 3, false) == 202u);
+    CHECK(ops_emu::fa_emu_desc_addr(ex, 37, 9, false) == 1610u);
+  }
+
+  TEST_CASE(
+      "flash_attn: the wgmma forward computes the reference under a CPU emulation of wgmma's "
+      "fragments and swizzled shared-memory descriptors") {
+    manual_seed(39);
+    struct Case {
+      int64_t H, Sq, Sk, D;
+      bool causal;
+      DType t;
+      double scale;  // 0: 1 / sqrt(D)
+    };
+    // Sequences that are no multiple of the 128-row blocks or 128-key tiles, Sq != Sk both
+    // ways, causal and not, both dtypes and head dims, a negative scale (Q negated in shared
+    // memory), a second key tile whose scores outgrow the first's (Note [Lazy rescaling]);
+    // the overlapped kernel (Note [Overlapped tiles]) with three key tiles, the serial one.
+    for (Case c : {Case{2, 150, 200, 64, false, DType::Float16, -0.15},
+                   Case{1, 130, 300, 64, true, DType::BFloat16, 0},
+                   Case{1, 200, 200, 128, true, DType::Float16, 0},
+                   Case{2, 70, 300, 128, false, DType::BFloat16, 0.1}})
+      for (bool overlap : {true, false}) {
+        CAPTURE(c.Sq);
+        CAPTURE(c.Sk);
+        CAPTURE(c.D);
+        CAPTURE(c.causal);
+        CAPTURE(c.t);
+        CAPTURE(overlap);
+        const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
+        Tensor q = rnd({1, c.H, c.Sq, c.D}, c.t), k = randn({1, c.H, c.Sk, c.D}),
+               v = rnd({1, c.H, c.Sk, c.D}, c.t);
+        // Keys 128.. equal to their queries (times the scale's sign): those rows' maxima grow on
+        // the second tile.
+        const Tensor q32 = q.to(DType::Float32);
+        const float* qp = q32.data_ptr<float>();
+        float* kp = k.data_ptr<float>();
+        for (int64_t h = 0; h < c.H; ++h)
+          for (int64_t r = 128; r < std::min(c.Sq, c.Sk); ++r)
+            for (int64_t d = 0; d < c.D; ++d)
+              kp[(h * c.Sk + r) * c.D + d] =
+                  float(scale < 0 ? -1 : 1) * qp[(h * c.Sq + r) * c.D + d];
+        k = k.to(c.t);
+        auto run = [&]<bool Overlap>() {
+          if (c.t == DType::Float16)
+            return c.D == 64 ? emulate_sm90<EHalf, 64, Overlap>(q, k, v, c.causal, scale)
+                             : emulate_sm90<EHalf, 128, Overlap>(q, k, v, c.causal, scale);
+          return c.D == 64 ? emulate_sm90<EBF16, 64, Overlap>(q, k, v, c.causal, scale)
+                           : emulate_sm90<EBF16, 128, Overlap>(q, k, v, c.causal, scale);
+        };
+        const std::vector<Tensor> got =
+            overlap ? run.template operator()<true>() : run.template operator()<false>();
+        const Reference want = naive(q.to(DType::Float64), k.to(DType::Float64),
+                                     v.to(DType::Float64), c.causal, scale);
+        const double tol = c.t == DType::Float16 ? 2e-3 : 1e-2;
+        const double out_err = max_err(got[0], want.out), lse_err = max_err(got[1], want.lse);
+        MESSAGE(fmt::format(
+            "{} D={} Sq={} Sk={} causal={} overlap={}: max errors out {:.2g} lse {:.2g}", c.t, c.D,
+            c.Sq, c.Sk, c.causal, overlap, out_err, lse_err));
+        CHECK(out_err < tol);
+        CHECK(lse_err < tol);
+      }
   }
 
   TEST_CASE("flash_attn: the generic kernels compute the CPU op's results under a CPU emulation") {
@@ -624,6 +804,81 @@ TEST_SUITE("mha::flash_attn") {
           "[mha::flash_attn] MHA_FLASH_ATTN_BWD_WARPS='6' must be 4 or 8; unset it to let the "
           "autotuner choose");
     ::unsetenv("MHA_FLASH_ATTN_BWD_WARPS");
+  }
+
+  TEST_CASE(
+      "flash_attn (gpu): the wgmma forwards (MHA_FLASH_ATTN_FWD_KERNEL=sm90 and sm90-serial) match "
+      "the float64 reference on a compute capability 9.0 GPU" *
+      doctest::skip(no_gpu())) {
+    manual_seed(40);
+    const Device gpu("cuda:0");
+    const cuda::DeviceProps& props = cuda::device_props(0);
+    const Tensor x = rnd({1, 1, 64, 64}, DType::Float16).to(gpu);
+    ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "wgmma", 1);
+    CHECK(error_of([&] { mha::flash_attn(x, x, x); }) ==
+          "[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL='wgmma' must be sm90 or sm90-serial (the "
+          "wgmma forwards, compute capability 9.0) or mma (the mma.sync forward); unset it for "
+          "the default (mma)");
+    ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "sm90", 1);
+    if (props.major != 9 || props.minor != 0) {
+      CHECK(error_of([&] { mha::flash_attn(x, x, x); })
+                .starts_with("[mha::flash_attn] MHA_FLASH_ATTN_FWD_KERNEL=sm90 takes a compute "
+                             "capability 9.0 GPU"));
+      ::unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
+      MESSAGE("cuda:0 is ", props.name,
+              ", not compute capability 9.0: the wgmma forward is not run");
+      return;
+    }
+    struct Case {
+      int64_t B, H, Sq, Sk;
+      bool causal;
+      double scale;  // 0: 1 / sqrt(D)
+    };
+    // Blocks of 128 rows and tiles of 128 keys with tails, Sq != Sk both ways, a negative
+    // scale; the overlapped kernel and the serial one.
+    for (DType t : {DType::Float16, DType::BFloat16})
+      for (int64_t D : {64, 128})
+        for (Case c : {Case{2, 2, 300, 300, false, 0}, Case{2, 2, 300, 300, true, 0},
+                       Case{1, 3, 200, 333, true, 0}, Case{1, 3, 333, 130, false, -0.2},
+                       Case{1, 1, 1, 1, true, 0}}) {
+          CAPTURE(t);
+          CAPTURE(D);
+          CAPTURE(c.Sq);
+          CAPTURE(c.Sk);
+          CAPTURE(c.causal);
+          const std::optional<double> scale =
+              c.scale != 0 ? std::optional<double>(c.scale) : std::nullopt;
+          Tensor q = rnd({c.B, c.H, c.Sq, D}, t), k = rnd({c.B, c.H, c.Sk, D}, t),
+                 v = rnd({c.B, c.H, c.Sk, D}, t), g = rnd({c.B, c.H, c.Sq, D}, t);
+          const Reference want =
+              naive(q, k, v, c.causal, scale ? *scale : 1 / std::sqrt(double(D)));
+          const double tol = t == DType::Float16 ? 2e-3 : 1e-2;
+          const Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu);
+          for (const char* kernel : {"sm90", "sm90-serial"}) {
+            const std::string which = kernel;
+            CAPTURE(which);
+            ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", kernel, 1);
+            auto [out, lse] = mha::flash_attn(qg, kg, vg, c.causal, scale);
+            const double out_err = max_err(out, want.out), lse_err = max_err(lse, want.lse);
+            CHECK(out_err < tol);
+            CHECK(lse_err < tol);
+            MESSAGE(fmt::format("{} {} D={} {}x{} causal={}: max errors out {:.2g} lse {:.2g}",
+                                which, t, D, c.Sq, c.Sk, c.causal, out_err, lse_err));
+          }
+          // Gradients through the op on the wgmma forward's out and lse (the backward is the
+          // mma.sync kernels'), once a dtype and head dim.
+          if (c.Sq != 300 || c.causal) continue;
+          const std::vector<Tensor> grads = reference_with_grads(q, k, v, g, c.causal, scale);
+          Tensor qr = qg.detach().requires_grad_(), kr = kg.detach().requires_grad_(),
+                 vr = vg.detach().requires_grad_();
+          ::setenv("MHA_FLASH_ATTN_FWD_KERNEL", "sm90", 1);
+          auto [out, lse] = mha::flash_attn(qr, kr, vr, c.causal, scale);
+          backward(sum(mul(out.to(DType::Float32), g.to(DType::Float32).to(gpu))));
+          CHECK(max_err(qr.grad(), grads[2]) < tol);
+          CHECK(max_err(kr.grad(), grads[3]) < tol);
+          CHECK(max_err(vr.grad(), grads[4]) < tol);
+        }
+    ::unsetenv("MHA_FLASH_ATTN_FWD_KERNEL");
   }
 
   TEST_CASE("flash_attn (gpu): gradcheck and opcheck on cuda:0" * doctest::skip(no_gpu())) {
