@@ -11,6 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "kernels/compile/compile.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/jit/expr.h"
 #include "runtime/cuda/graph.h"
 
 namespace mt {
@@ -1166,8 +1167,9 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
         p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
       p.graph_state = 2;
       if (logging)
-        log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool)", opts.name,
-                        p.cuda_graph->num_nodes(), p.cuda_graph->pool_bytes()));
+        log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool): {}",
+                        opts.name, p.cuda_graph->num_nodes(), p.cuda_graph->pool_bytes(),
+                        fmt::join(p.cuda_graph->node_kinds(), ", ")));
       p.cuda_graph->replay();
       return outs;
     } catch (const Error& e) {
