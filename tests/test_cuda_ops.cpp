@@ -10,6 +10,7 @@
 
 #include "kernels/cuda_host/gpu_kernels.h"
 #include "minitensor.h"
+#include "runtime/cuda/cuda.h"
 #include "tests/helpers.h"
 
 namespace {
@@ -583,4 +584,30 @@ TEST_CASE("cuda ops (gpu): binary ops over broadcasts and mixed 16-bit inputs ma
     ++cases;
   }
   MESSAGE(cases << " broadcast and mixed-dtype cases against the CPU");
+}
+
+TEST_CASE("cuda ops (gpu): mse_loss is one kernel, and matches the CPU's for every float dtype" *
+          doctest::skip(no_gpu())) {
+  for (mt::DType t :
+       {mt::DType::Float32, mt::DType::Float64, mt::DType::Float16, mt::DType::BFloat16}) {
+    CAPTURE(t);
+    const mt::Tensor x = mt::randn({64, 33}).to(t), y = mt::randn({64, 33}).to(t);
+    const mt::Tensor g = mt::mse_loss(x.to(kGpu), y.to(kGpu));
+    CHECK(g.dtype() == t);
+    const double want =
+        mt::mse_loss(x.to(mt::DType::Float64), y.to(mt::DType::Float64)).item<double>();
+    const double tol = t == mt::DType::Float64 ? 1e-12 : t == mt::DType::Float32 ? 1e-6 : 1e-2;
+    CHECK(std::abs(g.item<double>() - want) <= tol * want);
+  }
+  CHECK(std::isnan(mt::mse_loss(mt::empty({0}, {.device = kGpu}), mt::empty({0}, {.device = kGpu}))
+                       .item<float>()));
+  const mt::Tensor x = mt::randn({64, 32}).to(kGpu), y = mt::randn({64, 32}).to(kGpu);
+  const float eager = mt::mse_loss(x, y).item<float>();
+  mt::cuda::Graph g;
+  g.capture_begin(0);
+  const mt::Tensor l = mt::mse_loss(x, y);
+  g.capture_end();
+  CHECK(g.num_nodes() == 1);
+  g.replay();
+  CHECK(l.item<float>() == eager);
 }

@@ -292,7 +292,7 @@ TEST_SUITE("reduction") {
     CHECK(r.name_expression(DType::Float32, jit::ReductionVariant::Final) ==
           "reduce_final<float, rd_demo__l2>");
     const auto names = r.name_expressions();
-    CHECK(names.size() == 20);
+    CHECK(names.size() == 28);  // 4 dtypes x 7 variants
     for (int arch : cubin_test_archs()) {
       CAPTURE(arch);
       const auto c = jit::compile(src, "demo__l2.reduce.cu", names, jit::default_options(), arch);
@@ -308,7 +308,7 @@ TEST_SUITE("reduction") {
     const auto mx = jit::reduction({.name = "mx", .map = "x", .reduce = "max"});
     const auto dot = jit::reduction({.name = "dot", .map = "x * y"});
     const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
-        {{1 << 20}, {}},        // a full reduction: the two-pass split, 16-byte loads
+        {{1 << 20}, {}},        // a full reduction: the split in one launch, 16-byte loads
         {{(1 << 20) + 3}, {}},  // the split with a tail, plain loads
         {{64, 1000}, {1}},      // one block a row
         {{64, 1024}, {-1}},     // one block a row, 16-byte loads
@@ -337,6 +337,33 @@ TEST_SUITE("reduction") {
     const Tensor m = randn({33, 65}).to(kGpu).t();
     const int64_t d1[] = {1};
     CHECK(near(sumsq.call({&m, 1}, d1), sumsq.call(std::vector<Tensor>{m.cpu()}, d1), 1e-5));
+  }
+
+  TEST_CASE(
+      "reduction (gpu): a split row is one launch, the same bits call after call and "
+      "replayed in a CUDA graph" *
+      doctest::skip(no_gpu())) {
+    const auto sumsq = jit::reduction({.name = "sumsq", .map = "x * x"});
+    const auto mx = jit::reduction({.name = "mx", .map = "x", .reduce = "max"});
+    const Tensor x = randn({1 << 22}).to(kGpu), rows = randn({3, 70001}).to(kGpu);
+    const int64_t d1[] = {1};
+    const float first = sumsq(x).item<float>();
+    const std::vector<float> first_rows = sumsq.call({&rows, 1}, d1).cpu().to_vector<float>();
+    CHECK(std::abs(first - sum(x.cpu() * x.cpu()).item<float>()) <= 1e-4f * first);
+    for (int i = 0; i < 4; ++i) {  // each launch's last block set its counts back to 0
+      CHECK(sumsq(x).item<float>() == first);
+      CHECK(sumsq.call({&rows, 1}, d1).cpu().to_vector<float>() == first_rows);
+      CHECK(mx(x).item<float>() == max(x.cpu()).item<float>());
+    }
+    cuda::Graph g;
+    g.capture_begin(kGpu.index);
+    const Tensor y = sumsq(x);
+    g.capture_end();
+    CHECK(g.num_nodes() == 1);  // one kernel: no second pass, no memset
+    for (int i = 0; i < 3; ++i) {
+      g.replay();
+      CHECK(y.item<float>() == first);
+    }
   }
 
   TEST_CASE("reduction_op: a sum of squares as an op: schema, values, by name, gradcheck") {
@@ -386,17 +413,115 @@ TEST_SUITE("reduction") {
                     {w, x, y}));
   }
 
-  TEST_CASE("reduction_op: max, min and prod are not differentiable yet, and say so") {
-    CHECK(error_of([] { reduction_op("rd_test::mx", {.map = "x", .reduce = "max"}); }) ==
-          "[rd_test::mx] a max reduction has no derived backward yet (only a sum has); define "
-          "it with mt::ReductionOpOptions{.differentiable = false}");
+  // The gradient of op over `dims` at x (float64 values), as a flat vector.
+  std::vector<double> grad_at(const ReductionOp& op, const std::vector<double>& x, const Shape& s,
+                              std::vector<int64_t> dims = {}, const char* device = "cpu") {
+    const Tensor t =
+        from_vector(x, s, {.dtype = DType::Float64}).to(Device(device)).requires_grad_();
+    const Tensor out = op.call({&t, 1}, dims, false);
+    return mt::grad({sum(out)}, {t})[0].cpu().contiguous().to_vector<double>();
+  }
+
+  TEST_CASE("reduction_op: max and min split the gradient evenly among ties, as torch's amax") {
+    auto mx = reduction_op("rd_test::mx", {.map = "x", .reduce = "max"});
+    auto mn = reduction_op("rd_test::mn", {.map = "x", .reduce = "min"});
+    CHECK(grad_at(mx, {1, 5, 2, 5}, {4}) == std::vector<double>{0, 0.5, 0, 0.5});
+    CHECK(grad_at(mx, {7, 7, 7}, {3}) == std::vector<double>{1.0 / 3, 1.0 / 3, 1.0 / 3});
+    CHECK(grad_at(mn, {3, 1, 3, 0, 2, 0}, {2, 3}, {1}) ==
+          std::vector<double>{0, 1, 0, 0.5, 0, 0.5});
+    CHECK(grad_at(mn, {3, 1, 3, 0, 2, 0}, {2, 3}, {0}) == std::vector<double>{0, 1, 0, 1, 0, 1});
+    // a group whose max is NaN gets NaN gradients (torch: the same); the other row does not
+    const std::vector<double> g = grad_at(mx, {1, NAN, 2, 4, 3, 2}, {2, 3}, {1});
+    CHECK((std::isnan(g[0]) && std::isnan(g[1]) && std::isnan(g[2])));
+    CHECK(std::vector<double>(g.begin() + 3, g.end()) == std::vector<double>{1, 0, 0});
+    // through a map of two broadcast inputs and a post, and a second derivative
+    auto dist =
+        reduction_op("rd_test::dist", {.map = "abs(x - y)", .reduce = "max", .post = "acc * acc"});
+    auto peak = reduction_op("rd_test::peak", {.map = "x * x * x", .reduce = "min"});
+    const Tensor x = randn({3, 5}, {.dtype = DType::Float64}).requires_grad_();
+    const Tensor y = randn({5}, {.dtype = DType::Float64}).requires_grad_();
+    CHECK(near(dist(x, y), max(abs(x - y)) * max(abs(x - y)), 1e-12));
+    CHECK(
+        gradcheck([&](const std::vector<Tensor>& in) { return dist.call(in, {1}, true); }, {x, y}));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return dist(in[0], in[1]); }, {x, y}));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return mx.call(in, {0}); }, {x}));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return mn(in[0]); }, {x}));
+    CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return peak.call(in, {1}); }, {x}));
+    // the op harness's checks: schema, fake against real, autograd registration, gradcheck,
+    // compile against eager
+    for (const ReductionOp* op : {&mx, &mn}) {
+      const OpCheckReport r =
+          opcheck(dispatcher().find_or_throw(op->name()),
+                  {Stack{randn({4, 3}, {.dtype = DType::Float64}), std::vector<int64_t>{1}, false},
+                   Stack{randn({6}, {.dtype = DType::Float64})}});
+      CHECK_MESSAGE(r.ok(), r.str());
+    }
+  }
+
+  TEST_CASE("reduction_op: prod's gradient is the product of the others, zeros as in torch") {
+    auto pr = reduction_op("rd_test::pr", {.map = "x", .reduce = "prod"});
+    CHECK(grad_at(pr, {2, 3, 4}, {3}) == std::vector<double>{12, 8, 6});
+    CHECK(grad_at(pr, {2, 0, 4}, {3}) == std::vector<double>{0, 8, 0});  // one zero
+    CHECK(grad_at(pr, {0, 3, 0}, {3}) == std::vector<double>{0, 0, 0});  // two
+    CHECK(grad_at(pr, {2, 0, 4, 1, 2, 3}, {2, 3}, {1}) == std::vector<double>{0, 8, 0, 6, 3, 2});
+    CHECK(grad_at(pr, {2, 0, 4, 1, 2, 3}, {2, 3}, {0}) == std::vector<double>{1, 2, 3, 2, 0, 4});
+    // a product is a polynomial: central differences are exact at zeros too
+    const Tensor one_zero =
+        from_vector(std::vector<double>{1.5, 0, -2, 0.5}, {2, 2}, {.dtype = DType::Float64})
+            .requires_grad_();
+    const Tensor two_zeros =
+        from_vector(std::vector<double>{0, 0, -2, 0.5}, {4}, {.dtype = DType::Float64})
+            .requires_grad_();
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return pr(in[0]); }, {one_zero}));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return pr.call(in, {1}); }, {one_zero}));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return pr(in[0]); }, {two_zeros}));
+    // a map, a post and a second derivative (exact where a group has no zero)
+    auto lp = reduction_op("rd_test::logprod",
+                           {.map = "1 + x * x", .reduce = "prod", .post = "log(acc)"});
+    const Tensor x = randn({3, 4}, {.dtype = DType::Float64}).requires_grad_();
+    CHECK(near(lp.call({&x, 1}, {1}), sum(log(x * x + 1.0), {1}), 1e-12));
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return lp.call(in, {1}, true); }, {x}));
+    CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return lp.call(in, {0}); }, {x}));
+    CHECK(gradgradcheck([&](const std::vector<Tensor>& in) { return pr.call(in, {1}); }, {x}));
+    const OpCheckReport r =
+        opcheck(dispatcher().find_or_throw(pr.name()),
+                {Stack{randn({3, 4}, {.dtype = DType::Float64}), std::vector<int64_t>{0}, true},
+                 Stack{from_vector(std::vector<double>{1.5, 0, -2, 0.5, 3, 0}, {2, 3},
+                                   {.dtype = DType::Float64}),
+                       std::vector<int64_t>{1}, false}});
+    CHECK_MESSAGE(r.ok(), r.str());
+  }
+
+  TEST_CASE("reduction_op (gpu): max, min and prod gradients on cuda match the CPU's" *
+            doctest::skip(no_gpu())) {
+    auto mx = reduction_op("rd_test::mx", {.map = "x", .reduce = "max"});
+    auto mn = reduction_op("rd_test::mn", {.map = "x", .reduce = "min"});
+    auto pr = reduction_op("rd_test::pr", {.map = "x", .reduce = "prod"});
+    const std::vector<double> ties = {3, 1, 3, 0, 2, 0}, zeros = {2, 0, 4, 1, 2, 3};
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{}, {0}, {1}}) {
+      CAPTURE(dims.size());
+      CHECK(grad_at(mx, ties, {2, 3}, dims, "cuda") == grad_at(mx, ties, {2, 3}, dims));
+      CHECK(grad_at(mn, ties, {2, 3}, dims, "cuda") == grad_at(mn, ties, {2, 3}, dims));
+      CHECK(grad_at(pr, zeros, {2, 3}, dims, "cuda") == grad_at(pr, zeros, {2, 3}, dims));
+    }
+    const Tensor x = randn({64, 33}).to(kGpu).requires_grad_();
+    const Tensor xc = x.detach().cpu().requires_grad_();
+    for (const ReductionOp* op : {&mx, &mn}) {
+      const Tensor gg = mt::grad({sum(op->call({&x, 1}, {1}))}, {x})[0];
+      const Tensor gc = mt::grad({sum(op->call({&xc, 1}, {1}))}, {xc})[0];
+      CHECK(near(gg, gc, 0));
+    }
+  }
+
+  TEST_CASE("reduction_op: an op defined with .differentiable = false says so") {
     auto mx = reduction_op("rd_test::mx", {.map = "x", .reduce = "max"}, {.differentiable = false});
     const Tensor x = from_vector(std::vector<float>{1, 5, 2});
     CHECK(mx(x).item<double>() == 5);
     const Tensor xg = x.detach().requires_grad_();
     CHECK(error_of([&] { mx(xg); }) ==
           "[rd_test::mx] was defined with .differentiable = false, but its input 'x' requires "
-          "grad; detach it (x.detach()), or define the op as a sum, which has a derived backward");
+          "grad; detach it (x.detach()), or define the op without that option to get a derived "
+          "backward");
     CHECK(error_of([] { reduction_op("rd_test::many", {.map = "a+b+c+d+e+f+g"}); }) ==
           "[rd_test::many] a differentiable reduction takes at most 6 inputs (a gradient kernel "
           "takes them all, the output's gradient and its result: 8 operands), got 7; combine "

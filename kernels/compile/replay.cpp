@@ -30,7 +30,7 @@ namespace mt {
 // A node whose backend slot is not a plain kernel (a fallback, a fallthrough) is called
 // through the dispatcher instead. Factories become allocations, .grad assignments happen
 // at the end, as the captured function left them.
-// On CUDA the second call records the plan into an mt::cuda::Graph (runtime/cuda/graph.h)
+// On CUDA the second call records the plan into an mt::cuda::Graph (runtime/cuda/cuda.h)
 // and every later call replays it: the tensors the capture allocated come from the graph's
 // private pool, so the plan's outputs are the same buffers each time and are overwritten
 // by the next call (as with torch.cuda.CUDAGraph); inputs on other storage than the
@@ -180,7 +180,7 @@ struct Step {
   Shape sizes, strides;
   TensorOptions options;
   std::optional<double> fill;
-  TagSet tags;               // the op's tags (dispatcher/tags.h)
+  TagSet tags;               // the op's tags (dispatcher/schema.h)
   std::vector<int> release;  // values not needed after this step
   std::string label;
   Stack stack;  // reused from call to call (its capacity stays)
@@ -1006,7 +1006,7 @@ bool same_memory(const Tensor& a, const Tensor& b) {
 }
 
 // Note [Tags in compile]
-// An op's tags (dispatcher/tags.h) change how a compiled function runs it:
+// An op's tags (dispatcher/schema.h) change how a compiled function runs it:
 //  - every tagged op is a step called through the dispatcher, in its place in the order;
 //  - side_effect: fusion never moves a member of a group past it (fuse.cpp), so nothing
 //    is reordered across it, and it is never dropped (the plan drops no calls);
@@ -1174,8 +1174,9 @@ std::vector<Tensor> run_cuda(Plan& p, const std::vector<Tensor>& inputs, const C
         p.static_grads_out.push_back({input, inputs[size_t(input)].grad()});
       p.graph_state = 2;
       if (logging)
-        log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool)", opts.name,
-                        p.cuda_graph->num_nodes(), p.cuda_graph->pool_bytes()));
+        log(fmt::format("{}: captured a CUDA graph of {} nodes ({} bytes in its pool): {}",
+                        opts.name, p.cuda_graph->num_nodes(), p.cuda_graph->pool_bytes(),
+                        fmt::join(p.cuda_graph->node_kinds(), ", ")));
       p.cuda_graph->replay();
       return outs;
     } catch (const Error& e) {

@@ -232,10 +232,6 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
   run(fn, out, {a}, {s, 0});
 }
 
-void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out) {
-  binary(BinaryOp::SquaredDiff, a, b, out);
-}
-
 void foreach_binary_(BinaryOp op, std::span<const Tensor> self, std::span<const Tensor> other,
                      double alpha) {
   const ew::Row& r = ew::row(op);

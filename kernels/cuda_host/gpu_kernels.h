@@ -28,7 +28,6 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out);
 void pow_scalar(const Tensor& x, double exponent, const Tensor& out);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1);
 void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out);
-void squared_diff(const Tensor& a, const Tensor& b, const Tensor& out);
 // self[i] = self[i] op alpha * other[i] for every pair (the caller checked the pairs: one
 // shape, one device, castable dtypes): contiguous pairs of one dtype in one multi-tensor
 // launch (Note [Multi-tensor apply] in kernels/cuda_device/layout.h), others one by one.

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "autograd/autograd.h"
@@ -21,6 +23,7 @@
 #include "runtime/view.h"
 
 #if defined(MT_HAVE_CUDA)
+#include "runtime/cuda/cuda.h"
 #include "runtime/cuda/driver.h"
 #endif
 
@@ -50,9 +53,11 @@ using detail::kFloatTypes;
 // CUDA: one generated source holds the map and post functors and the combine step
 // (a traits struct `rd_<name>`) and the kernel templates below: one block a row
 // (reduce_rows: threads stride over the row, then a warp-shuffle and shared-memory block
-// reduce), and for a few long rows (a full reduction is one row) a grid-wide two-pass
-// split (reduce_split: blocks over chunks of each row, each writing one partial value;
-// reduce_final: one block a row combines them and applies post). Rows whose length is a
+// reduce), and for a few long rows (a full reduction is one row) a grid-wide split in one
+// launch (reduce_split_last: blocks over chunks of each row, each writing one partial value;
+// the row's last block to finish combines them in index order and applies post, so the
+// result does not depend on which block that is; Note [Split counts]), or where no count is
+// free the same in two launches (reduce_split, then reduce_final). Rows whose length is a
 // multiple of the 16-byte pack, with every input pointer aligned, take the Vec variants
 // (16-byte loads). max and min propagate NaN, as mt::max does.
 
@@ -60,7 +65,7 @@ namespace {
 
 constexpr int kMaxInputs = 8;
 constexpr int kSlots = 16;  // devices with cached kernel pointers
-constexpr int kVariants = 5;
+constexpr int kVariants = 7;
 
 // Parses one of the spec's expressions; the pointwise parser's message (with its caret
 // line) is kept, its prefix says which reduction and which expression.
@@ -224,6 +229,39 @@ __global__ void reduce_split(mt::RdInputs<NIN> in, mt::compute_t<T>* part, long 
   if (threadIdx.x == 0) part[m * gridDim.x + blockIdx.x] = acc;
 }
 
+// A split row in one launch: block (b, m) combines chunk b of row m into
+// part[m * gridDim.x + b], as reduce_split does; then the row's last block to finish (its
+// count[m], bumped after a fence, reaches gridDim.x - 1) combines the row's partial values
+// in index order, as reduce_final does (the same result, bit for bit, whichever block is
+// last), applies post and sets count[m] back to 0 for the next launch.
+template <typename T, class Rd, int NIN, bool VEC>
+__global__ void reduce_split_last(mt::RdInputs<NIN> in, mt::compute_t<T>* part, unsigned* count,
+                                  T* out, long long len, long long chunk, double ident) {
+  using C = mt::compute_t<T>;
+  __shared__ bool last;
+  const long long m = blockIdx.y, parts = gridDim.x;
+  const long long lo = m * len + blockIdx.x * chunk;
+  const long long end = (m + 1) * len, hi = lo + chunk < end ? lo + chunk : end;
+  C acc = mt::rd_range<T, Rd, NIN, VEC>(in, lo, hi, threadIdx.x, blockDim.x, C(ident));
+  acc = mt::rd_block_reduce<Rd>(acc, C(ident));
+  if (threadIdx.x == 0) {
+    part[m * parts + blockIdx.x] = acc;
+    __threadfence();  // the partial is visible device-wide before the count says so
+    last = atomicAdd(&count[m], 1u) == unsigned(parts - 1);
+  }
+  __syncthreads();
+  if (!last) return;  // the whole block takes the same branch
+  __threadfence();
+  acc = C(ident);
+  for (long long i = threadIdx.x; i < parts; i += blockDim.x)
+    acc = Rd::combine(acc, __ldcg(&part[m * parts + i]));  // from L2: other SMs wrote them
+  acc = mt::rd_block_reduce<Rd>(acc, C(ident));
+  if (threadIdx.x == 0) {
+    out[m] = mt::rd_finish<T, Rd>(acc, len);
+    count[m] = 0u;
+  }
+}
+
 // Pass 2: one block a row combines the row's `parts` partial values, then applies post.
 template <typename T, class Rd>
 __global__ void reduce_final(const mt::compute_t<T>* part, T* out, long long rows, long long parts,
@@ -293,6 +331,50 @@ const S& reduction_state(const std::shared_ptr<const S>& s) {
 }
 
 }  // namespace
+
+#if defined(MT_HAVE_CUDA)
+// Note [Split counts]
+// reduce_split_last finds a row's last block with a count per row that starts at 0 and that
+// the last block sets back to 0, so a count is reused by every later launch on its stream
+// (a CUDA graph's replays included: the launch resets what it used). Each device has one
+// buffer of counts, zeroed when first needed outside a capture and kept for the process;
+// each stream that runs a split reduction takes its own range of it, kSplitRows counts, so
+// launches on different streams never share a count. A stream past the buffer's
+// kStreamRanges ranges, a split of more rows, or a first use during a capture takes the two
+// launches (reduce_split, reduce_final). A stream handle that the driver hands out again
+// after its stream was destroyed gets the old stream's range: a graph captured on the old
+// stream and replayed at the same time as the new stream's reductions would share it.
+constexpr int64_t kSplitRows = 512;    // counts a stream (a split has rows < 2 * SMs)
+constexpr int64_t kStreamRanges = 64;  // streams a device
+
+unsigned* split_counts(int device, CUstream_st* stream, int64_t rows) {
+  struct Counts {
+    Tensor buffer;
+    std::vector<CUstream_st*> streams;  // the range of streams[i] starts at i * kSplitRows
+  };
+  static std::mutex mu;
+  static auto* by_device = new std::map<int, Counts>;  // never destroyed: outlives contexts
+  if (rows > kSplitRows) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_device->find(device);
+  if (it == by_device->end()) {
+    if (cuda::detail::capture_stream(device) != nullptr)
+      return nullptr;                                   // a fill would be captured
+    Tensor b = zeros({kSplitRows * kStreamRanges / 2},  // two 32-bit counts an element
+                     {.dtype = DType::Int64, .device = Device(DeviceType::CUDA, device)});
+    cuda::synchronize(device);  // zero before any stream's first launch reads it
+    it = by_device->emplace(device, Counts{b, {}}).first;
+  }
+  Counts& c = it->second;
+  auto at = std::find(c.streams.begin(), c.streams.end(), stream);
+  if (at == c.streams.end()) {
+    if (int64_t(c.streams.size()) == kStreamRanges) return nullptr;
+    c.streams.push_back(stream);
+    at = c.streams.end() - 1;
+  }
+  return static_cast<unsigned*>(c.buffer.data_ptr()) + (at - c.streams.begin()) * kSplitRows;
+}
+#endif
 
 struct Reduction::State {
   ReductionSpec spec;
@@ -369,6 +451,10 @@ std::string Reduction::name_expression(DType t, ReductionVariant v) const {
                          v == ReductionVariant::SplitVec);
     case ReductionVariant::Final:
       return fmt::format("reduce_final<{}, {}>", ty, st.traits);
+    case ReductionVariant::SplitLast:
+    case ReductionVariant::SplitLastVec:
+      return fmt::format("reduce_split_last<{}, {}, {}, {}>", ty, st.traits, nin,
+                         v == ReductionVariant::SplitLastVec);
   }
   MT_ASSERT(false, "unknown ReductionVariant {}", int(v));
   return {};
@@ -378,7 +464,8 @@ std::vector<std::string> Reduction::name_expressions() const {
   std::vector<std::string> out;
   for (DType t : kFloatTypes)
     for (auto v : {ReductionVariant::Rows, ReductionVariant::RowsVec, ReductionVariant::Split,
-                   ReductionVariant::SplitVec, ReductionVariant::Final})
+                   ReductionVariant::SplitVec, ReductionVariant::Final, ReductionVariant::SplitLast,
+                   ReductionVariant::SplitLastVec})
       out.push_back(name_expression(t, v));
   return out;
 }
@@ -726,6 +813,13 @@ Tensor Reduction::call(std::span<const Tensor> inputs, std::span<const int64_t> 
       empty({rows * nparts},
             {.dtype = t == DType::Float64 ? DType::Float64 : DType::Float32, .device = dev});
   void* part_ptr = part.data_ptr();
+  if (unsigned* count = split_counts(d, stream, rows)) {  // one launch
+    const Kernel* k =
+        kernel_for(vec ? ReductionVariant::SplitLastVec : ReductionVariant::SplitLast);
+    void* args[] = {ptrs, &part_ptr, &count, &out_ptr, &nlen, &chunk, &ident};
+    k->launch(Dim3(unsigned(nparts), unsigned(rows)), Dim3(256), 0, stream, args);
+    return out;
+  }
   const Kernel* k1 = kernel_for(vec ? ReductionVariant::SplitVec : ReductionVariant::Split);
   void* args1[] = {ptrs, &part_ptr, &nlen, &chunk, &ident};
   k1->launch(Dim3(unsigned(nparts), unsigned(rows)), Dim3(256), 0, stream, args1);

@@ -37,8 +37,9 @@ enum class ReduceOp { Sum, Prod, Max, Min };
 
 // The kernels a call can take (the generated source's templates): one block a row, the
 // same with 16-byte loads, the first pass of a split row (several blocks a row, plain or
-// 16-byte loads) and the pass that combines the split's partial values.
-enum class ReductionVariant { Rows, RowsVec, Split, SplitVec, Final };
+// 16-byte loads), the pass that combines the split's partial values, and a split row in one
+// launch (its last block combines the partial values; plain or 16-byte loads).
+enum class ReductionVariant { Rows, RowsVec, Split, SplitVec, Final, SplitLast, SplitLastVec };
 
 class Reduction {
  public:

@@ -83,13 +83,14 @@ PointwiseOp pointwise_op(std::string_view name, std::string_view expression,
 //   Tensor s = sumsq(x);                     // every dim
 //   Tensor r = sumsq.call({&x, 1}, {1});     // or mt::call<Tensor>("app::sumsq", x, dims, false)
 // One call gives the op its schema, "sumsq(Tensor x, int[] dim=[], bool keepdim=False) ->
-// Tensor", CPU, CUDA and fake kernels, and for a sum a backward derived symbolically from
-// the map and post expressions (Note [Reduction ops] in reduction_op.cpp), itself made of
-// ops, so gradients of any order work (for maps of one or two inputs).
+// Tensor", CPU, CUDA and fake kernels, and a backward derived symbolically from the map and
+// post expressions (Note [Reduction ops] in reduction_op.cpp; max and min split the gradient
+// among ties, prod handles zeros as PyTorch does), itself made of ops, so gradients of any
+// order work (for maps of one or two inputs).
 
 struct ReductionOpOptions {
   // false: no autograd formula (calling it on inputs that require grad is an error that
-  // says so). A prod, max or min reduction has no derived backward yet: it must say false.
+  // says so): for a map without a derivative (floor) or of more than 6 inputs.
   bool differentiable = true;
 };
 

@@ -29,8 +29,23 @@ namespace mt {
 // and that gradient, derived from the map (Note [Deriving a backward]), summed down to the
 // input's shape. Every step is an op with a backward of its own, so with create_graph the
 // second derivative is the derivative of these (for maps of up to 2 inputs: the pointwise
-// kernels take 8 operands). Only a sum has this backward; prod, max and min ops are
-// declared with differentiable = false for now.
+// kernels take 8 operands).
+// Note [Reduction ops: max, min, prod]
+// For the other reduce ops, d acc / d m_j (m = map(x...) over the broadcast shape) is a
+// weight w_j that multiplies the broadcast gradient before d map / d x_i, as in PyTorch:
+//   max, min: w = [m == acc] / (how many values of the group equal acc): ties split the
+//     gradient evenly (torch's amax/amin and max() of everything). w is piecewise constant,
+//     so it is computed without grad and the second derivative comes from d map / d x_i.
+//     A group whose acc is NaN gets NaN gradients, as in PyTorch.
+//   prod: w_j = the product of the group's other values: acc / m_j when the group has no
+//     zero; with one zero, the product of the nonzero values at the zero and 0 elsewhere;
+//     with more, 0 everywhere (torch's prod_backward). The product of the nonzero values nz
+//     is a second reduction op "<name>_nz" over m (map "m == 0 ? 1 : m", whose own weight is
+//     acc / m: it has no zeros) and w a pointwise op "<name>_w" over (m, nz, zero count),
+//     nz / m without a zero (nz is acc there); both are differentiable, so a second
+//     derivative is exact where the group has no zero (with a zero it misses the cross
+//     terms; torch's is exact).
+// The map as a pointwise op is "<name>_map", the weight "<name>_w".
 struct ReductionOp::State {
   std::string name;
   jit::Reduction kernel;
@@ -43,11 +58,20 @@ struct ReductionOp::State {
   std::shared_ptr<State> acc_op;  // map without post, when post is not acc
   std::optional<PointwiseOp> grad_post;
   std::vector<PointwiseOp> grad_map;  // one per input
+  // max, min, prod (Note [Reduction ops: max, min, prod])
+  std::optional<PointwiseOp> map_op;    // m = map(x...)
+  std::optional<PointwiseOp> weight;    // d acc / d m
+  std::optional<PointwiseOp> is_zero;   // prod: m == 0
+  std::shared_ptr<State> nonzero_prod;  // prod: the product of the nonzero m
+  bool no_zeros = false;                // prod whose map is never 0 (the nonzero product)
 
   ~State() { lib.reset(); }
   Tensor call_op(std::span<const Tensor> in, const std::vector<int64_t>& dims, bool keepdim) const;
   std::vector<Tensor> backward(std::span<const Tensor> in, const Tensor& grad,
                                const std::vector<int64_t>& dims, bool keepdim) const;
+  jit::ReduceOp reduce_op() const { return kernel.reduce_op(); }
+  Tensor weight_of(std::span<const Tensor> in, const Tensor& acc,
+                   const std::vector<int64_t>& dims) const;
 };
 
 namespace {
@@ -88,7 +112,8 @@ std::string single_output_body(const jit::expr::Program& p, size_t which) {
 }
 
 std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSpec spec,
-                                              bool differentiable, std::source_location loc) {
+                                              bool differentiable, std::source_location loc,
+                                              bool no_zeros = false) {
   check_operator_name(name);
   auto st = std::make_shared<RdState>();
   st->name = name;
@@ -99,10 +124,6 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
   st->differentiable = differentiable;
   st->loc = loc;
   if (differentiable) {
-    MT_CHECK(st->kernel.reduce_op() == jit::ReduceOp::Sum,
-             "[{}] a {} reduction has no derived backward yet (only a sum has); define it with "
-             "mt::ReductionOpOptions{{.differentiable = false}}",
-             name, spec.reduce);
     MT_CHECK(st->n_in <= 6,
              "[{}] a differentiable reduction takes at most 6 inputs (a gradient kernel takes "
              "them all, the output's gradient and its result: 8 operands), got {}; combine "
@@ -127,7 +148,29 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
                                    {.inputs = {dp.inputs[0], dp.inputs[2]}, .scalars = {"n"}}, loc);
       jit::ReductionSpec acc = spec;
       acc.post = "";
-      st->acc_op = make_reduction_state(name + "_acc", acc, true, loc);
+      st->acc_op = make_reduction_state(name + "_acc", acc, true, loc, no_zeros);
+    }
+    // Note [Reduction ops: max, min, prod]
+    const jit::ReduceOp rop = st->kernel.reduce_op();
+    if (rop != jit::ReduceOp::Sum) {
+      st->map_op = pointwise_op(name + "_map", single_output_body(map, 0),
+                                {.inputs = map.inputs, .differentiable = true}, loc);
+      if (rop != jit::ReduceOp::Prod) {
+        st->weight = pointwise_op(name + "_w", "m == acc",
+                                  {.inputs = {"m", "acc"}, .differentiable = false}, loc);
+      } else if (no_zeros) {
+        st->no_zeros = true;
+        st->weight = pointwise_op(name + "_w", "acc / m", {.inputs = {"m", "acc"}}, loc);
+      } else {
+        st->is_zero = pointwise_op(name + "_is_zero", "m == 0",
+                                   {.inputs = {"m"}, .differentiable = false}, loc);
+        // without a zero the nonzero product is acc itself
+        st->weight = pointwise_op(name + "_w", "z == 0 ? nz / m : (z == 1 && m == 0 ? nz : 0)",
+                                  {.inputs = {"m", "nz", "z"}}, loc);
+        st->nonzero_prod = make_reduction_state(
+            name + "_nz", {.map = "m == 0 ? 1 : m", .reduce = "prod", .inputs = {"m"}}, true, loc,
+            true);
+      }
     }
   }
 
@@ -172,7 +215,7 @@ std::shared_ptr<RdState> make_reduction_state(std::string name, jit::ReductionSp
           while (!(in[i].defined() && in[i].requires_grad())) ++i;
           MT_ERROR(
               "[{}] was defined with .differentiable = false, but its input '{}' requires "
-              "grad; detach it (x.detach()), or define the op as a sum, which has a "
+              "grad; detach it (x.detach()), or define the op without that option to get a "
               "derived backward",
               raw->name, jit::expr::map_program_of(raw->kernel).inputs[i]);
         }
@@ -219,13 +262,16 @@ std::vector<Tensor> ReductionOp::State::backward(std::span<const Tensor> in, con
   int64_t n = 1;
   for (int64_t d = 0; d < int64_t(shape.size()); ++d)
     if (dims.empty() || std::binary_search(dims.begin(), dims.end(), d)) n *= shape[size_t(d)];
-  Tensor g = grad;
-  if (grad_post) {
-    const Tensor acc = acc_op->call_op(in, dims_in, keepdim);
+  const Shape kept = jit::reduction_shape(shape, dims, true);
+  Tensor g = grad, acc;
+  if (grad_post || (reduce_op() != jit::ReduceOp::Sum && !nonzero_prod))
+    acc = (acc_op ? acc_op.get() : this)->call_op(in, dims_in, keepdim);
+  if (grad_post)
     g = grad_post->call(std::vector<Tensor>{acc, grad}, std::vector<double>{double(n)});
-  }
   // back over the reduced dims: the keepdim shape, then expanded
-  g = g.reshape(jit::reduction_shape(shape, dims, true)).expand(shape);
+  g = g.reshape(kept).expand(shape);
+  if (reduce_op() != jit::ReduceOp::Sum)
+    g = mul(g, weight_of(in, acc.defined() ? acc.reshape(kept) : acc, dims));
   for (size_t i = 0; i < n_in; ++i) {
     if (!in[i].requires_grad()) continue;  // the engine takes no gradient for it
     std::vector<Tensor> args(in.begin(), in.end());
@@ -235,6 +281,28 @@ std::vector<Tensor> ReductionOp::State::backward(std::span<const Tensor> in, con
     out[i] = gi.dtype() == in[i].dtype() ? gi : gi.to(in[i].dtype());
   }
   return out;
+}
+
+// d acc / d map over the broadcast shape (Note [Reduction ops: max, min, prod]); acc in the
+// keepdim shape.
+Tensor ReductionOp::State::weight_of(std::span<const Tensor> in, const Tensor& acc,
+                                     const std::vector<int64_t>& dims) const {
+  if (reduce_op() != jit::ReduceOp::Prod) {  // max, min: ties split evenly
+    NoGradGuard constant;
+    std::vector<Tensor> plain;
+    for (const Tensor& t : in) plain.push_back(t.detach());
+    const Tensor hit = weight->call(std::vector<Tensor>{map_op->call(plain), acc.detach()});
+    return div(hit, sum(hit, dims, true));
+  }
+  const Tensor m = map_op->call(in);
+  if (no_zeros) return weight->call(std::vector<Tensor>{m, acc});
+  Tensor zeros;
+  {
+    NoGradGuard constant;
+    zeros = sum(is_zero->call(std::vector<Tensor>{m.detach()}), dims, true);
+  }
+  const Tensor nz = nonzero_prod->call_op(std::vector<Tensor>{m}, dims, true);
+  return weight->call(std::vector<Tensor>{m, nz, zeros});
 }
 
 Tensor ReductionOp::call(std::span<const Tensor> inputs, std::vector<int64_t> dims,

@@ -43,9 +43,11 @@ struct Driver {
 };
 
 // Every member of DriverApi is resolved in load(): the static_assert catches a member
-// added without updating the count, load() a count without its MT_RESOLVE line.
+// added without updating the count, load() a count without its MT_RESOLVE line. The
+// kNumOptionalEntries last members may stay null.
 constexpr int kNumDriverEntries = 53;
-static_assert(sizeof(DriverApi) == kNumDriverEntries * sizeof(void*),
+constexpr int kNumOptionalEntries = 2;
+static_assert(sizeof(DriverApi) == (kNumDriverEntries + kNumOptionalEntries) * sizeof(void*),
               "a DriverApi member was added: resolve it in load() and update the count");
 
 std::string error_text_with(const DriverApi& api, CUresult r) {
@@ -210,6 +212,19 @@ bool resolve_entry_points(Driver& d, GetProc get_proc) {
   MT_RESOLVE(cuGraphGetNodes, 10000);
   MT_RESOLVE(cuGraphNodeGetType, 10000);
 #undef MT_RESOLVE
+  // Optional entry points: left null where the driver has none.
+  auto optional = [&](const char* name, int version, auto& fn) {
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (get_proc(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
+        status == CU_GET_PROC_ADDRESS_SUCCESS && p)
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+  };
+  static_assert(std::is_same_v<decltype(d.api.cuGraphKernelNodeGetParams),
+                               PFN_cuGraphKernelNodeGetParams_v12000>);
+  static_assert(std::is_same_v<decltype(d.api.cuFuncGetName), PFN_cuFuncGetName_v12030>);
+  optional("cuGraphKernelNodeGetParams", 12000, d.api.cuGraphKernelNodeGetParams);
+  optional("cuFuncGetName", 12030, d.api.cuFuncGetName);
   if (resolved != kNumDriverEntries) {
     d.reason = fmt::format(
         "minitensor resolved {} of {} driver entry points (a bug: see "

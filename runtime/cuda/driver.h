@@ -80,6 +80,10 @@ struct DriverApi {
   decltype(&::cuGraphDestroy) cuGraphDestroy;
   decltype(&::cuGraphGetNodes) cuGraphGetNodes;
   decltype(&::cuGraphNodeGetType) cuGraphNodeGetType;
+  // Optional (null where the driver lacks them; not counted in kNumDriverEntries): the
+  // kernel names of a captured graph's nodes (Graph::node_kinds), CUDA 12.3 drivers on.
+  decltype(&::cuGraphKernelNodeGetParams) cuGraphKernelNodeGetParams = nullptr;
+  decltype(&::cuFuncGetName) cuFuncGetName = nullptr;
 };
 
 // The loaded driver. Throws mt::Error("[cuda] CUDA is unavailable: <reason>") where

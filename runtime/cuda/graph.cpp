@@ -3,7 +3,11 @@
 // one launch. Built only with the CUDA headers; stub.cpp stands in without them.
 #ifdef MT_HAVE_CUDA
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -81,6 +85,40 @@ size_t count_work_nodes(CUgraph g) {
   return work;
 }
 
+// The work nodes of g by kind (Graph::node_kinds), counted in order of first appearance.
+std::vector<std::string> work_node_kinds(CUgraph g) {
+  size_t n = 0;
+  MT_CU_CHECK(driver().cuGraphGetNodes(g, nullptr, &n));
+  std::vector<CUgraphNode> nodes(n);
+  if (n) MT_CU_CHECK(driver().cuGraphGetNodes(g, nodes.data(), &n));
+  std::vector<std::pair<std::string, size_t>> kinds;
+  for (size_t i = 0; i < n; ++i) {
+    CUgraphNodeType t{};
+    MT_CU_CHECK(driver().cuGraphNodeGetType(nodes[i], &t));
+    std::string kind = t == CU_GRAPH_NODE_TYPE_MEMCPY   ? "memcpy"
+                       : t == CU_GRAPH_NODE_TYPE_MEMSET ? "memset"
+                       : t == CU_GRAPH_NODE_TYPE_KERNEL ? "kernel"
+                                                        : "";
+    if (kind.empty()) continue;
+    const DriverApi& api = driver();
+    CUDA_KERNEL_NODE_PARAMS p{};
+    const char* name = nullptr;
+    if (kind == "kernel" && api.cuGraphKernelNodeGetParams && api.cuFuncGetName &&
+        api.cuGraphKernelNodeGetParams(nodes[i], &p) == CUDA_SUCCESS && p.func &&
+        api.cuFuncGetName(&name, p.func) == CUDA_SUCCESS && name)
+      kind += std::string(" ") + name;
+    auto at =
+        std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == kind; });
+    if (at == kinds.end())
+      kinds.emplace_back(kind, 1);
+    else
+      ++at->second;
+  }
+  std::vector<std::string> out;
+  for (const auto& [kind, count] : kinds) out.push_back(fmt::format("{} x {}", count, kind));
+  return out;
+}
+
 }  // namespace
 
 struct Graph::Impl {
@@ -92,8 +130,9 @@ struct Graph::Impl {
   CUevent done = nullptr;  // recorded after each replay
   bool replayed = false;
   size_t nodes = 0;
-  bool owns_capture = false;    // this graph set the device's capture state
-  bool driver_capture = false;  // between a successful cuStreamBeginCapture and its end
+  std::vector<std::string> kinds;  // node_kinds()
+  bool owns_capture = false;       // this graph set the device's capture state
+  bool driver_capture = false;     // between a successful cuStreamBeginCapture and its end
 
   ~Impl() { reset(); }
 
@@ -128,6 +167,7 @@ struct Graph::Impl {
     done = nullptr;
     replayed = false;
     nodes = 0;
+    kinds.clear();
   }
 
   // The device stops being captured: current stream restored, allocations no longer
@@ -214,6 +254,7 @@ void Graph::capture_end() {
   } else {
     try {
       g.nodes = count_work_nodes(graph);
+      g.kinds = work_node_kinds(graph);
       CUgraphExec exec = nullptr;
       MT_CU_CHECK(driver().cuGraphInstantiateWithFlags(&exec, graph, 0));
       g.exec = exec;
@@ -255,6 +296,9 @@ void Graph::replay() {
 bool Graph::captured() const { return impl_ && impl_->exec; }
 int Graph::device_index() const { return impl_ ? impl_->index : -1; }
 size_t Graph::num_nodes() const { return impl_ ? impl_->nodes : 0; }
+std::vector<std::string> Graph::node_kinds() const {
+  return impl_ ? impl_->kinds : std::vector<std::string>{};
+}
 size_t Graph::pool_bytes() const {
   return impl_ && impl_->pool ? detail::pool_bytes(impl_->index, impl_->pool) : 0;
 }

@@ -67,6 +67,7 @@ void Graph::replay() { unavailable(); }
 bool Graph::captured() const { return false; }
 int Graph::device_index() const { return -1; }
 size_t Graph::num_nodes() const { return 0; }
+std::vector<std::string> Graph::node_kinds() const { return {}; }
 size_t Graph::pool_bytes() const { return 0; }
 bool is_capturing(int) { return false; }
 

@@ -72,6 +72,15 @@ mt::silu at 2^20..2^26. Prints ms and the ratios other / minitensor compiled (> 
 minitensor compiled is faster), and the first-call (compile) times.
 
   compare_torch.py --compile [--minitensor PATH] [--json OUT] [--steps N]
+
+With --reduction: a sum of squares of float32 x at 2^20..2^26 elements, `minitensor bench
+reduction --device cuda --json` (the reduction builder, mt::sum(x * x) eager and compiled, a
+device copy) beside torch's (x * x).sum() eager and through torch.compile, and torch's copy,
+timed with do_bench (medians) in the same run; prints ms, the ratios torch / builder (> 1
+means the builder is faster) and each one's GB/s of x read as a % of its own copy's rate
+(bytes read and written).
+
+  compare_torch.py --reduction [--minitensor PATH] [--json OUT]
 """
 import argparse
 import contextlib
@@ -285,6 +294,53 @@ def main_compile(args):
                                "torch_compile_ms": comp, "torch_compile_first_ms": first},
                        "silu": silu, "minitensor": mt}, f, indent=1)
     return 0 if mt else 1
+
+
+def main_reduction(args):
+    cmd = [args.minitensor, "bench", "reduction", "--device", "cuda", "--json"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    mt = json.loads(p.stdout) if p.returncode == 0 else None
+    if mt is None:
+        print(f"minitensor bench reduction failed (exit {p.returncode})", file=sys.stderr)
+        return 1
+    rows = []
+    for r in mt["rows"]:
+        n = r["elements"]
+        x = torch.randn(n, device="cuda")
+        y = torch.empty_like(x)
+        eager = lambda: (x * x).sum()  # noqa: E731
+        try:
+            tc = torch.compile(eager)
+            tc()
+            tc_ms = do_bench(tc, return_mode="median")
+        except Exception as e:  # noqa: BLE001
+            print(f"torch.compile of (x * x).sum() failed: {e}", file=sys.stderr)
+            tc_ms = None
+        rows.append({**r, "torch_eager_ms": do_bench(eager, return_mode="median"),
+                     "torch_compile_ms": tc_ms,
+                     "torch_copy_ms": do_bench(lambda: y.copy_(x), return_mode="median")})
+        del x, y
+        torch.cuda.empty_cache()
+
+    def pct(n, ms, copy_ms):  # GB/s of x read against the copy's bytes read and written
+        return f"{100 * (4 * n / ms) / (8 * n / copy_ms):.1f}%"
+
+    print()
+    print(f"sum of squares of float32 x on {torch.cuda.get_device_name()}, torch {torch.__version__};"
+          " medians in ms; ratio = torch / builder; % = GB/s of x read against the same side's copy")
+    print("| n | builder | mt::sum(x*x) compiled | torch eager | torch.compile | eager/builder |"
+          " compile/builder | builder % of mt copy | torch.compile % of torch copy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        n, b, tc = r["elements"], r["builder_ms"], r["torch_compile_ms"]
+        print(f"| 2^{n.bit_length() - 1} | {b:.4f} | {r['compiled_ms']:.4f} | {r['torch_eager_ms']:.4f} |"
+              f" {f'{tc:.4f}' if tc else '-'} | {r['torch_eager_ms'] / b:.2f}x |"
+              f" {f'{tc / b:.2f}x' if tc else '-'} | {pct(n, b, r['copy_ms'])} |"
+              f" {pct(n, tc, r['torch_copy_ms']) if tc else '-'} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "where": mt.get("where")}, f, indent=1)
+    return 0
 
 
 def main_mlp(args):
@@ -674,6 +730,8 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="the MLP step and x * sigmoid(x): torch eager, CUDA graph, torch.compile"
                          " against mt::compile")
+    ap.add_argument("--reduction", action="store_true",
+                    help="a sum of squares: the reduction builder against torch's (x * x).sum()")
     ap.add_argument("--scenarios", action="store_true",
                     help="the application scenarios of examples/ops against torch's forms")
     ap.add_argument("--laplacian-bench", default="build/examples/ops/laplacian3d/laplacian3d_bench")
@@ -685,6 +743,8 @@ def main():
     args = ap.parse_args()
     if args.compile:
         return main_compile(args)
+    if args.reduction:
+        return main_reduction(args)
     if args.scenarios:
         return main_scenarios(args)
     if args.attention:

@@ -28,8 +28,8 @@
 # capability 9.0 GPU: its (gpu) case against the float64 reference, then under memcheck,
 # racecheck and synccheck, and the bench vs the mma.sync forward and SDPA); compile (mt::compile's tests, memcheck, compare_torch.py
 # --compile); reduction (jit::reduction's cases on cuda:0, under memcheck, racecheck and
-# synccheck, and bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
-# floor); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's);
+# synccheck, bench reduction: the builder's sum of squares vs mt::sum(x * x) and the copy
+# floor, and the same beside torch's (x * x).sum()); keys; autocast (the MLP step fp32 and autocast bf16, each vs torch's);
 # autocast-kernels (that bf16 step's kernels beside torch's, timed by ncu); cpu;
 # cpu-mlp (the MLP step on 2 cores vs torch, matmul three ways); cpu-mlp-perf (its cycles);
 # cpu-gemm (that step op by op, and under each cache blocking of the own GEMM);
@@ -322,8 +322,9 @@ fi
 
 # reduction: the reduction builder's cases (values on cuda:0 against the CPU for every dtype
 # and kernel variant), again under memcheck, racecheck and synccheck (goal: 0 errors), and
-# bench reduction on cuda (issue 38: within 5% of mt::sum(x * x) compiled at 2^24 and above,
-# at least 85% of the copy floor).
+# bench reduction on cuda, then beside torch's (x * x).sum() (compare_torch.py --reduction;
+# issue 38: within 5% of mt::sum(x * x) compiled and of torch at 2^24 and above, at least 85%
+# of the copy floor).
 if want reduction && have build-gpu/tests/mt_tests; then
   step reduction-tests 60 "$OUT/reduction.log" build-gpu/tests/mt_tests --no-intro -ts=reduction
   for tool in memcheck racecheck synccheck; do
@@ -331,6 +332,8 @@ if want reduction && have build-gpu/tests/mt_tests; then
         --error-exitcode 1 build-gpu/tests/mt_tests --no-intro '-tc=reduction (gpu)*'
   done
   step reduction-bench 120 "$OUT/reduction.log" build-gpu/tools/minitensor bench reduction --device cuda
+  step reduction+torch 150 "$OUT/reduction_torch.log" python3 tools/bench/compare_torch.py --reduction \
+      --minitensor build-gpu/tools/minitensor --json "$OUT/compare_reduction.json"
 fi
 
 # keys (not in the default list): the Batched and Autocast keys on the GPU: the per-sample

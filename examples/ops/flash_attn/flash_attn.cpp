@@ -315,7 +315,7 @@ const jit::UserKernel& cu_kernel(K which, DType t, int64_t D, Variant var = {}) 
 
 // Note [Tuned tiles]
 // Two choices of the tensor-core kernels are left to the JIT's autotuner
-// (kernels/jit/autotune.h), each a pair of candidates of one key:
+// (kernels/jit/kernel.h), each a pair of candidates of one key:
 //  - the forward: two 16-row tiles a warp (128 query rows a block of 4 warps) or one (64
 //    rows: fewer registers, twice the blocks, better when the grid is small);
 //  - the backward: blocks of 8 warps (128 keys) or 4 (64 keys).

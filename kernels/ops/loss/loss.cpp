@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 // mt::mse_loss(input, target): mean((input - target)^2) as a 0-d tensor, with a
 // gradient for both operands. The shapes must match (broadcasting a loss is usually a
-// bug, which PyTorch only warns about). Its kernels are the shared squared difference and
-// mean (kernels/cpu, kernels/cuda_host).
+// bug, which PyTorch only warns about). On the CPU its kernels are the shared squared
+// difference and mean (kernels/cpu); on CUDA one jit::reduction computes both in one launch.
 #include "kernels/ops/loss/loss.h"
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cuda_host/gpu_kernels.h"
+#include "kernels/jit/reduction.h"
 #include "kernels/ops/registry.h"
 
 namespace mt {
@@ -25,7 +25,7 @@ Tensor mse_result(const Tensor& input, const Tensor& target) {
   return empty({}, {.dtype = t, .device = input.device()});
 }
 
-// SquaredDiff: cpu::squared_diff or gpu::squared_diff; Mean likewise.
+// The CPU kernel: SquaredDiff is cpu::squared_diff, Mean cpu::mean.
 template <auto SquaredDiff, auto Mean>
 Tensor mse_kernel(const Tensor& input, const Tensor& target) {
   Tensor out = mse_result(input, target);
@@ -35,12 +35,23 @@ Tensor mse_kernel(const Tensor& input, const Tensor& target) {
   return out;
 }
 
+// CUDA: the squared difference and its mean in one launch (one CUDA graph node in a
+// compiled step, where the two kernels were two), accumulated in float (double for float64).
+Tensor mse_cuda(const Tensor& input, const Tensor& target) {
+  const Tensor out = mse_result(input, target);
+  static const jit::Reduction mse =
+      jit::reduction({.name = "mse_loss", .map = "(x - y) * (x - y)", .post = "acc / n"});
+  const Tensor in[] = {input, target};
+  Tensor r = mse.call(in);  // NaN for empty inputs (0 / 0), as in PyTorch
+  return r.dtype() == out.dtype() ? r : r.to(out.dtype());
+}
+
 }  // namespace
 
 void register_loss() {
   auto op = custom_op("mt::mse_loss", mse_kernel<cpu::squared_diff, cpu::mean>,
                       {.mutates_args = {}, .schema = "(Tensor self, Tensor target) -> Tensor"});
-  op.register_kernel(DeviceType::CUDA, mse_kernel<gpu::squared_diff, gpu::mean>);
+  op.register_kernel(DeviceType::CUDA, mse_cuda);
   op.register_fake(mse_result);
   // d/dinput = 2 (input - target) / n * g = -d/dtarget.
   op.register_autograd(
