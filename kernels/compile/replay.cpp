@@ -226,6 +226,9 @@ struct Plan {
   // input itself (set by begin_plan, for the run) or a constant in `constants`, neither copied.
   std::vector<const Tensor*> ref;
   bool by_ref = false;  // the CPU: inputs and constants read in place; CUDA: copied into vals
+  // On the CPU, every step a kernel called unboxed with one output, no .grad read or set:
+  // run_unboxed runs it (Note [Replay's fixed cost]).
+  bool unboxed = false;
   std::vector<std::pair<int, int>> input_grads;  // (value, input): an input's .grad at call time
   std::vector<size_t> boxed_steps;               // steps that call through their Stack
   std::string tag_note;                          // MT_LOG=compile: what the ops' tags changed
@@ -877,6 +880,10 @@ std::unique_ptr<Plan> make_plan(const GraphFn& fn, const std::vector<Tensor>& in
   for (size_t v = 0; v < g.values.size(); ++v) plan->ref[v] = &plan->vals[v];
   if (plan->by_ref)
     for (const auto& [v, t] : plan->constants) plan->ref[size_t(v)] = &t;
+  plan->unboxed = plan->by_ref && plan->input_grads.empty() && g.grads.empty() &&
+                  std::all_of(plan->steps.begin(), plan->steps.end(), [](const Step& s) {
+                    return s.kind == Step::Kind::Kernel && s.fast != Fast::None;
+                  });
   return plan;
 }
 
@@ -1012,9 +1019,44 @@ std::vector<Tensor> end_plan(Plan& p, const std::vector<Tensor>& inputs) {
   return outs;
 }
 
+// run_plan for a plan of unboxed kernel steps only (Plan::unboxed): begin_plan, run_steps
+// and end_plan in one loop, with what they do for other steps left out.
+std::vector<Tensor> run_unboxed(Plan& p, const std::vector<Tensor>& inputs) {
+  const Graph& g = p.exec;
+  const Tensor** ref = p.ref.data();
+  Tensor* vals = p.vals.data();
+  for (size_t i = 0; i < inputs.size(); ++i) ref[g.inputs[i]] = &inputs[i];
+  {
+    NoGradGuard no_grad;
+    try {
+      for (const Step& s : p.steps) {
+        Tensor r = call_fast(s, ref);
+        if (s.outputs[0] >= 0) vals[s.outputs[0]] = std::move(r);
+        for (int v : s.release) vals[v] = Tensor();
+      }
+    } catch (...) {
+      std::fill(p.vals.begin(), p.vals.end(), Tensor());
+      throw;
+    }
+  }
+  std::vector<Tensor> outs(g.outputs.size());
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const int v = g.outputs[k];
+    if (v < 0) continue;
+    if (ref[v] == &vals[v] &&
+        std::find(g.outputs.begin() + long(k) + 1, g.outputs.end(), v) == g.outputs.end())
+      outs[k] = std::move(vals[v]);
+    else
+      outs[k] = *ref[v];
+  }
+  std::fill(p.vals.begin(), p.vals.end(), Tensor());
+  return outs;
+}
+
 // Runs the plan's steps on `inputs`; returns the outputs (and sets the .grads). After an
 // error the slots are emptied, as begin_plan expects them.
 std::vector<Tensor> run_plan(Plan& p, const std::vector<Tensor>& inputs) {
+  if (p.unboxed) return run_unboxed(p, inputs);
   begin_plan(p, inputs);
   try {
     run_steps(p, 0, p.steps.size());
