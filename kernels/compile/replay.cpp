@@ -87,16 +87,28 @@ void log(const std::string& text) {
 // chain of 4 small ops (2^8 elements: 4-9% slower than eager): the guard was built as a
 // vector (a malloc and a free, a push_back a number) and compared after; the slots were
 // reassigned whole and every value's kind scanned for input .grads; every step's stack was
-// cleared. Now the last plan's guard is compared number by number as it is worked out
-// (guard_matches: no allocation; guard_of only for a miss), the slots stay empty between
-// runs and only inputs, their .grads (a list made with the plan) and constants are set,
-// only the boxed steps' stacks are cleared, and each output is moved out of its slot. The
-// compiled function's lock is a ReplayLock, one inline atomic to take and one to give back
-// in place of std::mutex's two libpthread calls (1 to 11 ns less a call in
-// bench_compile_cpu's family table on this session's VM). What is left, 60 to 70 ns a call
-// (the guard, the slots, the no-grad guards, the checks for modes and fake inputs), is more
-// than eager's dispatch of one small op: a function of one op on 2^8 to 2^12 elements runs
-// 5-17% slower compiled (the family table); with two or more ops fused, replay is faster.
+// cleared. Then the last plan's guard was compared number by number as it is worked out
+// (guard_matches: no allocation; guard_of only for a miss), the slots kept empty between
+// runs, only the boxed steps' stacks cleared, each output moved out of its slot, and the
+// compiled function's lock made a ReplayLock, one inline atomic to take and one to give
+// back in place of std::mutex's two libpthread calls. That left 60 to 70 ns a call over
+// eager for a function of one op (5-17% of the call at 2^8 to 2^12 elements).
+// perf on that case (exp of 16x16 floats, one thread) put most of it in reference counts:
+// copying each input into its slot and clearing it after is an atomic increment and an
+// atomic decrement an input, the costliest instructions of the call after the lock's two.
+// Now, on the CPU, a value that is an input or a constant is read in place: Plan::ref has,
+// for each value, the Tensor it reads (its slot, or the caller's input, set by begin_plan
+// for the run, or the plan's constant), so no input or constant is copied. The guard reads
+// each TensorImpl directly (every Tensor accessor checks for an undefined handle) and
+// compares without a bounds check a number (guard_matches says why none is needed); the
+// fake-input check runs only when the guard misses (a plan is made from real inputs only, so
+// its guard never matches a fake one). A CPU plan whose steps are all unboxed kernel calls
+// of one output, with no .grad read or set (Plan::unboxed: inference functions of built-in
+// ops), runs in run_unboxed, begin_plan, run_steps and end_plan in one loop. What is left
+// is the lock's two atomics, the guard and the slots: 10 to 20 ns a call over eager's
+// dispatch on this VM, 2 to 8% of a one-op call at 2^8 elements, 1 to 4% at 2^12, none
+// measurable from 2^16 (docs/results/2026-12-07-vm-cpu-replay-fixed-cost.json); with two or
+// more ops fused, replay is faster.
 
 // Note [Prepared CPU groups]
 // A fused pointwise group on the CPU whose inputs are, as captured, contiguous, of its
