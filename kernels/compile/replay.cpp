@@ -105,10 +105,13 @@ void log(const std::string& text) {
 // its guard never matches a fake one). A CPU plan whose steps are all unboxed kernel calls
 // of one output, with no .grad read or set (Plan::unboxed: inference functions of built-in
 // ops), runs in run_unboxed, begin_plan, run_steps and end_plan in one loop. What is left
-// is the lock's two atomics, the guard and the slots: 10 to 20 ns a call over eager's
-// dispatch on this VM, 2 to 8% of a one-op call at 2^8 elements, 1 to 4% at 2^12, none
-// measurable from 2^16 (docs/results/2026-12-07-vm-cpu-replay-fixed-cost.json); with two or
-// more ops fused, replay is faster.
+// is the lock's two atomics, the guard over every input and the slots: 14 to 38 ns a call
+// over eager's dispatch for the one-op functions of bench_compile_cpu's family table (exp,
+// x * 1.5, x + y, sum, mean, max, matmul, mse_loss) on this VM, 57 to 80 before, so a
+// one-op function runs at 0.92 to 0.98 of eager at 2^8 elements and 0.95 to 0.99 at
+// 2^12, within noise of 1 from 2^16 (docs/results/2026-12-07-vm-cpu-replay-by-reference.json):
+// still short of the 3% goal for small one-op calls. With two or more ops fused, replay is
+// faster than eager.
 
 // Note [Prepared CPU groups]
 // A fused pointwise group on the CPU whose inputs are, as captured, contiguous, of its
