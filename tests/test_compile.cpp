@@ -417,6 +417,35 @@ TEST_SUITE("compile") {
       CHECK(bitwise_equal(out[3], mt::exp(x) + 1.0));
     }
 
+    // Note [Replay's fixed cost]: on the CPU inputs and constants are read in place, not
+    // copied into slots; returned, they are the caller's tensor and the closed-over one, and
+    // the plan holds no input between calls (the first plan runs in run_unboxed, the second,
+    // with a .grad to set, through run_steps)
+    const Tensor k = randn({3});
+    Compiled consts = mt::compile([&](const Tensors& in) {
+      return Tensors{k, in[0] * k, in[0], mt::exp(k)};
+    });
+    const Tensor v = randn({3}, {.requires_grad = true});
+    Compiled trains = mt::compile([&](const Tensors& in) {
+      Tensor loss = mt::sum(in[0] * k);
+      mt::backward(loss);
+      return Tensors{loss, in[0]};
+    });
+    for (int round = 0; round < 2; ++round) {
+      Tensors out = consts(x);
+      REQUIRE(out.size() == 4);
+      CHECK(out[0].is_same(k));
+      CHECK(bitwise_equal(out[1], x * k));
+      CHECK(out[2].is_same(x));
+      CHECK(bitwise_equal(out[3], mt::exp(k)));
+      v.set_grad(Tensor());
+      Tensors t = trains(v);
+      CHECK(t[1].is_same(v));
+      CHECK(bitwise_equal(v.grad(), k));
+    }
+    CHECK(x.impl_ptr().use_count() == 1);
+    CHECK(consts.compile_count() == 1);
+
     // a kernel that throws: the error comes out, the plan keeps no tensor of that call, and
     // the next call gives eager's values
     static bool fail = false;
