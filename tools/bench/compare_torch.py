@@ -264,13 +264,7 @@ def main_compile(args):
         n = 1 << r["log2n"]
         x = torch.randn(n, device="cuda")
         user = lambda: x * torch.sigmoid(x)  # noqa: E731
-        try:
-            tc = torch.compile(user)
-            tc()
-            tc_ms = do_bench(tc, return_mode="median")
-        except Exception as e:  # noqa: BLE001
-            print(f"torch.compile of x * sigmoid(x) failed: {e}", file=sys.stderr)
-            tc_ms = None
+        tc_ms = torch_compile_ms(user, "x * sigmoid(x)")
         silu.append({**r, "torch_eager_ms": do_bench(user, return_mode="median"),
                      "torch_compile_ms": tc_ms,
                      "torch_silu_ms": do_bench(lambda: F.silu(x), return_mode="median")})
@@ -296,6 +290,18 @@ def main_compile(args):
     return 0 if mt else 1
 
 
+def torch_compile_ms(fn, what):
+    """do_bench's median ms of torch.compile(fn) after one call; None (and why, on stderr)
+    where torch.compile fails."""
+    try:
+        tc = torch.compile(fn)
+        tc()
+        return do_bench(tc, return_mode="median")
+    except Exception as e:  # noqa: BLE001
+        print(f"torch.compile of {what} failed: {e}", file=sys.stderr)
+        return None
+
+
 def main_reduction(args):
     cmd = [args.minitensor, "bench", "reduction", "--device", "cuda", "--json"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -309,13 +315,7 @@ def main_reduction(args):
         x = torch.randn(n, device="cuda")
         y = torch.empty_like(x)
         eager = lambda: (x * x).sum()  # noqa: E731
-        try:
-            tc = torch.compile(eager)
-            tc()
-            tc_ms = do_bench(tc, return_mode="median")
-        except Exception as e:  # noqa: BLE001
-            print(f"torch.compile of (x * x).sum() failed: {e}", file=sys.stderr)
-            tc_ms = None
+        tc_ms = torch_compile_ms(eager, "(x * x).sum()")
         rows.append({**r, "torch_eager_ms": do_bench(eager, return_mode="median"),
                      "torch_compile_ms": tc_ms,
                      "torch_copy_ms": do_bench(lambda: y.copy_(x), return_mode="median")})
