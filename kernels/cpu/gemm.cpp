@@ -201,28 +201,27 @@ struct Mat {
 template <typename T>
 void pack_a(Mat<T> A, int64_t i0, int64_t p0, int64_t mc, int64_t kc, int mr, T* dst) {
   for (int64_t ir = 0; ir < mc; ir += mr, dst += kc * mr) {
+    const int64_t h = std::min<int64_t>(mr, mc - ir);
+    if (A.cs != 1 && A.rs == 1) {
+      // A column-major A (Note [Packing transposed operands]): a column's MR rows at a time.
+      for (int64_t p = 0; p < kc; ++p) {
+        const T* col = A.ptr(i0 + ir, p0 + p);
+        T* d = dst + p * mr;
+        for (int64_t r = 0; r < h; ++r) d[r] = col[r];
+        for (int64_t r = h; r < mr; ++r) d[r] = T(0);
+      }
+      continue;
+    }
     for (int r = 0; r < mr; ++r) {
-      if (ir + r >= mc) {
+      if (r >= h) {
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = T(0);
         continue;
       }
       const T* row = A.ptr(i0 + ir + r, p0);
       if (A.cs == 1) {
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = row[p];
-      } else if (A.rs == 1) {
-        break;  // a column-major A: the whole panel below, a column's MR rows at a time
       } else {
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = row[p * A.cs];
-      }
-    }
-    if (A.cs != 1 && A.rs == 1) {
-      // Note [Packing transposed operands]
-      const int64_t h = std::min<int64_t>(mr, mc - ir);
-      for (int64_t p = 0; p < kc; ++p) {
-        const T* col = A.ptr(i0 + ir, p0 + p);
-        T* d = dst + p * mr;
-        for (int64_t r = 0; r < h; ++r) d[r] = col[r];
-        for (int64_t r = h; r < mr; ++r) d[r] = T(0);
       }
     }
   }

@@ -36,6 +36,8 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
   }
   std::vector<double> ms;
   Tensor first_loss;
+  std::optional<ModeGuard> mode;
+  if (opts.timed_under != nullptr) mode.emplace(*opts.timed_under);
   auto begin = Clock::now();
   while (int(ms.size()) < std::max(1, opts.min_steps) ||
          (int(ms.size()) < opts.steps &&
@@ -46,6 +48,7 @@ MlpRow bench_mlp(const mlp::Shape& shape, Device device, const MlpOptions& opts)
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!first_loss.defined()) first_loss = loss;
   }
+  mode.reset();
   MlpRow r{shape,
            device.str(),
            int(ms.size()),
@@ -90,37 +93,12 @@ class OpTimer : public DispatchMode {
 
 OpTimes mlp_op_times(const mlp::Shape& shape, Device device, const MlpOptions& opts) {
   check_device(device, "bench mlp --op-times");
-  manual_seed(0);
-  mlp::Task task = mlp::teacher_task(shape, device);
-  mlp::Model model = mlp::init(shape, device);
-  auto train_step = [&] {
-    std::optional<AutocastGuard> autocast;
-    if (opts.autocast != DType::Float32) autocast.emplace(device.type, opts.autocast);
-    return mlp::train_step(model, task.x, task.target, opts.lr, opts.sgd);
-  };
-  const auto warm_begin = Clock::now();
-  for (int i = 0;
-       i < std::max(1, opts.warmup) ||
-       std::chrono::duration<double>(Clock::now() - warm_begin).count() < opts.min_warmup_seconds;
-       ++i)
-    train_step();
-  if (device.is_cuda()) cuda::synchronize(device.index);
   OpTimer timer(device);
-  std::vector<double> ms;
-  {
-    ModeGuard guard(timer);
-    const auto begin = Clock::now();
-    while (int(ms.size()) < std::max(1, opts.min_steps) ||
-           (int(ms.size()) < opts.steps &&
-            std::chrono::duration<double>(Clock::now() - begin).count() < opts.max_seconds)) {
-      const auto t0 = Clock::now();
-      train_step();
-      if (device.is_cuda()) cuda::synchronize(device.index);
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-  }
-  OpTimes out{{}, int(ms.size()), median(ms)};
-  const double n = double(ms.size());
+  MlpOptions timed = opts;
+  timed.timed_under = &timer;
+  const MlpRow run = bench_mlp(shape, device, timed);
+  OpTimes out{{}, run.steps, run.ms_median};
+  const double n = double(run.steps);
   for (const auto& [key, v] : timer.times_)
     out.rows.push_back({key.first, key.second, double(v.first) / n, v.second / n});
   std::sort(out.rows.begin(), out.rows.end(),

@@ -25,6 +25,8 @@ struct MlpOptions {
   mlp::Sgd sgd = mlp::Sgd::Foreach;  // the update: one foreach_add_, or a sub_ a parameter
   // BFloat16 or Float16: each step runs under AutocastGuard(device, autocast); Float32: off
   DType autocast = DType::Float32;
+  // Set: the timed steps (not the warm-up) run under this dispatch mode (mlp_op_times).
+  DispatchMode* timed_under = nullptr;
 };
 
 struct MlpRow {
